@@ -1,0 +1,8 @@
+"""Top-level URLs: dashboard, admin, API."""
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", include("scheduling.urls")),
+]

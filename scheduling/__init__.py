@@ -1,0 +1,1 @@
+"""The scheduling app: engine (pure), models, pipeline, API, pages."""

@@ -1,0 +1,27 @@
+"""The scheduling engine: pure Python, no Django.
+
+Plain dataclasses in (`Cluster`, `ClusterConfig`, `PodSpec`), a `Decision` out.
+`Scheduler` keeps one cluster snapshot and decides pods against it, applying each
+placement so that later pods see it. Everything user-visible renders a `Decision`.
+"""
+
+from .decision import CardVerdict, ContainerPlacement, Decision, DeviceGrant
+from .errors import PodInvalid, ScenarioError
+from .model import Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults
+from .scheduler import Scheduler
+
+__all__ = [
+    "Card",
+    "CardVerdict",
+    "Cluster",
+    "ClusterConfig",
+    "ContainerPlacement",
+    "Decision",
+    "DeviceGrant",
+    "Node",
+    "PodInvalid",
+    "PodSpec",
+    "ResourceDefaults",
+    "ScenarioError",
+    "Scheduler",
+]

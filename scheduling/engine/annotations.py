@@ -1,0 +1,159 @@
+"""SPEC 3, 5, 6.1: reading a pod's annotations into a `PodPolicy`. Parsing only; no deciding."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .chain import FILTERS, SORT_KEYS
+from .errors import PodInvalid
+from .model import ClusterConfig
+
+NODE_POLICY = "hami.io/node-scheduler-policy"
+GPU_POLICY = "hami.io/gpu-scheduler-policy"
+WEIGHTS = "hami.io/device-scoring-weights"
+USE_UUID = "nvidia.com/use-gpuuuid"
+NOUSE_UUID = "nvidia.com/nouse-gpuuuid"
+USE_TYPE = "nvidia.com/use-gputype"
+NOUSE_TYPE = "nvidia.com/nouse-gputype"
+NUMA_BIND = "nvidia.com/numa-bind"
+
+NODE_POLICIES = ("binpack", "spread")
+WEIGHT_KEYS = ("slot", "core", "memory")
+_DIGITS = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    slot: int = 1
+    core: int = 1
+    memory: int = 1
+
+    def as_dict(self) -> dict[str, int]:
+        return {"slot": self.slot, "core": self.core, "memory": self.memory}
+
+
+@dataclass(frozen=True, slots=True)
+class PodPolicy:
+    """Everything the annotations say about where and how to place the pod."""
+
+    node_policy: str
+    node_policy_ignored: str | None
+    chain: tuple[str, ...]
+    filters: tuple[str, ...]
+    sort_keys: tuple[str, ...]
+    ignored: tuple[str, ...]
+    weights: Weights
+    use_uuids: frozenset[str] = field(default_factory=frozenset)
+    nouse_uuids: frozenset[str] = field(default_factory=frozenset)
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+    numa_bind: bool = False
+
+    @property
+    def mutex(self) -> bool:
+        return "mutex" in self.filters
+
+    @property
+    def topology_aware(self) -> bool:
+        return "topology-aware" in self.filters
+
+    def as_dict(self) -> dict:
+        """The `policy` object of SPEC 9's output."""
+        return {
+            "node": self.node_policy,
+            "gpu": list(self.chain),
+            "filters": list(self.filters),
+            "sort_keys": list(self.sort_keys),
+            "ignored": list(self.ignored),
+            "weights": self.weights.as_dict(),
+            "node_ignored": self.node_policy_ignored,
+            "numa_bind": self.numa_bind,
+        }
+
+
+def parse_chain(value: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(chain, filters, sort keys, ignored): trim, lower-case, dedupe, ignore unknown names."""
+    chain: list[str] = []
+    ignored: list[str] = []
+    for item in value.split(","):
+        name = item.strip().lower()
+        if not name or name in chain or name in ignored:
+            continue
+        if name in FILTERS or name in SORT_KEYS:
+            chain.append(name)
+        else:
+            ignored.append(name)
+    filters = tuple(name for name in chain if name in FILTERS)
+    sort_keys = tuple(name for name in chain if name in SORT_KEYS) or ("spread",)
+    return tuple(chain), filters, sort_keys, tuple(ignored)
+
+
+def parse_weights(value) -> Weights:
+    """`slot=A,core=B,memory=C`: the three keys once each, non-negative integers, one above zero."""
+    if not isinstance(value, str) or not value.strip():
+        raise PodInvalid(f"annotations.{WEIGHTS}", f"{WEIGHTS} is empty; expected slot=A,core=B,memory=C")
+    seen: dict[str, int] = {}
+    for pair in value.split(","):
+        key, sep, number = pair.partition("=")
+        key, number = key.strip(), number.strip()
+        if not sep:
+            raise PodInvalid(f"annotations.{WEIGHTS}", f"{WEIGHTS}: {pair.strip()!r} is not key=value")
+        if key not in WEIGHT_KEYS:
+            raise PodInvalid(
+                f"annotations.{WEIGHTS}", f"{WEIGHTS}: unknown key {key!r}; keys are slot, core, memory"
+            )
+        if key in seen:
+            raise PodInvalid(f"annotations.{WEIGHTS}", f"{WEIGHTS}: key {key!r} given twice")
+        if not _DIGITS.fullmatch(number):
+            raise PodInvalid(
+                f"annotations.{WEIGHTS}", f"{WEIGHTS}: {key}={number!r} is not a non-negative integer"
+            )
+        seen[key] = int(number)
+    missing = [key for key in WEIGHT_KEYS if key not in seen]
+    if missing:
+        raise PodInvalid(f"annotations.{WEIGHTS}", f"{WEIGHTS}: missing {', '.join(missing)}")
+    if not any(seen.values()):
+        raise PodInvalid(f"annotations.{WEIGHTS}", f"{WEIGHTS}: at least one weight must be above 0")
+    return Weights(**seen)
+
+
+def _csv(value) -> list[str]:
+    return [item.strip() for item in str(value or "").split(",") if item.strip()]
+
+
+def parse_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
+    """Read the pod's annotations over the cluster defaults. Raises PodInvalid for bad weights."""
+    if annotations is None:
+        annotations = {}
+    if not isinstance(annotations, dict):
+        raise PodInvalid("annotations", "must be an object of string values")
+    for key, value in annotations.items():
+        if not isinstance(value, str):
+            raise PodInvalid(f"annotations.{key}", f"must be a string, got {value!r}")
+
+    node_policy, node_ignored = config.node_scheduler_policy, None
+    if NODE_POLICY in annotations:
+        asked = annotations[NODE_POLICY].strip().lower()
+        if asked in NODE_POLICIES:
+            node_policy = asked
+        else:
+            node_ignored = annotations[NODE_POLICY]
+
+    chain_value = annotations[GPU_POLICY] if GPU_POLICY in annotations else config.gpu_scheduler_policy
+    chain, filters, sort_keys, ignored = parse_chain(chain_value)
+    weights = parse_weights(annotations[WEIGHTS]) if WEIGHTS in annotations else Weights()
+    return PodPolicy(
+        node_policy=node_policy,
+        node_policy_ignored=node_ignored,
+        chain=chain,
+        filters=filters,
+        sort_keys=sort_keys,
+        ignored=ignored,
+        weights=weights,
+        use_uuids=frozenset(_csv(annotations.get(USE_UUID))),
+        nouse_uuids=frozenset(_csv(annotations.get(NOUSE_UUID))),
+        use_types=tuple(t.lower() for t in _csv(annotations.get(USE_TYPE))),
+        nouse_types=tuple(t.lower() for t in _csv(annotations.get(NOUSE_TYPE))),
+        numa_bind=annotations.get(NUMA_BIND, "").strip().lower() == "true",
+    )

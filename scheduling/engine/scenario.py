@@ -1,0 +1,233 @@
+"""SPEC 9: reading a scenario (cluster + pods) and running it. Validation says where input is bad."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import ScenarioError
+from .model import VENDOR, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults
+from .scheduler import Scheduler
+
+CARD_DEFAULTS = {"slots": 10, "cores": 100, "numa": 0, "health": True, "type": VENDOR}
+
+
+def _int(value, where: str, *, minimum: int | None = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ScenarioError(where, f"must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ScenarioError(where, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _dict(value, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ScenarioError(where, f"must be an object, got {type(value).__name__}")
+    return value
+
+
+def _strings(value, where: str) -> dict[str, str]:
+    value = _dict(value, where)
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise ScenarioError(f"{where}.{key}", f"must be a string, got {item!r}")
+    return value
+
+
+def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
+    """One card of SPEC 9 (without `links`, returned apart for the node to check)."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, "a card must be an object")
+    uuid = raw.get("uuid")
+    if not isinstance(uuid, str) or not uuid.strip():
+        raise ScenarioError(f"{where}.uuid", "required: a non-empty string")
+    if "memory" not in raw:
+        raise ScenarioError(f"{where}.memory", "required (MiB)")
+    card_type = raw.get("type", CARD_DEFAULTS["type"])
+    if not isinstance(card_type, str):
+        raise ScenarioError(f"{where}.type", f"must be a string, got {card_type!r}")
+    health = raw.get("health", True)
+    if not isinstance(health, bool):
+        raise ScenarioError(f"{where}.health", f"must be true or false, got {health!r}")
+    cordoned = raw.get("cordoned", False)
+    if not isinstance(cordoned, bool):
+        raise ScenarioError(f"{where}.cordoned", f"must be true or false, got {cordoned!r}")
+    mode = raw.get("mode", "")
+    card = Card(
+        uuid=uuid.strip(),
+        index=_int(raw.get("index", position), f"{where}.index"),
+        memory=_int(raw["memory"], f"{where}.memory"),
+        type=card_type,
+        slots=_int(raw.get("slots", 10), f"{where}.slots"),
+        cores=_int(raw.get("cores", 100), f"{where}.cores"),
+        numa=_int(raw.get("numa", 0), f"{where}.numa", minimum=None),
+        health=health,
+        cordoned=cordoned,
+        mode=mode if isinstance(mode, str) else "",
+    )
+    used = _dict(raw.get("used"), f"{where}.used")
+    card.used_slots = _int(used.get("slots", 0), f"{where}.used.slots")
+    card.used_memory = _int(used.get("memory", 0), f"{where}.used.memory")
+    card.used_cores = _int(used.get("cores", 0), f"{where}.used.cores")
+    links = _dict(raw.get("links"), f"{where}.links")
+    for other, score in links.items():
+        _int(score, f"{where}.links.{other}")
+    return card, links
+
+
+def parse_node(raw, where: str) -> Node:
+    """One node with its cards; UUIDs unique within it, indices unique, links consistent."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, "a node must be an object")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ScenarioError(f"{where}.name", "required: a non-empty string")
+    devices = raw.get("devices", [])
+    if not isinstance(devices, list):
+        raise ScenarioError(f"{where}.devices", "must be a list of cards")
+    cards: list[Card] = []
+    links: dict[frozenset, int] = {}
+    seen_index: dict[int, int] = {}
+    uuids = set()
+    for position, raw_card in enumerate(devices):
+        card_where = f"{where}.devices[{position}]"
+        card, card_links = parse_card(raw_card, card_where, position)
+        if card.index in seen_index:
+            raise ScenarioError(
+                f"{card_where}.index", f"index {card.index} repeats devices[{seen_index[card.index]}]"
+            )
+        seen_index[card.index] = position
+        uuids.add(card.uuid)
+        cards.append(card)
+        for other, score in card_links.items():
+            pair = frozenset((card.uuid, other))
+            if pair in links and links[pair] != score:
+                raise ScenarioError(
+                    f"{card_where}.links.{other}",
+                    f"{score} disagrees with {links[pair]} given on {other}",
+                )
+            links[pair] = score
+    for pair in links:
+        for uuid in pair:
+            if uuid not in uuids:
+                raise ScenarioError(
+                    f"{where}.devices", f"links name {uuid!r}, which is not a card of this node"
+                )
+    ready = raw.get("ready", True)
+    if not isinstance(ready, bool):
+        raise ScenarioError(f"{where}.ready", f"must be true or false, got {ready!r}")
+    return Node(
+        name=name.strip(),
+        cards=cards,
+        annotations=_strings(raw.get("annotations"), f"{where}.annotations"),
+        labels=_strings(raw.get("labels"), f"{where}.labels"),
+        ready=ready,
+        links=links,
+    )
+
+
+def parse_config(raw) -> ClusterConfig:
+    raw = _dict(raw, "config")
+    node_policy = raw.get("node_scheduler_policy", "binpack")
+    if node_policy not in ("binpack", "spread"):
+        raise ScenarioError("config.node_scheduler_policy", f"must be binpack or spread, got {node_policy!r}")
+    gpu_policy = raw.get("gpu_scheduler_policy", "spread")
+    if not isinstance(gpu_policy, str):
+        raise ScenarioError("config.gpu_scheduler_policy", f"must be a string, got {gpu_policy!r}")
+    defaults = _dict(raw.get("resources"), "config.resources")
+    resources = ResourceDefaults(
+        memory_percentage=_int(
+            defaults.get("memory_percentage", 100), "config.resources.memory_percentage", minimum=1
+        ),
+        cores=_int(defaults.get("cores", 0), "config.resources.cores"),
+        exclusive_cores=_int(defaults.get("exclusive_cores", 100), "config.resources.exclusive_cores"),
+    )
+    return ClusterConfig(
+        node_scheduler_policy=node_policy, gpu_scheduler_policy=gpu_policy, resources=resources
+    )
+
+
+def parse_pod_entry(raw, where: str) -> PodSpec:
+    """The envelope of a pod. Bad resource values are left for the engine, which rejects the pod."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, "a pod must be an object")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise ScenarioError(f"{where}.name", "required: a non-empty string")
+    namespace = raw.get("namespace", "default")
+    if not isinstance(namespace, str) or not namespace:
+        raise ScenarioError(f"{where}.namespace", "must be a non-empty string")
+    containers = raw.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise ScenarioError(f"{where}.containers", "required: a non-empty list of containers")
+    inits = raw.get("initContainers") or []
+    if not isinstance(inits, list):
+        raise ScenarioError(f"{where}.initContainers", "must be a list of containers")
+    annotations = _dict(raw.get("annotations"), f"{where}.annotations")
+    return PodSpec(
+        name=name, namespace=namespace, annotations=annotations, containers=containers, init_containers=inits
+    )
+
+
+def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
+    if not isinstance(raw, dict):
+        raise ScenarioError("", "a scenario must be an object with nodes and pods")
+    for required in ("nodes", "pods"):
+        if required not in raw:
+            raise ScenarioError(required, "required")
+        if not isinstance(raw[required], list):
+            raise ScenarioError(required, "must be a list")
+    config = parse_config(raw.get("config"))
+    nodes = [parse_node(node, f"nodes[{i}]") for i, node in enumerate(raw["nodes"])]
+    names: dict[str, int] = {}
+    owner: dict[str, str] = {}
+    for i, node in enumerate(nodes):
+        if node.name in names:
+            raise ScenarioError(f"nodes[{i}].name", f"{node.name!r} repeats nodes[{names[node.name]}]")
+        names[node.name] = i
+        for card in node.cards:
+            if card.uuid in owner:
+                raise ScenarioError(
+                    f"nodes[{i}].devices", f"duplicate card uuid {card.uuid!r} (also on {owner[card.uuid]})"
+                )
+            owner[card.uuid] = node.name
+    pods = [parse_pod_entry(pod, f"pods[{i}]") for i, pod in enumerate(raw["pods"])]
+    return Cluster(nodes), config, pods
+
+
+def load_scenario_file(path: str | Path):
+    """Read JSON, or YAML by extension. Raises ScenarioError for unreadable or malformed files."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(str(path), f"cannot read: {exc.strerror}") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ScenarioError(str(path), f"not valid YAML{at}") from None
+    else:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(
+                str(path), f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+            ) from None
+    return parse_scenario(raw)
+
+
+def run_scenario(raw, top: int | None = None) -> dict:
+    """Schedule the pods in order, each seeing the placements before it; SPEC 9's output."""
+    cluster, config, pods = parse_scenario(raw)
+    scheduler = Scheduler(cluster, config)
+    return {"pods": [scheduler.schedule(pod).as_dict(top=top) for pod in pods]}

@@ -1,0 +1,43 @@
+"""Shared fixtures. Service-backed tests skip when a service is missing, unless
+REQUIRE_SERVICES=1 (as in CI), which turns the skip into a failure."""
+import os
+import socket
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+
+REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES") == "1"
+
+
+def missing_service(message: str):
+    if REQUIRE_SERVICES:
+        pytest.fail(f"REQUIRE_SERVICES=1 but {message}")
+    pytest.skip(message)
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def redis_url():
+    """A reachable Redis URL (REDIS_URL), or skip/fail."""
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        missing_service("REDIS_URL is not set")
+    if not _reachable(url, 6379):
+        missing_service(f"Redis at {url} is not reachable")
+    return url
+
+
+@pytest.fixture
+def require_postgres():
+    """Skip/fail unless the test database is PostgreSQL."""
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        missing_service("DATABASE_URL does not point at PostgreSQL")
