@@ -46,11 +46,13 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "scheduling",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -109,6 +111,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "static"))
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
+# gunicorn serves static files itself through WhiteNoise; in development it reads them from the finders.
+WHITENOISE_USE_FINDERS = DEBUG
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
@@ -146,6 +150,37 @@ HAMIADMIN = {
     "DECISIONS_PER_POD": int(os.environ.get("HAMI_DECISIONS_PER_POD", "20")),
     "CYCLE_LOCK_TIMEOUT_SECONDS": float(os.environ.get("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "60")),
     "SCHEDULER_NAME": os.environ.get("HAMI_SCHEDULER_NAME", "hami-scheduler"),
+    # Pipeline (scheduling/pipeline): cycle size, back-off, triggers, history bounds.
+    "SINGLE_FLIGHT": env_bool("HAMI_SINGLE_FLIGHT", True),
+    "CYCLE_MAX_PODS": int(os.environ.get("HAMI_CYCLE_MAX_PODS", "1000")),
+    "DECISION_TOP": int(os.environ.get("HAMI_DECISION_TOP", "20")),
+    "BACKOFF_BASE_SECONDS": float(os.environ.get("HAMI_BACKOFF_BASE_SECONDS", "0.5")),
+    "BACKOFF_MAX_SECONDS": float(os.environ.get("HAMI_BACKOFF_MAX_SECONDS", "30")),
+    "LOOP_POLL_SECONDS": float(os.environ.get("HAMI_LOOP_POLL_SECONDS", "0.5")),
+    "TRIGGER_DEBOUNCE_MS": int(os.environ.get("HAMI_TRIGGER_DEBOUNCE_MS", "100")),
+    "HOUSEKEEPING_SECONDS": float(os.environ.get("HAMI_HOUSEKEEPING_SECONDS", "30")),
+    "CYCLES_KEPT": int(os.environ.get("HAMI_CYCLES_KEPT", "10000")),
+    "FINISHED_PODS_KEPT_HOURS": float(os.environ.get("HAMI_FINISHED_PODS_KEPT_HOURS", "168")),
+    # Test-only fault hook: sleep inside the commit after writing allocations (0 = off).
+    "FAULT_COMMIT_PAUSE_SECONDS": float(os.environ.get("HAMI_FAULT_COMMIT_PAUSE_SECONDS", "0")),
+    # Kubernetes integration (agents/kube, docs/kubernetes.md).
+    "EXTENDER_TOKEN": os.environ.get("HAMI_EXTENDER_TOKEN", ""),
+    "KUBECONFIG": os.environ.get("HAMI_KUBECONFIG", ""),
+    "BIND_PHASE_SUCCESS": env_bool("HAMI_BIND_PHASE_SUCCESS", True),
+}
+
+# Celery beat: the safety cycle and housekeeping (scheduling/tasks.py).
+CELERY_BEAT_SCHEDULE = {
+    "safety-cycle": {
+        "task": "scheduling.safety_cycle",
+        "schedule": HAMIADMIN["SAFETY_CYCLE_SECONDS"],
+        "options": {"expires": HAMIADMIN["SAFETY_CYCLE_SECONDS"]},
+    },
+    "housekeeping": {
+        "task": "scheduling.housekeeping",
+        "schedule": HAMIADMIN["HOUSEKEEPING_SECONDS"],
+        "options": {"expires": HAMIADMIN["HOUSEKEEPING_SECONDS"]},
+    },
 }
 
 # --- REST framework ---------------------------------------------------------
@@ -159,6 +194,14 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
+    # JSON only, and no body over DATA_UPLOAD_MAX_MEMORY_SIZE (DRF's parsers do not check it).
+    "DEFAULT_PARSER_CLASSES": ["scheduling.api.parsers.BoundedJSONParser"],
+    "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
+    # Per-process counters (local-memory cache); generous so demo agents and tests pass.
+    "DEFAULT_THROTTLE_RATES": {
+        "agent-report": os.environ.get("HAMI_THROTTLE_REPORT", "600/min"),
+        "pod-submit": os.environ.get("HAMI_THROTTLE_SUBMIT", "600/min"),
+    },
 }
 
 SPECTACULAR_SETTINGS = {
@@ -166,6 +209,17 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU-sharing scheduler: agents, pods, allocations, decisions.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": r"/api/v[0-9]+",
+    # Swagger UI and Redoc from drf-spectacular-sidecar's static files: no page needs the internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "PodStatusEnum": "scheduling.api.schema.POD_STATUSES",
+        "SimulatedStatusEnum": "scheduling.api.schema.SIMULATED_STATUSES",
+        "ProbeStatusEnum": "scheduling.api.schema.PROBE_STATUSES",
+    },
 }
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("HAMI_MAX_BODY_BYTES", str(2 * 1024 * 1024)))

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from agents.nvml.config import ConfigError, load_config, with_flags
 from agents.nvml.inventory import InventoryError, NvmlInventory, NvmlUnavailable
 from agents.nvml.report import build_report, unmatched_exclusions
-from agents.nvml.reporter import ApiReporter, TokenError, report_forever, report_url, token_source
+from agents.nvml.reporter import ApiReporter, TokenError, report_forever, token_source
 from agents.nvml.simulation import load_node_file
 
 PROGRAM = "hamiadmin-agent"
@@ -53,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     cards.add_argument("--memory-scaling", help="reported memory = floor(total MiB x this) (default 1.0)")
     cards.add_argument("--core-scaling", help="reported cores = floor(100 x this) (default 1.0)")
     cards.add_argument(
-        "--exclude", action="append", metavar="UUID|INDEX", help="hide a card (repeat, or separate with commas)"
+        "--exclude",
+        action="append",
+        metavar="UUID|INDEX",
+        help="hide a card (repeat, or separate with commas)",
     )
     modes = parser.add_argument_group("modes")
     modes.add_argument("--once", action="store_true", help="print the report JSON to stdout and exit")
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None, *, library=None, sysfs_root: str = "/sys
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"{PROGRAM}: %(levelname)s: %(message)s"))
+    level, propagate = log.level, log.propagate
     log.addHandler(handler)
     log.setLevel(args.log_level)
     log.propagate = False
@@ -83,6 +87,8 @@ def main(argv: list[str] | None = None, *, library=None, sysfs_root: str = "/sys
         return run(parser, args, library, sysfs_root)
     finally:
         log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
 
 
 def fail(message: str, code: int) -> int:
@@ -93,8 +99,10 @@ def fail(message: str, code: int) -> int:
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace, library, sysfs_root: str) -> int:
     shaping = [args.config, args.split_count, args.memory_scaling, args.core_scaling, args.exclude]
     if args.simulate and any(value is not None for value in shaping):
-        parser.error("--simulate reports the file as written; --config, --split-count, --memory-scaling, "
-                     "--core-scaling and --exclude do not apply")
+        parser.error(
+            "--simulate reports the file as written; --config, --split-count, --memory-scaling, "
+            "--core-scaling and --exclude do not apply"
+        )
     if not args.interval > 0:
         parser.error("--interval: expected a number of seconds > 0")
     reporter = None
@@ -102,8 +110,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, library, sysf
         if not args.api:
             parser.error("--api is required unless --once is given")
         try:
-            report_url(args.api)
-            reporter = ApiReporter(args.api, token_source(args.token or os.environ.get(TOKEN_ENV), args.token_file))
+            reporter = ApiReporter(
+                args.api, token_source(args.token or os.environ.get(TOKEN_ENV), args.token_file)
+            )
         except (ValueError, TokenError) as error:
             parser.error(str(error))
 

@@ -183,7 +183,8 @@ def with_flags(
         config = replace(config, split_count=_as_flag("--split-count", parse_split_count, split_count))
     if memory_scaling is not None:
         config = replace(
-            config, memory_scaling=_as_flag("--memory-scaling", parse_scaling, "memory_scaling", memory_scaling)
+            config,
+            memory_scaling=_as_flag("--memory-scaling", parse_scaling, "memory_scaling", memory_scaling),
         )
     if core_scaling is not None:
         config = replace(

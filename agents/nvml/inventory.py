@@ -285,7 +285,11 @@ class NvmlInventory:
                 return fallback
 
         model = ask("name", lambda: as_text(nvml.nvmlDeviceGetName(handle)), last.model if last else "")
-        memory = ask("memory", lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total // MIB, last.memory_mib if last else 0)
+        memory = ask(
+            "memory",
+            lambda: nvml.nvmlDeviceGetMemoryInfo(handle).total // MIB,
+            last.memory_mib if last else 0,
+        )
         address = ask("PCI", lambda: pci_address(nvml.nvmlDeviceGetPciInfo(handle).busId), None)
         numa = self._numa(handle, address, fallback=last.numa if last else 0)
         problems.extend(self._health_problems(handle))
@@ -297,10 +301,14 @@ class NvmlInventory:
     def _lost(self, index: int, error: Exception) -> _CardState | None:
         last = self._last.get(index)
         if last is None:
-            log.error("card %d cannot be read and was never seen before, so it is not reported: %s", index, error)
+            log.error(
+                "card %d cannot be read and was never seen before, so it is not reported: %s", index, error
+            )
             return None
         problem = f"card query failed: {error}"
-        return _CardState(CardReading(last.index, last.uuid, last.model, last.memory_mib, last.numa, (problem,)))
+        return _CardState(
+            CardReading(last.index, last.uuid, last.model, last.memory_mib, last.numa, (problem,))
+        )
 
     def _numa(self, handle, address: str | None, fallback: int) -> int:
         """NUMA node from NVML where the driver offers it, else from sysfs; -1 (no affinity) is 0."""
@@ -323,7 +331,11 @@ class NvmlInventory:
         nvml = self.library
         problems: list[str] = []
         checks = (
-            ("retired pages", lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle), self._retired_pages),
+            (
+                "retired pages",
+                lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(handle),
+                self._retired_pages,
+            ),
             (
                 "ECC",
                 lambda: nvml.nvmlDeviceGetTotalEccErrors(
@@ -345,7 +357,11 @@ class NvmlInventory:
         return problems
 
     def _retired_pages(self, pending) -> list[str]:
-        return ["retired memory pages pending (card needs a reset)"] if pending == self.library.NVML_FEATURE_ENABLED else []
+        return (
+            ["retired memory pages pending (card needs a reset)"]
+            if pending == self.library.NVML_FEATURE_ENABLED
+            else []
+        )
 
     @staticmethod
     def _ecc(count) -> list[str]:
@@ -375,7 +391,10 @@ class NvmlInventory:
             except (nvml.NVMLError, ValueError):
                 continue
             try:
-                switch = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link) == nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+                switch = (
+                    nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+                    == nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+                )
             except (nvml.NVMLError, AttributeError):
                 switch = False
             ends.append(NvLinkEnd(address, switch))
@@ -390,7 +409,9 @@ class NvmlInventory:
                 level = nvml.nvmlDeviceGetTopologyCommonAncestor(first.handle, second.handle)
                 pcie_path = self._pcie_paths.get(level)
             except nvml.NVMLError as error:
-                log.debug("no PCIe path between %s and %s: %s", first.reading.uuid, second.reading.uuid, error)
+                log.debug(
+                    "no PCIe path between %s and %s: %s", first.reading.uuid, second.reading.uuid, error
+                )
         return PairReading(first.reading.uuid, second.reading.uuid, nvlinks, pcie_path)
 
     def _tell(self, card: CardReading) -> None:

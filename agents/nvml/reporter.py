@@ -119,7 +119,9 @@ class ApiReporter:
         except urllib.error.HTTPError as error:
             text = _excerpt(error.read())
             if 300 <= error.code < 400:
-                text = f"redirected to {error.headers.get('Location')!r}; give that URL's base as --api. {text}"
+                text = (
+                    f"redirected to {error.headers.get('Location')!r}; give that URL's base as --api. {text}"
+                )
             return Delivery(error.code, error.code >= 500 or error.code == 429, text)
         except urllib.error.URLError as error:
             return Delivery(None, True, f"cannot reach {self.url}: {error.reason}")

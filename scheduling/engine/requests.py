@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .errors import PodInvalid
@@ -12,6 +13,7 @@ GPUMEM = "nvidia.com/gpumem"
 GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
 GPUCORES = "nvidia.com/gpucores"
 RESOURCES = (GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,7 @@ def _as_int(value, where: str, what: str, label: str) -> int:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
         return int(value.strip())
     raise PodInvalid(where, f"{label}: must be {what}, got {value!r}")
 

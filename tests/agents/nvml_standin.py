@@ -155,8 +155,14 @@ class StandinNvml:
     def nvmlDeviceGetTotalEccErrors(self, handle, errorType, counterType):
         card = self._card(handle, "nvmlDeviceGetTotalEccErrors")
         counters = {
-            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC): card.ecc_uncorrected_volatile,
-            (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_AGGREGATE_ECC): card.ecc_uncorrected_aggregate,
+            (
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            ): card.ecc_uncorrected_volatile,
+            (
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_AGGREGATE_ECC,
+            ): card.ecc_uncorrected_aggregate,
             (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC): 0,
             (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_AGGREGATE_ECC): 0,
         }
@@ -259,7 +265,9 @@ def hgx_h100() -> StandinNvml:
     modelled too (same CPU / across CPUs) so that ignoring NVLink would show.
     """
     per_switch = (5, 4, 4, 5)
-    links = [Link(H100_SWITCHES[switch], SWITCH) for switch, count in enumerate(per_switch) for _ in range(count)]
+    links = [
+        Link(H100_SWITCHES[switch], SWITCH) for switch, count in enumerate(per_switch) for _ in range(count)
+    ]
     cards = [
         Card(
             uuid=H100_UUIDS[index],
@@ -301,7 +309,13 @@ def pcie_t4() -> StandinNvml:
     """
     numa = [0, 0, 1, None]
     cards = [
-        Card(uuid=T4_UUIDS[index], name="Tesla T4", memory_mib=15360, bus_id=T4_BUS_IDS[index], numa=numa[index])
+        Card(
+            uuid=T4_UUIDS[index],
+            name="Tesla T4",
+            memory_mib=15360,
+            bus_id=T4_BUS_IDS[index],
+            numa=numa[index],
+        )
         for index in range(4)
     ]
     single, system = pynvml.NVML_TOPOLOGY_SINGLE, pynvml.NVML_TOPOLOGY_SYSTEM

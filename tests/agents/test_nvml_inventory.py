@@ -177,21 +177,22 @@ def test_a_card_that_fails_after_being_seen_keeps_what_was_known_but_turns_unhea
     machine = pcie_t4()
     inventory = opened(machine, sysfs)
     before = inventory.read()
-    machine.cards[1].fail(pynvml.NVMLError_GpuIsLost)
-    machine.handle_errors[2] = pynvml.NVMLError_GpuIsLost
+    machine.cards[2].fail(pynvml.NVMLError_GpuIsLost)
+    machine.handle_errors[3] = pynvml.NVMLError_GpuIsLost
 
     after = inventory.read()
 
     assert [card.healthy for card in before.cards] == [True, True, True, True]
-    assert [card.healthy for card in after.cards] == [True, False, False, True]
-    for index in (1, 2):
+    assert [card.healthy for card in after.cards] == [True, True, False, False]
+    for index in (2, 3):
         assert (after.cards[index].uuid, after.cards[index].model, after.cards[index].memory_mib) == (
-            before.cards[index].uuid,
+            T4_UUIDS[index],
             "Tesla T4",
             15360,
         )
-    assert after.cards[1].numa == 0 and after.cards[2].numa == 1
-    assert "GPU is lost" in after.cards[2].problems[0]
+        assert after.cards[index].numa == 1
+    assert after.cards[2].problems[0] == "name query failed: GPU is lost"
+    assert after.cards[3].problems == ("card query failed: GPU is lost",)
 
 
 def test_a_card_never_readable_is_left_out_and_the_rest_reported(sysfs):
@@ -210,7 +211,10 @@ def test_a_card_never_readable_is_left_out_and_the_rest_reported(sysfs):
     [
         (lambda card: setattr(card, "retired_pages_pending", True), False),
         (lambda card: setattr(card, "ecc_uncorrected_volatile", 2), False),
-        (lambda card: setattr(card, "ecc_uncorrected_aggregate", 7), True),  # old errors, since fixed by a reset
+        (
+            lambda card: setattr(card, "ecc_uncorrected_aggregate", 7),
+            True,
+        ),  # old errors, since fixed by a reset
         (lambda card: setattr(card, "ecc_uncorrected_volatile", None), True),  # ECC off: not offered
         (lambda card: setattr(card, "remapped_rows", (0, 1, 0, 1)), False),
         (lambda card: setattr(card, "remapped_rows", (0, 1, 1, 0)), False),

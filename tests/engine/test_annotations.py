@@ -14,6 +14,7 @@ from .builders import (
     ask,
     card,
     card_row,
+    container,
     node,
     picked,
     pod,
@@ -79,8 +80,9 @@ def test_nouse_uuid_avoids_the_listed_cards():
     assert card_row(out, "GPU-1")["reason"] == "CardUuidMismatch"
 
 
-def test_use_type_matches_a_case_insensitive_substring():
-    out = run_one([gpus()], pod("p", {USE_TYPE: "a100"}, ONE_GIB))
+@pytest.mark.parametrize("fragment", ["a100", "Sxm4", "-A100-"])
+def test_use_type_matches_a_case_insensitive_substring(fragment):
+    out = run_one([gpus()], pod("p", {USE_TYPE: fragment}, ONE_GIB))
     assert picked(out) == ["GPU-1"]
     assert card_row(out, "GPU-0")["reason"] == card_row(out, "GPU-2")["reason"] == "CardTypeMismatch"
 
@@ -138,8 +140,6 @@ def test_numa_bind_other_than_true_is_off(value):
 
 def test_numa_bind_is_per_container():
     """Each container lands on one NUMA node; two containers may use different ones."""
-    from .builders import container
-
     containers = [container("a", ask(gpu=1, mem=1000)), container("b", ask(gpu=2, mem=1000))]
     one = node(
         "n1",

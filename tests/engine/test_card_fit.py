@@ -37,27 +37,48 @@ def lone_card_reason(one_card: dict, annotations=None, limits=ONE_GIB, cordon=No
     [
         pytest.param(card("G", health=False), None, ONE_GIB, None, "CardNotHealth", id="1-health"),
         pytest.param(card("G"), None, ONE_GIB, "G", "CardCordoned", id="2-cordon"),
-        pytest.param(card("G", type=T4), {USE_TYPE: "A100"}, ONE_GIB, None, "CardTypeMismatch", id="3-use-type"),
-        pytest.param(card("G", type=T4), {NOUSE_TYPE: "t4"}, ONE_GIB, None, "CardTypeMismatch", id="3-nouse-type"),
+        pytest.param(
+            card("G", type=T4), {USE_TYPE: "A100"}, ONE_GIB, None, "CardTypeMismatch", id="3-use-type"
+        ),
+        pytest.param(
+            card("G", type=T4), {NOUSE_TYPE: "t4"}, ONE_GIB, None, "CardTypeMismatch", id="3-nouse-type"
+        ),
         pytest.param(card("G"), {USE_UUID: "OTHER"}, ONE_GIB, None, "CardUuidMismatch", id="4-use-uuid"),
         pytest.param(card("G"), {NOUSE_UUID: "G"}, ONE_GIB, None, "CardUuidMismatch", id="4-nouse-uuid"),
         pytest.param(
-            card("G", slots=4, used=(4, 1000, 0)), None, ONE_GIB, None, "CardTimeSlicingExhausted", id="5-slots"
+            card("G", slots=4, used=(4, 1000, 0)),
+            None,
+            ONE_GIB,
+            None,
+            "CardTimeSlicingExhausted",
+            id="5-slots",
         ),
         pytest.param(
-            card("G", used=(1, 1000, 0)), {GPU_POLICY: "mutex"}, ONE_GIB, None,
-            "ExclusiveDeviceAllocateConflict", id="6-mutex",
+            card("G", used=(1, 1000, 0)),
+            {GPU_POLICY: "mutex"},
+            ONE_GIB,
+            None,
+            "ExclusiveDeviceAllocateConflict",
+            id="6-mutex",
         ),
         pytest.param(
             card("G", 8000, used=(1, 7500, 0)), None, ONE_GIB, None, "CardInsufficientMemory", id="7-memory"
         ),
         pytest.param(
-            card("G", used=(1, 1000, 90)), None, ask(gpu=1, mem=1000, cores=20), None,
-            "CardInsufficientCore", id="8-cores",
+            card("G", used=(1, 1000, 90)),
+            None,
+            ask(gpu=1, mem=1000, cores=20),
+            None,
+            "CardInsufficientCore",
+            id="8-cores",
         ),
         pytest.param(
-            card("G", used=(1, 1000, 0)), None, ask(gpu=1, mem=1000, cores=100), None,
-            "ExclusiveDeviceAllocateConflict", id="9-whole-card-vs-tenant",
+            card("G", used=(1, 1000, 0)),
+            None,
+            ask(gpu=1, mem=1000, cores=100),
+            None,
+            "ExclusiveDeviceAllocateConflict",
+            id="9-whole-card-vs-tenant",
         ),
         pytest.param(
             card("G", used=(2, 1000, 100)), None, ONE_GIB, None, "CardComputeUnitsExhausted", id="10-compute"
@@ -91,28 +112,52 @@ def test_percentage_is_resolved_against_each_card():
         pytest.param(card("G", health=False), None, ONE_GIB, "G", "CardNotHealth", id="1-before-2"),
         pytest.param(card("G", type=T4), {USE_TYPE: "A100"}, ONE_GIB, "G", "CardCordoned", id="2-before-3"),
         pytest.param(
-            card("G", type=T4), {USE_TYPE: "A100", NOUSE_UUID: "G"}, ONE_GIB, None,
-            "CardTypeMismatch", id="3-before-4",
+            card("G", type=T4),
+            {USE_TYPE: "A100", NOUSE_UUID: "G"},
+            ONE_GIB,
+            None,
+            "CardTypeMismatch",
+            id="3-before-4",
         ),
         pytest.param(
-            card("G", slots=2, used=(2, 1000, 0)), {NOUSE_UUID: "G"}, ONE_GIB, None,
-            "CardUuidMismatch", id="4-before-5",
+            card("G", slots=2, used=(2, 1000, 0)),
+            {NOUSE_UUID: "G"},
+            ONE_GIB,
+            None,
+            "CardUuidMismatch",
+            id="4-before-5",
         ),
         pytest.param(
-            card("G", slots=2, used=(2, 1000, 0)), {GPU_POLICY: "mutex"}, ONE_GIB, None,
-            "CardTimeSlicingExhausted", id="5-before-6",
+            card("G", slots=2, used=(2, 1000, 0)),
+            {GPU_POLICY: "mutex"},
+            ONE_GIB,
+            None,
+            "CardTimeSlicingExhausted",
+            id="5-before-6",
         ),
         pytest.param(
-            card("G", 8000, used=(1, 7900, 0)), {GPU_POLICY: "mutex"}, ONE_GIB, None,
-            "ExclusiveDeviceAllocateConflict", id="6-before-7",
+            card("G", 8000, used=(1, 7900, 0)),
+            {GPU_POLICY: "mutex"},
+            ONE_GIB,
+            None,
+            "ExclusiveDeviceAllocateConflict",
+            id="6-before-7",
         ),
         pytest.param(
-            card("G", 8000, used=(1, 7900, 90)), None, ask(gpu=1, mem=1000, cores=20), None,
-            "CardInsufficientMemory", id="7-before-8",
+            card("G", 8000, used=(1, 7900, 90)),
+            None,
+            ask(gpu=1, mem=1000, cores=20),
+            None,
+            "CardInsufficientMemory",
+            id="7-before-8",
         ),
         pytest.param(
-            card("G", used=(1, 1000, 10)), None, ask(gpu=1, mem=1000, cores=100), None,
-            "CardInsufficientCore", id="8-before-9",
+            card("G", used=(1, 1000, 10)),
+            None,
+            ask(gpu=1, mem=1000, cores=100),
+            None,
+            "CardInsufficientCore",
+            id="8-before-9",
         ),
     ],
 )
@@ -141,6 +186,11 @@ def test_compute_check_skips_cards_without_cores():
 def test_node_with_fewer_cards_than_asked_is_m_over_m_insufficient_device():
     out = run_one([node("n1", card("G0"), card("G1", health=False))], pod("p", None, ask(gpu=3, mem=1000)))
     assert failure(out, "n1") == "2/2 NodeInsufficientDevice"
+
+
+def test_node_without_cards_is_insufficient_device():
+    out = run_one([node("empty")], pod("p", None, ONE_GIB))
+    assert failure(out, "empty") == "0/0 NodeInsufficientDevice"
 
 
 def test_too_few_fitting_cards_reports_k_over_m_beside_card_reasons():
@@ -241,9 +291,7 @@ def test_examined_cards_m_counts_every_card_on_a_mixed_node():
         card("G3", used=(1, 100, 100)),
         card("G4", 1000, used=(0, 500, 0)),
     ]
-    out = run(
-        [node("n1", *cards, cordon="G1")], [pod("p", None, ONE_GIB)]
-    )[0]
+    out = run([node("n1", *cards, cordon="G1")], [pod("p", None, ONE_GIB)])[0]
     text = failure(out, "n1")
     assert text == (
         "1/5 CardComputeUnitsExhausted, 1/5 CardCordoned, 1/5 CardInsufficientMemory, "

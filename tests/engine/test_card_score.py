@@ -60,7 +60,9 @@ def test_percentage_memory_is_resolved_per_card_in_the_score():
     "fields, limits, expected",
     [
         pytest.param({"cores": 0}, ask(gpu=1, mem=1000), 10 * (1 / 10 + 1000 / 10000), id="no-cores"),
-        pytest.param({"slots": 0}, ask(gpu=1, mem=1000, cores=10), 10 * (10 / 100 + 1000 / 10000), id="no-slots"),
+        pytest.param(
+            {"slots": 0}, ask(gpu=1, mem=1000, cores=10), 10 * (10 / 100 + 1000 / 10000), id="no-slots"
+        ),
     ],
 )
 def test_a_dimension_with_zero_capacity_contributes_nothing(fields, limits, expected):
@@ -78,7 +80,10 @@ def test_a_card_without_memory_contributes_nothing_for_memory():
 
 def test_used_includes_earlier_containers_of_the_same_pod():
     one = node("n1", card("G0", 10000), card("G1", 10000))
-    containers = [container("a", ask(gpu=1, mem=1000, cores=10)), container("b", ask(gpu=1, mem=1000, cores=10))]
+    containers = [
+        container("a", ask(gpu=1, mem=1000, cores=10)),
+        container("b", ask(gpu=1, mem=1000, cores=10)),
+    ]
     out = run_one([one], pod("p", {GPU_POLICY: "binpack"}, containers=containers))
     assert picked(out, 0) == picked(out, 1) == ["G0"]
     assert card_row(out, "G0", 0)["score"] == pytest.approx(10 * (1 / 10 + 10 / 100 + 1000 / 10000), abs=1e-3)
@@ -156,7 +161,9 @@ def test_invalid_weights_reject_the_pod_naming_the_annotation(value):
 
 
 def test_zero_weights_are_allowed_when_one_is_positive():
-    out = run_one([weights_node()], pod("p", {GPU_POLICY: "binpack", WEIGHTS: "slot=1,core=0,memory=0"}, WEIGHTS_ASK))
+    out = run_one(
+        [weights_node()], pod("p", {GPU_POLICY: "binpack", WEIGHTS: "slot=1,core=0,memory=0"}, WEIGHTS_ASK)
+    )
     assert card_row(out, "A")["score"] == pytest.approx(2, abs=1e-3)
     assert card_row(out, "B")["score"] == pytest.approx(8, abs=1e-3)
     assert picked(out) == ["B"]

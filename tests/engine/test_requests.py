@@ -139,6 +139,16 @@ def test_invalid_value_rejects_the_pod_naming_container_and_resource(section, re
     assert resource in out["error"]
 
 
+@pytest.mark.parametrize("resource, value", [(GPU, "²"), (GPUMEM, "①"), (GPUCORES, "³")])
+def test_non_decimal_digit_strings_are_refused_not_a_crash(resource, value):
+    """SPEC 2 + project rule: malformed input is refused naming container and resource, never crashes."""
+    bad = container("trainer", {GPU: 1, resource: value} if resource != GPU else {GPU: value})
+    outs = run([FOUR_CARDS], [pod("bad", containers=[bad]), pod("next", None, ask(gpu=1, mem=1000))])
+    assert outs[0]["status"] == "rejected"
+    assert "trainer" in outs[0]["error"] and resource in outs[0]["error"]
+    assert outs[1]["status"] == "scheduled"
+
+
 def test_boundary_values_are_valid():
     out = scheduled(container("main", {GPU: 1, GPUMEM_PERCENTAGE: 1, GPUCORES: 0}))
     assert grants(out) == [("G0", 160, 0)]
@@ -188,14 +198,18 @@ def test_init_containers_fit_one_at_a_time():
 
 def test_init_container_fits_against_usage_before_this_pod():
     busy = node("n1", card("G0", 8000, used=(1, 4000, 0)))
-    out = run_one([busy], pod("p", init=[container("setup", ask(gpu=1, mem=6000))], limits=ask(gpu=1, mem=1000)))
+    out = run_one(
+        [busy], pod("p", init=[container("setup", ask(gpu=1, mem=6000))], limits=ask(gpu=1, mem=1000))
+    )
     assert out["status"] == "pending"
     assert failure(out, "n1") == "1/1 CardInsufficientMemory"
 
 
 def test_failing_init_container_gives_the_node_its_text():
     """The app container fits; the init container asks two cards of a one-card node."""
-    out = run_one([ONE_CARD], pod("p", init=[container("setup", ask(gpu=2, mem=100))], limits=ask(gpu=1, mem=100)))
+    out = run_one(
+        [ONE_CARD], pod("p", init=[container("setup", ask(gpu=2, mem=100))], limits=ask(gpu=1, mem=100))
+    )
     assert out["status"] == "pending"
     assert failure(out, "n1") == "1/1 NodeInsufficientDevice"
 

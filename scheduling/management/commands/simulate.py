@@ -27,6 +27,9 @@ class Command(BaseCommand):
             sys.exit(2)
         scheduler = Scheduler(cluster, config)
         top = options["top"]
+        if top is not None and top < 0:
+            sys.stderr.write(f"simulate: --top must be 0 or more, got {top}\n")
+            sys.exit(2)
         indent = options["indent"] or None
         out = {"pods": [scheduler.schedule(pod).as_dict(top=top) for pod in pods]}
         sys.stdout.write(json.dumps(out, indent=indent) + "\n")

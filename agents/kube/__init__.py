@@ -1,0 +1,9 @@
+"""Kubernetes integration: the watcher agent (`python -m agents.kube`) and the extender.
+
+- `api`: every Kubernetes API call, in one class, with the RBAC rules they need.
+- `pods`, `nodes`: reading pods and HAMi node annotations (pure).
+- `informer`, `sync`: list/watch with resume, relist and back-off; into `scheduling.services`.
+- `binder`: SPEC 8 annotations and the Binding; `events`: deduplicated Events.
+- `leader`: Lease-based leader election; `agent`: the loop that ties them together.
+- `extender`, `views`, `urls`: kube-scheduler's extender protocol (filter, bind).
+"""

@@ -1,0 +1,216 @@
+"""The watcher: keeps the scheduler's tables in step with Kubernetes and binds what it places.
+
+While this instance holds the Lease it runs two informers (pods of our scheduler name,
+or all pods in extender mode; nodes) and, in its own loop:
+
+- binds pods a cycle has placed (status `scheduled`) that Kubernetes still shows unbound,
+  with back-off per pod after a failed Binding;
+- writes `FailedScheduling` events for pods that wait, `Scheduled` after a binding;
+- hands the informers' caches to their handlers every `resync_seconds` (node heartbeats,
+  and a retry of anything a handler failed to write).
+
+The scheduling cycles themselves run elsewhere (Celery worker or `manage.py schedule`);
+this loop only reads their results from the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import close_old_connections
+
+from scheduling.engine import ScenarioError
+from scheduling.engine.encoding import decode_allocation
+from scheduling.models import Pod
+
+from . import pods as pod_objects
+from .api import KubeApi
+from .binder import BOUND, FAILED, GONE, Binder
+from .events import EventRecorder, PodRef
+from .informer import Backoff, Informer
+from .leader import LeaderElector
+from .sync import NodeSync, PodSync
+
+log = logging.getLogger("hamiadmin.kube.agent")
+
+
+@dataclass
+class AgentOptions:
+    scheduler_name: str = "hami-scheduler"
+    #: Extender mode: kube-scheduler binds, so watch every pod (to release the ones that end)
+    #: and queue/bind none of them here.
+    extender: bool = False
+    watch_timeout: int = 60
+    resync_seconds: float = 20.0
+    loop_seconds: float = 1.0
+    event_seconds: float = 5.0
+    event_refresh_seconds: float = 300.0
+    complete_bind_phase: bool = True
+    bind_backoff_base: float = 2.0
+    bind_backoff_cap: float = 120.0
+    api_backoff_base: float = 0.5
+    api_backoff_cap: float = 30.0
+
+
+class KubeAgent:
+    def __init__(self, api: KubeApi, options: AgentOptions | None = None, elector: LeaderElector | None = None,
+                 identity: str = "", clock=time.monotonic):  # fmt: skip
+        self.api = api
+        self.options = options or AgentOptions()
+        self.elector = elector
+        self.clock = clock
+        name = self.options.scheduler_name
+        self.events = EventRecorder(api, name, identity, self.options.event_refresh_seconds)
+        self.binder = Binder(api, complete_phase=self.options.complete_bind_phase)
+        self.pod_sync = PodSync(api, name, self.is_leader, on_release=self.events.forget)
+        self.node_sync = NodeSync(self.is_leader)
+        self.pods: Informer | None = None
+        self.nodes: Informer | None = None
+        self.bind_retry_at: dict[str, tuple[int, float]] = {}  # uid -> (failures, not before)
+        self._events_at = 0.0
+        self._resynced_at = 0.0
+
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    # -- informers ----------------------------------------------------------------------
+
+    def pod_selector(self) -> str:
+        return "" if self.options.extender else f"spec.schedulerName={self.options.scheduler_name}"
+
+    def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
+        selector, timeout = self.pod_selector(), self.options.watch_timeout
+        self.pods = Informer(
+            "pods",
+            lambda: self.api.list_pods(selector),
+            lambda version, seconds: self.api.watch_pods(version, selector, seconds),
+            self.pod_sync,
+            watch_timeout=timeout,
+            backoff=self._api_backoff(),
+        )
+        self.nodes = Informer("nodes", self.api.list_nodes, self.api.watch_nodes, self.node_sync,
+                              watch_timeout=timeout, backoff=self._api_backoff())  # fmt: skip
+        threads = [
+            threading.Thread(target=self._run_informer, args=(informer, stop), name=f"kube-{informer.name}",
+                             daemon=True)  # fmt: skip
+            for informer in (self.nodes, self.pods)
+        ]
+        for thread in threads:
+            thread.start()
+        self._resynced_at = self.clock()
+        return threads
+
+    def _api_backoff(self) -> Backoff:
+        return Backoff(self.options.api_backoff_base, self.options.api_backoff_cap)
+
+    @staticmethod
+    def _run_informer(informer: Informer, stop: threading.Event) -> None:
+        try:
+            informer.run(stop)
+        finally:
+            close_old_connections()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Until `stop`: lead (or wait to), then sync, bind and report while leading."""
+        elector_thread = None
+        if self.elector is not None:
+            elector_thread = threading.Thread(target=self.elector.run, args=(stop,), name="kube-leader", daemon=True)
+            elector_thread.start()
+        while not stop.is_set():
+            if not self.is_leader():
+                stop.wait(0.2)
+                continue
+            term = threading.Event()  # set when this term of leadership ends
+            threads = self.start_informers(term)
+            log.info("leading: syncing pods (%s) and nodes", self.pod_selector() or "all pods")
+            try:
+                while not stop.is_set() and self.is_leader():
+                    self.reconcile()
+                    stop.wait(self.options.loop_seconds)
+            finally:
+                term.set()
+                close_old_connections()
+            for thread in threads:
+                thread.join(timeout=1)
+            if not stop.is_set():
+                log.warning("no longer leading: stopped writing")
+        if elector_thread is not None:
+            elector_thread.join(timeout=30)  # it releases the Lease on its way out
+
+    def reconcile(self) -> None:
+        """One pass: resync when due, bind placed pods, report waiting ones."""
+        close_old_connections()
+        now = self.clock()
+        if now - self._resynced_at >= self.options.resync_seconds:
+            self._resynced_at = now
+            for informer in (self.nodes, self.pods):
+                if informer is not None and informer.has_synced.is_set():
+                    informer.resync()
+        if self.pods is None or not self.pods.has_synced.is_set():
+            return
+        if not self.options.extender:
+            self.bind_placed()
+            if now - self._events_at >= self.options.event_seconds:
+                self._events_at = now
+                self.report_waiting()
+
+    def _ours_unbound(self, row) -> dict | None:
+        """The cached Kubernetes pod of this row if it is ours to bind: same uid, our
+        scheduler name, no node yet."""
+        obj = self.pods.get(row.namespace, row.name)
+        if obj is None or (row.uid and pod_objects.uid_of(obj) != row.uid):
+            return None
+        if pod_objects.scheduler_of(obj) != self.options.scheduler_name or pod_objects.node_of(obj):
+            return None
+        return obj
+
+    def bind_placed(self) -> None:
+        now = self.clock()
+        rows = Pod.objects.select_related("node").filter(status=Pod.SCHEDULED).exclude(uid="")
+        for row in rows:
+            if not self.is_leader():
+                return
+            if self._ours_unbound(row) is None:
+                continue
+            failures, not_before = self.bind_retry_at.get(row.uid, (0, 0.0))
+            if now < not_before:
+                continue
+            result = self.binder.bind(row)
+            ref = PodRef(row.namespace, row.name, row.uid)
+            if result.outcome == BOUND:
+                self.bind_retry_at.pop(row.uid, None)
+                self.events.forget(row.uid)
+                cards = [uuid for container in _decode(row.allocated) for uuid in container]
+                self.events.scheduled(ref, row.node.name, cards)
+            elif result.outcome == FAILED:
+                delay = Backoff(self.options.bind_backoff_base, self.options.bind_backoff_cap)
+                delay.failures = failures
+                self.bind_retry_at[row.uid] = (failures + 1, now + delay.next_delay())
+                self.events.failed_scheduling(ref, f"binding to {row.node.name} failed: {result.detail}")
+            elif result.outcome == GONE:
+                self.bind_retry_at.pop(row.uid, None)
+                self.events.forget(row.uid)
+
+    def report_waiting(self) -> None:
+        rows = Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED)).exclude(uid="")
+        for namespace, name, uid, reason, error in rows.values_list("namespace", "name", "uid", "reason", "error"):
+            if not self.is_leader():
+                return
+            obj = self.pods.get(namespace, name)
+            if obj is None or pod_objects.uid_of(obj) != uid or pod_objects.node_of(obj):
+                continue
+            text = reason or error
+            if text:
+                self.events.failed_scheduling(PodRef(namespace, name, uid), text)
+
+
+def _decode(allocated: str) -> list[list[str]]:
+    try:
+        return [[uuid for uuid, _, _ in cards] for cards in decode_allocation(allocated or "")]
+    except ScenarioError:
+        return []

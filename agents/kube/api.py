@@ -1,0 +1,301 @@
+"""Every Kubernetes API call hamiadmin makes, in one thin class, and the RBAC that allows them.
+
+Calls go through the official client with `_preload_content=False`, so objects come back
+as the API server's JSON (plain dicts, camelCase keys, the same shape kube-scheduler sends
+the extender) and no generated model is ever deserialized. That also sidesteps the
+client's old failure on the Binding response (a `Status`, which raised ValueError).
+
+Failures become two exceptions: `ApiError` (the server answered with an error status)
+and `ApiUnavailable` (no answer: refused, reset, timed out). Callers never see urllib3
+or the client's exception types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+#: (api group, resource, verb) for each call below: the ClusterRole/Role of the agent, and
+#: of the web Deployment in extender mode (which needs the pods, pods/binding rows only).
+RBAC_RULES: tuple[tuple[str, str, str], ...] = (
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "get"),
+    ("", "pods", "patch"),
+    ("", "pods/binding", "create"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
+    ("", "events", "create"),
+    ("", "events", "patch"),
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
+)
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiUnavailable(Exception):
+    """The API server gave no answer (down, unreachable, timed out, connection cut)."""
+
+
+class ApiError(Exception):
+    """The API server answered with an error status; `status` is the HTTP code (409, 410...)."""
+
+    def __init__(self, status: int, reason: str, message: str = ""):
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class Gone(ApiError):
+    """410: the resourceVersion a watch resumes from is too old; list again."""
+
+
+def error_from(exc: ApiException) -> ApiError:
+    message = ""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+        message = body.get("message", "") if isinstance(body, dict) else ""
+    except (TypeError, ValueError):
+        message = str(exc.body)[:500]
+    kind = Gone if exc.status == 410 else ApiError
+    return kind(exc.status or 0, exc.reason or "", message)
+
+
+@contextmanager
+def translated():
+    """Map the client's and urllib3's exceptions onto ApiError / ApiUnavailable."""
+    try:
+        yield
+    except ApiException as exc:
+        if not exc.status:
+            raise ApiUnavailable(str(exc)) from exc
+        raise error_from(exc) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def read_json(response) -> dict:
+    try:
+        return json.loads(response.data or b"{}")
+    finally:
+        response.release_conn()
+
+
+class KubeApi:
+    """The calls, each a few lines. `request_timeout` bounds every non-watch request."""
+
+    def __init__(self, api_client: client.ApiClient, request_timeout: float = 30.0):
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.request_timeout = request_timeout
+
+    # -- pods ---------------------------------------------------------------------------
+
+    def list_pods(self, field_selector: str = "") -> tuple[list[dict], str]:
+        """Every pod (all namespaces) matching the selector, and the list's resourceVersion."""
+        with translated():
+            body = read_json(
+                self.core.list_pod_for_all_namespaces(
+                    field_selector=field_selector or None,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout,
+                )
+            )
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    def watch_pods(self, resource_version: str, field_selector: str = "", timeout_seconds: int = 60):
+        """Pod events after `resource_version`: yields (type, object) until the server ends the watch."""
+        return self._watch(
+            self.core.list_pod_for_all_namespaces, resource_version, timeout_seconds, field_selector
+        )
+
+    def get_pod(self, namespace: str, name: str) -> dict:
+        with translated():
+            return read_json(
+                self.core.read_namespaced_pod(
+                    name, namespace, _preload_content=False, _request_timeout=self.request_timeout
+                )
+            )
+
+    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch; a `metadata.resourceVersion` in it makes the server refuse (409)
+        if the pod changed since that version."""
+        with translated():
+            return read_json(
+                self.core.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout,
+                )
+            )
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/{name}/binding. The answer is a Status, not a Binding: it is not parsed."""
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        with translated():
+            read_json(
+                self.core.create_namespaced_pod_binding(
+                    name, namespace, body, _preload_content=False, _request_timeout=self.request_timeout
+                )
+            )
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def list_nodes(self) -> tuple[list[dict], str]:
+        with translated():
+            body = read_json(
+                self.core.list_node(_preload_content=False, _request_timeout=self.request_timeout)
+            )
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(self.core.list_node, resource_version, timeout_seconds)
+
+    # -- events (core/v1) ---------------------------------------------------------------
+
+    def create_event(self, namespace: str, event: dict) -> dict:
+        with translated():
+            return read_json(
+                self.core.create_namespaced_event(
+                    namespace, event, _preload_content=False, _request_timeout=self.request_timeout
+                )
+            )
+
+    def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+        with translated():
+            return read_json(
+                self.core.patch_namespaced_event(
+                    name,
+                    namespace,
+                    patch,
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout,
+                )
+            )
+
+    # -- leases (coordination.k8s.io/v1) ------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        """The Lease, or None when it does not exist yet."""
+        try:
+            with translated():
+                return read_json(
+                    self.coordination.read_namespaced_lease(
+                        name, namespace, _preload_content=False, _request_timeout=self.request_timeout
+                    )
+                )
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, lease: dict) -> dict:
+        with translated():
+            return read_json(
+                self.coordination.create_namespaced_lease(
+                    namespace, lease, _preload_content=False, _request_timeout=self.request_timeout
+                )
+            )
+
+    def replace_lease(self, namespace: str, name: str, lease: dict) -> dict:
+        """PUT with the resourceVersion read before: 409 when someone else wrote in between."""
+        with translated():
+            return read_json(
+                self.coordination.replace_namespaced_lease(
+                    name, namespace, lease, _preload_content=False, _request_timeout=self.request_timeout
+                )
+            )
+
+    # -- watch streaming ----------------------------------------------------------------
+
+    def _watch(self, list_call, resource_version: str, timeout_seconds: int, field_selector: str = ""):
+        """Open a watch and return an iterator of (type, object).
+
+        An ERROR event raises: `Gone` for 410 (the caller lists again), `ApiError` otherwise.
+        BOOKMARK events are passed through so the caller can advance its resourceVersion.
+        """
+        kwargs = {
+            "watch": True,
+            "resource_version": resource_version or None,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": int(timeout_seconds),
+            "_preload_content": False,
+            # The server ends the watch after timeout_seconds; the read timeout only catches a
+            # connection that went silent without closing.
+            "_request_timeout": (self.request_timeout, timeout_seconds + 30),
+        }
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        with translated():
+            response = list_call(**kwargs)
+        return _events(response)
+
+
+def _events(response) -> Iterator[tuple[str, dict]]:
+    try:
+        with translated():
+            buffered = b""
+            for chunk in response.stream(amt=None, decode_content=False):
+                buffered += chunk
+                *lines, buffered = buffered.split(b"\n")
+                for line in lines:
+                    event = _parse_event(line)
+                    if event is not None:
+                        yield event
+            event = _parse_event(buffered)
+            if event is not None:
+                yield event
+    finally:
+        response.release_conn()
+
+
+def _parse_event(line: bytes) -> tuple[str, dict] | None:
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        raise ApiUnavailable(f"watch stream sent a line that is not JSON: {line[:200]!r}") from exc
+    kind, obj = event.get("type", ""), event.get("object") or {}
+    if kind == "ERROR":
+        code = int(obj.get("code") or 0)
+        error = Gone if code == 410 else ApiError
+        raise error(code, obj.get("reason", ""), obj.get("message", ""))
+    return kind, obj
+
+
+def api_from_config(kubeconfig: str | None = None, context: str | None = None) -> KubeApi:
+    """In-cluster configuration (service account) unless a kubeconfig file is named."""
+    from kubernetes import config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    return KubeApi(client.ApiClient(configuration))
+
+
+def api_for_host(host: str, token: str = "") -> KubeApi:
+    """A client for a plain URL (tests' stand-in server, `kubectl proxy`)."""
+    configuration = client.Configuration(host=host)
+    if token:
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    return KubeApi(client.ApiClient(configuration))

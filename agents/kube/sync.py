@@ -1,0 +1,196 @@
+"""Kubernetes objects into the scheduler's tables, through `scheduling.services` only.
+
+`PodSync` queues pods that ask for our scheduler and have no node yet, and gives the
+cards back when a pod ends (Succeeded/Failed) or is deleted. `NodeSync` turns HAMi's node
+annotations into inventory reports. Both only write while `may_write()` says so (this
+instance leads), and a bad object is logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from scheduling import services
+from scheduling.engine import PodInvalid, ScenarioError
+from scheduling.models import Pod
+
+from . import nodes as node_objects
+from . import pods as pod_objects
+from .api import ApiError, ApiUnavailable, KubeApi
+from .informer import Handler
+
+log = logging.getLogger("hamiadmin.kube.sync")
+
+ACTIVE = (Pod.PENDING, Pod.SCHEDULED, Pod.RUNNING, Pod.REJECTED)
+
+
+def always() -> bool:
+    return True
+
+
+class PodSync(Handler):
+    """Pods of one scheduler name (or all pods, for extender mode's releases)."""
+
+    def __init__(self, api: KubeApi, scheduler_name: str, may_write: Callable[[], bool] = always,
+                 on_release: Callable[[str], None] | None = None):  # fmt: skip
+        self.api = api
+        self.scheduler_name = scheduler_name
+        self.may_write = may_write
+        self.on_release = on_release or (lambda uid: None)
+
+    # -- informer callbacks ---------------------------------------------------------------
+
+    def changed(self, kind: str, obj: dict) -> None:
+        if not self.may_write():
+            return
+        if kind == "DELETED":
+            self.release(obj, Pod.DELETED)
+        else:
+            self.apply(obj)
+
+    def synced(self, objects: list[dict], listed: bool) -> None:
+        """Apply every pod; after a real list, also release pods that vanished unseen."""
+        if not self.may_write():
+            return
+        seen = set()
+        for obj in objects:
+            seen.add(pod_objects.key_of(obj))
+            try:
+                self.apply(obj)
+            except Exception:  # noqa: BLE001 - one pod must not stop the others
+                log.exception("pod %s/%s could not be applied", *pod_objects.key_of(obj))
+        if listed:
+            self.release_vanished(seen)
+
+    # -- the rules ------------------------------------------------------------------------
+
+    def row_for(self, obj: dict) -> Pod | None:
+        """The Pod row of this very pod (same namespace, name and uid), or None."""
+        namespace, name = pod_objects.key_of(obj)
+        row = Pod.objects.select_related("node").filter(namespace=namespace, name=name).first()
+        if row is None:
+            return None
+        uid = pod_objects.uid_of(obj)
+        if row.uid and uid and row.uid != uid:
+            return None
+        return row
+
+    def apply(self, obj: dict) -> None:
+        ended = pod_objects.final_status(obj)
+        if ended:
+            self.release(obj, ended)
+            return
+        node = pod_objects.node_of(obj)
+        if not node:
+            if pod_objects.scheduler_of(obj) == self.scheduler_name:
+                self.queue(obj)
+            return
+        row = self.row_for(obj)
+        if row is None or row.status not in Pod.BOUND:
+            return
+        if row.node is not None and row.node.name == node:
+            if row.status == Pod.SCHEDULED:
+                services.mark_running(row)
+        else:
+            log.warning("pod %s is on node %s but its cards were placed on %s; giving them back",
+                        row.key, node, row.node)  # fmt: skip
+            self._release_row(row, Pod.FAILED)
+
+    def queue(self, obj: dict) -> None:
+        arguments = pod_objects.submission(obj)
+        try:
+            services.submit_pod(**arguments, validate=False)
+        except PodInvalid as exc:
+            log.warning("pod %s/%s cannot be queued: %s", arguments["namespace"], arguments["name"], exc)
+
+    def release(self, obj: dict, final_status: str) -> None:
+        row = self.row_for(obj)
+        if row is not None and row.status in ACTIVE:
+            self._release_row(row, final_status)
+
+    def _release_row(self, row: Pod, final_status: str) -> None:
+        services.release_pod(row, final_status)
+        log.info("pod %s %s: its cards are released", row.key, final_status)
+        self.on_release(row.uid)
+
+    def release_vanished(self, seen: set[tuple[str, str]]) -> None:
+        """Active rows of Kubernetes pods (they have a uid) missing from a full list: ask the
+        API server about each; release those that are gone, replaced or ended. A pod that
+        merely does not match this list's selector (another scheduler's) is left alone."""
+        candidates = (
+            Pod.objects.filter(status__in=ACTIVE).exclude(uid="").values_list("namespace", "name", "uid")
+        )
+        for namespace, name, uid in candidates:
+            if (namespace, name) in seen:
+                continue
+            try:
+                current = self.api.get_pod(namespace, name)
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("pod %s/%s: %s", namespace, name, exc)
+                    continue
+                current = None
+            except ApiUnavailable as exc:
+                log.warning("pod %s/%s not checked: %s", namespace, name, exc)
+                return
+            if current is None or pod_objects.uid_of(current) != uid:
+                row = Pod.objects.filter(namespace=namespace, name=name, uid=uid).first()
+                if row is not None and row.status in ACTIVE:
+                    self._release_row(row, Pod.DELETED)
+            else:
+                self.apply(current)
+
+
+class NodeSync(Handler):
+    """Nodes with `hami.io/node-nvidia-register`: report their cards (and beat their heart)."""
+
+    def __init__(self, may_write: Callable[[], bool] = always):
+        self.may_write = may_write
+        self.invalid: dict[str, str] = {}  # node -> why, logged once per distinct reason
+
+    def changed(self, kind: str, obj: dict) -> None:
+        if not self.may_write():
+            return
+        if kind == "DELETED":
+            annotations = (obj.get("metadata") or {}).get("annotations") or {}
+            if node_objects.REGISTER in annotations:
+                self.not_ready(node_objects.name_of(obj), "the node was deleted from Kubernetes")
+            return
+        self.apply(obj)
+
+    def synced(self, objects: list[dict], listed: bool) -> None:
+        if not self.may_write():
+            return
+        for obj in objects:
+            try:
+                self.apply(obj)
+            except Exception:  # noqa: BLE001 - one node must not stop the others
+                log.exception("node %s could not be applied", node_objects.name_of(obj))
+
+    def apply(self, obj: dict) -> None:
+        name = node_objects.name_of(obj)
+        try:
+            found = node_objects.inventory(obj)
+        except node_objects.InventoryInvalid as exc:
+            self.not_ready(name, f"malformed {exc.where}: {exc.message}")
+            return
+        if found is None:
+            return
+        if not node_objects.is_ready(obj):
+            self.not_ready(name, "Kubernetes reports the node NotReady")
+            return
+        try:
+            services.report_inventory(found.name, found.labels, found.annotations, found.devices)
+        except ScenarioError as exc:
+            self.not_ready(name, f"inventory refused: {exc}")
+            return
+        if self.invalid.pop(name, None) is not None:
+            log.info("node %s: inventory valid again", name)
+
+    def not_ready(self, name: str, why: str) -> None:
+        """Keep new pods off the node (tenants stay) and say why, once per distinct reason."""
+        if self.invalid.get(name) != why:
+            log.warning("node %s: %s; it takes no new pods", name, why)
+        self.invalid[name] = why
+        services.mark_node_not_ready(name, why)

@@ -1,0 +1,466 @@
+"""Django admin: browse the cluster, pods and history; act through `scheduling.services`.
+
+Rows here are written by agents, the API and the scheduler, so every form is read-only.
+What an operator may change is an action (cordon, uncordon, requeue, release, mark
+succeeded) or a new cluster config, and each calls the same service function as the REST
+API: a cordon from the admin wakes the scheduler exactly like one from the API.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Q
+from django.forms import ModelForm
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from scheduling.engine import PodInvalid, ScenarioError
+from scheduling.engine.scenario import parse_config
+
+from . import services
+from .models import Allocation, Card, Cycle, Decision, Node, Pod, SchedulerConfig
+from .templatetags.charts import fraction
+from .templatetags.decision_path import decision_path
+
+DASHBOARD_CSS = {"all": ("scheduling/components.css", "scheduling/admin.css")}
+
+
+class WrittenByServices:
+    """Forms are read-only, nothing is added or deleted here. The model-level change
+    permission stays, so the actions (which call services) are offered to those who hold it."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        if obj is not None:
+            return False
+        return super().has_change_permission(request)
+
+
+def usage_cell(used: int, total: int, unit: str = ""):
+    """`used/total` with a small bar, for list columns."""
+    share = fraction(used, total)
+    step = 0 if share <= 0 else min(4, 1 + int(share * 4 - 1e-9))
+    return format_html(
+        '<span class="admin-nowrap"><span class="admin-usage heat-{}" title="{}%"><span style="width:{}%"></span>'
+        "</span> {}/{}{}</span>",
+        step, round(100 * share), round(100 * share), used, total, f" {unit}" if unit else "",
+    )  # fmt: skip
+
+
+def badge(text: str, kind: str):
+    return format_html('<span class="badge {}">{}</span>', kind, text)
+
+
+def report(modeladmin, request, done: list[str], failed: list[str], verb: str) -> None:
+    if done:
+        modeladmin.message_user(request, f"{verb}: {', '.join(done)}", messages.SUCCESS)
+    if failed:
+        modeladmin.message_user(request, f"not {verb}: {'; '.join(failed)}", messages.ERROR)
+
+
+# --- Nodes and cards -------------------------------------------------------------------
+
+
+class CardInline(admin.TabularInline):
+    model = Card
+    extra = 0
+    fields = ("index", "uuid", "type", "numa", "slots_used", "memory_used", "cores_used", "state")
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+    ordering = ("index",)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="slots")
+    def slots_used(self, card):
+        return usage_cell(card.used_slots, card.slots)
+
+    @admin.display(description="memory")
+    def memory_used(self, card):
+        return usage_cell(card.used_memory, card.memory, "MiB")
+
+    @admin.display(description="cores")
+    def cores_used(self, card):
+        return usage_cell(card.used_cores, card.cores, "%")
+
+    @admin.display(description="state")
+    def state(self, card):
+        return card_state(card)
+
+
+def card_state(card: Card):
+    parts = [badge("healthy", "ok") if card.health else badge("unhealthy", "bad")]
+    if card.cordoned:
+        parts.append(badge("cordoned", "warn"))
+    if not card.present:
+        parts.append(badge("absent", "bad"))
+    return format_html_join(" ", "{}", ((part,) for part in parts))
+
+
+@admin.register(Node)
+class NodeAdmin(WrittenByServices, admin.ModelAdmin):
+    list_display = ("name", "readiness", "card_count", "last_heartbeat", "dashboard_link")
+    list_filter = ("ready",)
+    search_fields = ("name",)
+    fields = ("name", "ready", "last_heartbeat", "labels", "annotations", "created_at", "updated_at")
+    inlines = [CardInline]
+
+    class Media:
+        css = DASHBOARD_CSS
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(n_cards=Count("cards", filter=Q(cards__present=True)))
+
+    @admin.display(description="ready", ordering="ready")
+    def readiness(self, node):
+        return badge("ready", "ok") if node.ready else badge("not ready", "bad")
+
+    @admin.display(description="cards", ordering="n_cards")
+    def card_count(self, node):
+        return node.n_cards
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, node):
+        return format_html('<a href="{}">node page</a>', reverse("node", args=[node.name]))
+
+    def view_on_site(self, node):
+        return reverse("node", args=[node.name])
+
+
+@admin.register(Card)
+class CardAdmin(WrittenByServices, admin.ModelAdmin):
+    list_display = ("uuid", "node", "index", "type", "numa", "state", "slots_used", "memory_used", "cores_used",
+                    "tenant_count")  # fmt: skip
+    list_filter = ("type", "health", "node", "cordoned", "present")
+    search_fields = ("uuid", "node__name", "type")
+    list_select_related = ("node",)
+    actions = ["cordon", "uncordon"]
+    fields = ("uuid", "node", "index", "type", "numa", "mode", "state", "slots_used", "memory_used", "cores_used",
+              "tenants", "links", "updated_at")  # fmt: skip
+    readonly_fields = ("state", "slots_used", "memory_used", "cores_used", "tenants")
+
+    class Media:
+        css = DASHBOARD_CSS
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            n_tenants=Count("allocations__pod", filter=Q(allocations__active=True), distinct=True)
+        )
+
+    @admin.display(description="state")
+    def state(self, card):
+        return card_state(card)
+
+    @admin.display(description="slots", ordering="used_slots")
+    def slots_used(self, card):
+        return usage_cell(card.used_slots, card.slots)
+
+    @admin.display(description="memory", ordering="used_memory")
+    def memory_used(self, card):
+        return usage_cell(card.used_memory, card.memory, "MiB")
+
+    @admin.display(description="cores", ordering="used_cores")
+    def cores_used(self, card):
+        return usage_cell(card.used_cores, card.cores, "%")
+
+    @admin.display(description="tenants", ordering="n_tenants")
+    def tenant_count(self, card):
+        return card.n_tenants
+
+    @admin.display(description="tenants")
+    def tenants(self, card):
+        rows = card.allocations.filter(active=True).select_related("pod").order_by("pod__namespace", "pod__name")
+        if not rows:
+            return "none"
+        return format_html_join(
+            format_html("<br>"),
+            '<a href="{}">{}</a> [{}]: {} MiB, {}% cores',
+            ((reverse("pod", args=[a.pod.namespace, a.pod.name]), a.pod.key, a.container_name, a.memory, a.cores)
+             for a in rows),
+        )  # fmt: skip
+
+    def _cordon(self, request, queryset, on: bool):
+        done, failed = [], []
+        for card in queryset.order_by("pk"):
+            try:
+                services.cordon_card(card.uuid, on, by=request.user.get_username())
+                done.append(card.uuid)
+            except Card.DoesNotExist:
+                failed.append(f"{card.uuid}: no longer exists")
+        report(self, request, done, failed, "cordoned" if on else "uncordoned")
+
+    @admin.action(description="Cordon: take no new vGPUs (tenants stay)", permissions=["change"])
+    def cordon(self, request, queryset):
+        self._cordon(request, queryset, True)
+
+    @admin.action(description="Uncordon: take new vGPUs again", permissions=["change"])
+    def uncordon(self, request, queryset):
+        self._cordon(request, queryset, False)
+
+
+# --- Pods ------------------------------------------------------------------------------
+
+
+class AllocationInline(admin.TabularInline):
+    model = Allocation
+    extra = 0
+    fields = ("container_index", "container_name", "card", "memory", "cores", "active", "created_at", "released_at")
+    readonly_fields = fields
+    can_delete = False
+    ordering = ("-active", "container_index", "id")
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+class DecisionInline(admin.TabularInline):
+    model = Decision
+    extra = 0
+    fields = ("created_at", "cycle", "outcome", "node", "reason", "duration_ms")
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+    ordering = ("-id",)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Pod)
+class PodAdmin(WrittenByServices, admin.ModelAdmin):
+    list_display = ("key", "status", "node", "priority", "attempts", "submitted_at", "short_reason")
+    list_filter = ("status", "parked", "namespace", "node")
+    search_fields = ("namespace", "name", "uid")
+    list_select_related = ("node",)
+    actions = ["requeue", "release", "mark_succeeded"]
+    fields = ("namespace", "name", "uid", "status", "node", "priority", "submitted_at", "scheduled_at",
+              "finished_at", "attempts", "reason", "error", "parked", "next_attempt_at", "allocated",
+              "annotations", "containers", "init_containers", "dashboard_link")  # fmt: skip
+    readonly_fields = ("dashboard_link",)
+    inlines = [AllocationInline, DecisionInline]
+
+    @admin.display(description="pod", ordering="name")
+    def key(self, pod):
+        return pod.key
+
+    @admin.display(description="reason")
+    def short_reason(self, pod):
+        text = pod.error or pod.reason
+        return text if len(text) <= 120 else text[:119] + "…"
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, pod):
+        return format_html('<a href="{}">decision path</a>', reverse("pod", args=[pod.namespace, pod.name]))
+
+    def view_on_site(self, pod):
+        return reverse("pod", args=[pod.namespace, pod.name])
+
+    @admin.action(description="Requeue: try again in the next cycle", permissions=["change"])
+    def requeue(self, request, queryset):
+        done, failed = [], []
+        for pod in queryset.order_by("pk"):
+            try:
+                services.requeue_pod(pod)
+                done.append(pod.key)
+            except (Pod.DoesNotExist, PodInvalid, ValueError) as exc:
+                failed.append(f"{pod.key}: {exc}")
+        report(self, request, done, failed, "requeued")
+
+    def _release(self, request, queryset, final_status: str, verb: str):
+        done, failed = [], []
+        for pod in queryset.order_by("pk"):
+            try:
+                services.release_pod(pod, final_status)
+                done.append(pod.key)
+            except (Pod.DoesNotExist, ValueError) as exc:
+                failed.append(f"{pod.key}: {exc}")
+        report(self, request, done, failed, verb)
+
+    @admin.action(description="Release: the pod is deleted, give back its cards", permissions=["change"])
+    def release(self, request, queryset):
+        self._release(request, queryset, Pod.DELETED, "released")
+
+    @admin.action(description="Mark succeeded: the pod finished, give back its cards", permissions=["change"])
+    def mark_succeeded(self, request, queryset):
+        self._release(request, queryset, Pod.SUCCEEDED, "marked succeeded")
+
+
+# --- History ---------------------------------------------------------------------------
+
+
+@admin.register(Decision)
+class DecisionAdmin(WrittenByServices, admin.ModelAdmin):
+    list_display = ("id", "created_at", "pod", "outcome", "node", "cycle", "short_reason", "duration_ms")
+    list_filter = ("outcome",)
+    search_fields = ("pod__namespace", "pod__name", "node", "reason")
+    list_select_related = ("pod",)
+    fields = ("pod", "cycle", "outcome", "node", "reason", "error", "duration_ms", "created_at", "chain",
+              "card_table", "node_table", "decision_path")  # fmt: skip
+    readonly_fields = ("chain", "card_table", "node_table", "decision_path")
+
+    class Media:
+        css = DASHBOARD_CSS
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="reason")
+    def short_reason(self, decision):
+        return decision.reason if len(decision.reason) <= 120 else decision.reason[:119] + "…"
+
+    @admin.display(description="chain")
+    def chain(self, decision):
+        policy = decision.policy
+        weights = policy.get("weights") or {}
+        return format_html(
+            "gpu: <code>{}</code> · filters: {} · sort keys: {} then index · ignored: {} · node: {} · weights: {}",
+            ",".join(policy.get("gpu") or []) or "(none)",
+            ", ".join(policy.get("filters") or []) or "none",
+            ", ".join(policy.get("sort_keys") or []) or "spread",
+            ", ".join(policy.get("ignored") or []) or "none",
+            policy.get("node") or "",
+            " ".join(f"{k}={v}" for k, v in weights.items()) or "—",
+        )
+
+    @admin.display(description="cards of the chosen node, as the chain ranked them")
+    def card_table(self, decision):
+        cards = decision.cards
+        if not cards:
+            return "no card table (the pod was not placed)"
+        rows = format_html_join(
+            "",
+            "<tr class='{}'><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            (("chosen" if c.get("chosen") else "", c.get("container", ""), c.get("uuid", ""), c.get("index", ""),
+              c.get("numa", ""), f"{float(c.get('score') or 0):.3f}", "yes" if c.get("eligible") else "no",
+              c.get("stage") or "", c.get("reason") or "", c.get("decided_by") or "",
+              "chosen" if c.get("chosen") else "") for c in cards),
+        )  # fmt: skip
+        return format_html(
+            "<table class='decision-cards'><thead><tr><th>container</th><th>card</th><th>index</th><th>NUMA</th>"
+            "<th>score</th><th>eligible</th><th>removed by</th><th>reason</th><th>decided by</th><th></th>"
+            "</tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    @admin.display(description="nodes")
+    def node_table(self, decision):
+        path = decision_path(decision.payload)
+        fit = format_html_join(
+            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((node, f"{score:.3f}", "chosen" if chosen else "fits") for node, score, chosen in path["node_rows"]),
+        )  # fmt: skip
+        failed = format_html_join(
+            "", "<tr><td>{}</td><td></td><td>{}</td></tr>",
+            ((line.node, f"{line.words} ({line.code})") for line in path["waiting"]),
+        )  # fmt: skip
+        if not fit and not failed:
+            return "—"
+        return format_html(
+            "<table><thead><tr><th>node</th><th>score</th><th>verdict</th></tr></thead><tbody>{}{}</tbody></table>",
+            fit, failed,
+        )  # fmt: skip
+
+    @admin.display(description="decision path")
+    def decision_path(self, decision):
+        return render_to_string("scheduling/includes/pod_decision.html", decision_path(decision.payload))
+
+
+@admin.register(Cycle)
+class CycleAdmin(WrittenByServices, admin.ModelAdmin):
+    list_display = ("id", "started_at", "trigger", "worker", "considered", "placed", "pending", "rejected",
+                    "conflicts", "skipped", "nodes", "duration_ms")  # fmt: skip
+    list_filter = ("trigger",)
+    date_hierarchy = "started_at"
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Allocation)
+class AllocationAdmin(WrittenByServices, admin.ModelAdmin):
+    list_display = ("pod", "container_name", "card", "memory", "cores", "active", "created_at", "released_at")
+    list_filter = ("active",)
+    search_fields = ("pod__namespace", "pod__name", "card__uuid")
+    list_select_related = ("pod", "card")
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+# --- Cluster config --------------------------------------------------------------------
+
+
+class SchedulerConfigForm(ModelForm):
+    """A new cluster default, checked by the engine's own config rules before it is stored."""
+
+    class Meta:
+        model = SchedulerConfig
+        fields = ("node_scheduler_policy", "gpu_scheduler_policy", "memory_percentage", "default_cores",
+                  "exclusive_cores")  # fmt: skip
+
+    def clean(self):
+        data = super().clean()
+        raw = {
+            "node_scheduler_policy": data.get("node_scheduler_policy"),
+            "gpu_scheduler_policy": data.get("gpu_scheduler_policy"),
+            "resources": {"memory_percentage": data.get("memory_percentage"), "cores": data.get("default_cores"),
+                          "exclusive_cores": data.get("exclusive_cores")},
+        }  # fmt: skip
+        try:
+            parse_config(raw)
+        except ScenarioError as exc:
+            raise ValidationError(str(exc)) from None
+        for name in ("memory_percentage", "default_cores", "exclusive_cores"):
+            if (data.get(name) or 0) > 100:
+                self.add_error(name, "at most 100")
+        return data
+
+
+@admin.register(SchedulerConfig)
+class SchedulerConfigAdmin(admin.ModelAdmin):
+    """Append-only: "add" writes a new row through services.set_config; old rows are history."""
+
+    form = SchedulerConfigForm
+    list_display = ("created_at", "node_scheduler_policy", "gpu_scheduler_policy", "memory_percentage",
+                    "default_cores", "exclusive_cores", "changed_by")  # fmt: skip
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        try:
+            row = services.set_config(
+                node_scheduler_policy=obj.node_scheduler_policy,
+                gpu_scheduler_policy=obj.gpu_scheduler_policy,
+                memory_percentage=obj.memory_percentage,
+                default_cores=obj.default_cores,
+                exclusive_cores=obj.exclusive_cores,
+                changed_by=request.user.get_username(),
+            )
+        except ScenarioError as exc:
+            raise ValidationError(str(exc)) from None
+        obj.pk = row.pk
+        obj.created_at = row.created_at
+        obj.changed_by = row.changed_by

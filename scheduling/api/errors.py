@@ -1,0 +1,43 @@
+"""One exception handler: engine and model errors become 4xx answers keyed by the field at fault.
+
+`PodInvalid.field` and `ScenarioError.where` are already paths into the request body
+(``containers[0].resources.limits.nvidia.com/gpucores``, ``nodes[1].devices[0].uuid``),
+so they are used as the error keys unchanged.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.core.exceptions import ValidationError as DjangoValidationError
+from rest_framework import exceptions
+from rest_framework.settings import api_settings
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from scheduling.engine.errors import PodInvalid, ScenarioError
+
+from .parsers import BodyTooLarge
+
+
+def field_error(field: str, message: str) -> exceptions.ValidationError:
+    return exceptions.ValidationError({field or api_settings.NON_FIELD_ERRORS_KEY: [message]})
+
+
+def translate(exc: Exception) -> Exception:
+    if isinstance(exc, RequestDataTooBig):
+        return BodyTooLarge(f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
+    if isinstance(exc, PodInvalid):
+        return field_error(exc.field, exc.message)
+    if isinstance(exc, ScenarioError):
+        return field_error(exc.where, exc.message)
+    if isinstance(exc, DjangoValidationError):
+        if hasattr(exc, "error_dict"):
+            return exceptions.ValidationError({key: [str(m) for m in errors] for key, errors in exc.message_dict.items()})
+        return exceptions.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: exc.messages})
+    if isinstance(exc, ObjectDoesNotExist):
+        return exceptions.NotFound(str(exc) or "Not found.")
+    return exc
+
+
+def exception_handler(exc, context):
+    return drf_exception_handler(translate(exc), context)

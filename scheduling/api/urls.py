@@ -1,0 +1,42 @@
+"""REST API under /api/v1/, its schema and docs under /api/, and the probes at the root."""
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from scheduling.health import Healthz, Readyz
+
+from . import views
+
+router = SimpleRouter()
+router.register("nodes", views.NodeViewSet, basename="node")
+router.register("cards", views.CardViewSet, basename="card")
+router.register("decisions", views.DecisionViewSet, basename="decision")
+router.register("allocations", views.AllocationViewSet, basename="allocation")
+router.register("cycles", views.CycleViewSet, basename="cycle")
+
+pods = views.PodViewSet.as_view({"get": "list", "post": "create"})
+pod = views.PodViewSet.as_view({"get": "retrieve", "delete": "destroy"})
+pod_complete = views.PodViewSet.as_view({"post": "complete"})
+
+NAMESPACE = "<str:namespace>"
+NAME = "<str:name>"
+
+api = [
+    path("agents/report/", views.AgentReportView.as_view(), name="agent-report"),
+    path("pods/", pods, name="pod-list"),
+    path(f"pods/{NAMESPACE}/{NAME}/", pod, name="pod-detail"),
+    path(f"pods/{NAMESPACE}/{NAME}/complete/", pod_complete, name="pod-complete"),
+    path("pending/", views.PendingView.as_view(), name="pending"),
+    path("config/", views.ConfigView.as_view(), name="config"),
+    path("simulate/", views.SimulateView.as_view(), name="simulate"),
+    *router.urls,
+]
+
+urlpatterns = [
+    path("api/v1/", include((api, "api"), namespace="api")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("healthz", Healthz.as_view(), name="healthz"),
+    path("readyz", Readyz.as_view(), name="readyz"),
+]

@@ -1,0 +1,371 @@
+"""What the dashboard pages read: every query of the web pages, in one place.
+
+Views stay thin: they pass request parameters here and render what comes back. Filters
+are the shared filtersets of the REST API, so "cards of type T4" means the same on both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import yaml
+from django.contrib.staticfiles import finders
+from django.db.models import Count, Max, OuterRef, Q, Subquery
+from django.shortcuts import get_object_or_404
+
+from scheduling.engine import ScenarioError
+from scheduling.engine.scenario import run_scenario
+
+from .filtersets import CardFilterSet, PendingFilterSet
+from .models import Allocation, Card, Cycle, Decision, Node, Pod
+
+#: Pods listed on the Pending page; the rest are counted.
+PENDING_ROWS = 500
+#: Cycles shown on the Cycles page and its charts.
+CYCLE_ROWS = 120
+#: Node scores and failed nodes kept per simulated pod (SPEC 9 `--top`).
+SIMULATOR_TOP = 12
+#: Largest scenario the Simulator accepts, in bytes.
+SIMULATOR_MAX_BYTES = 2 * 1024 * 1024
+#: Scenario files offered by the Simulator's "load example" links (static/scheduling/examples/).
+EXAMPLES = (
+    "chain-mutex-binpack-t4",
+    "story1-node-binpack",
+    "story2-node-spread",
+    "story3-gpu-binpack",
+    "story4-gpu-spread",
+)
+
+
+@dataclass
+class Usage:
+    """Slots, memory and cores held against capacity, summed over some cards."""
+
+    slots: int = 0
+    used_slots: int = 0
+    memory: int = 0
+    used_memory: int = 0
+    cores: int = 0
+    used_cores: int = 0
+    cards: int = 0
+
+    def add(self, card: Card) -> None:
+        self.cards += 1
+        self.slots += card.slots
+        self.used_slots += card.used_slots
+        self.memory += card.memory
+        self.used_memory += card.used_memory
+        self.cores += card.cores
+        self.used_cores += card.used_cores
+
+    @property
+    def peak(self) -> float:
+        """The fullest dimension, 0..1: what the heat colour shows."""
+        shares = [used / total for used, total in (
+            (self.used_slots, self.slots), (self.used_memory, self.memory), (self.used_cores, self.cores)
+        ) if total]  # fmt: skip
+        return max(shares, default=0.0)
+
+
+@dataclass
+class Tenant:
+    """One pod's hold on one card: summed over its vGPUs there."""
+
+    pod: Pod
+    containers: list[str]
+    memory: int
+    cores: int
+    vgpus: int
+
+
+@dataclass
+class CardTile:
+    card: Card
+    tenants: list[Tenant]
+    usage: Usage
+
+
+@dataclass
+class NodePanel:
+    node: Node
+    tiles: list[CardTile]
+    usage: Usage = field(default_factory=Usage)
+    types: list[str] = field(default_factory=list)
+
+
+def tenants_by_card(card_ids) -> dict[int, list[Tenant]]:
+    """Active allocations of these cards, grouped per card and pod (one query)."""
+    grouped: dict[tuple[int, int], Tenant] = {}
+    rows = (
+        Allocation.objects.filter(active=True, card_id__in=card_ids)
+        .select_related("pod")
+        .order_by("card_id", "pod__namespace", "pod__name", "container_index")
+    )
+    for allocation in rows:
+        key = (allocation.card_id, allocation.pod_id)
+        tenant = grouped.get(key)
+        if tenant is None:
+            tenant = grouped[key] = Tenant(allocation.pod, [], 0, 0, 0)
+        if allocation.container_name not in tenant.containers:
+            tenant.containers.append(allocation.container_name)
+        tenant.memory += allocation.memory
+        tenant.cores += allocation.cores
+        tenant.vgpus += 1
+    per_card: dict[int, list[Tenant]] = {}
+    for (card_id, _), tenant in grouped.items():
+        per_card.setdefault(card_id, []).append(tenant)
+    return per_card
+
+
+def _tile(card: Card, tenants: dict[int, list[Tenant]]) -> CardTile:
+    usage = Usage()
+    usage.add(card)
+    return CardTile(card, tenants.get(card.pk, []), usage)
+
+
+def node_panels(cards) -> list[NodePanel]:
+    """Cards grouped into their nodes (in name order), with per-node totals."""
+    cards = list(cards)
+    tenants = tenants_by_card([card.pk for card in cards])
+    panels: dict[int, NodePanel] = {}
+    for card in cards:
+        panel = panels.get(card.node_id)
+        if panel is None:
+            panel = panels[card.node_id] = NodePanel(card.node, [])
+        panel.tiles.append(_tile(card, tenants))
+        if card.present:
+            panel.usage.add(card)
+        if card.type not in panel.types:
+            panel.types.append(card.type)
+    return sorted(panels.values(), key=lambda panel: panel.node.name)
+
+
+def cluster_page(params) -> dict:
+    """Every node with its cards, usage and tenants; filtered by card type and node."""
+    cards = Card.objects.select_related("node").order_by("node__name", "index")
+    filterset = CardFilterSet(params, queryset=cards)
+    chosen = filterset.qs if filterset.is_valid() else cards
+    panels = node_panels(chosen)
+    totals = Usage()
+    for panel in panels:
+        for tile in panel.tiles:
+            if tile.card.present:
+                totals.add(tile.card)
+    pods = dict(Pod.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    return {
+        "panels": panels,
+        "totals": totals,
+        "filters": {"type": params.get("type", ""), "node": params.get("node", "")},
+        "filter_errors": filterset.errors if not filterset.is_valid() else {},
+        "types": list(Card.objects.order_by("type").values_list("type", flat=True).distinct()),
+        "node_names": list(Node.objects.order_by("name").values_list("name", flat=True)),
+        "node_count": Node.objects.count(),
+        "ready_count": Node.objects.filter(ready=True).count(),
+        "pod_counts": pods,
+        "pending_count": pods.get(Pod.PENDING, 0),
+        "placed_count": pods.get(Pod.SCHEDULED, 0) + pods.get(Pod.RUNNING, 0),
+        "last_cycle": Cycle.objects.order_by("-id").first(),
+    }
+
+
+def latest_decisions(pods) -> dict[int, Decision]:
+    """The newest decision of each pod, in two queries whatever the number of pods."""
+    ids = [pod.latest_decision_id for pod in pods if pod.latest_decision_id]
+    return {decision.pod_id: decision for decision in Decision.objects.filter(pk__in=ids)}
+
+
+def with_latest_decision(queryset):
+    newest = Decision.objects.filter(pod=OuterRef("pk")).order_by("-id").values("id")[:1]
+    return queryset.annotate(latest_decision_id=Subquery(newest))
+
+
+@dataclass
+class PendingRow:
+    pod: Pod
+    decision: Decision | None
+
+    @property
+    def payload(self) -> dict:
+        return self.decision.payload if self.decision else {}
+
+    @property
+    def chain(self) -> list[str]:
+        policy = self.payload.get("policy") or {}
+        return policy.get("gpu") or []
+
+    @property
+    def sort_keys(self) -> list[str]:
+        return (self.payload.get("policy") or {}).get("sort_keys") or []
+
+
+def pending_page(params) -> dict:
+    """Pending pods, oldest first, each with its latest decision (the reasons in words)."""
+    pods = Pod.objects.filter(status=Pod.PENDING).order_by("submitted_at", "id")
+    filterset = PendingFilterSet(params, queryset=pods)
+    pods = filterset.qs if filterset.is_valid() else pods
+    total = pods.count()
+    listed = list(with_latest_decision(pods)[:PENDING_ROWS])
+    decisions = latest_decisions(listed)
+    rejected = list(with_latest_decision(Pod.objects.filter(status=Pod.REJECTED).order_by("-updated_at"))[:50])
+    rejected_decisions = latest_decisions(rejected)
+    return {
+        "rows": [PendingRow(pod, decisions.get(pod.pk)) for pod in listed],
+        "total": total,
+        "more": max(0, total - len(listed)),
+        "rejected": [PendingRow(pod, rejected_decisions.get(pod.pk)) for pod in rejected],
+        "filters": {"namespace": params.get("namespace", ""), "reason": params.get("reason", "")},
+    }
+
+
+def pod_page(namespace: str, name: str, decision_id=None) -> dict:
+    """One pod: its asks, allocations, every kept decision, and the one to draw (latest by default)."""
+    pod = get_object_or_404(Pod.objects.select_related("node"), namespace=namespace, name=name)
+    decisions = list(pod.decisions.select_related("cycle").order_by("-id"))
+    shown = decisions[0] if decisions else None
+    if decision_id:
+        shown = next((d for d in decisions if str(d.pk) == str(decision_id)), shown)
+    allocations = list(pod.allocations.select_related("card", "card__node").order_by("-active", "container_index", "id"))
+    return {
+        "pod": pod,
+        "decisions": decisions,
+        "shown": shown,
+        "allocations": allocations,
+        "asks": container_asks(pod),
+    }
+
+
+def container_asks(pod: Pod) -> list[dict]:
+    """What each container asks for, read from limits then requests (SPEC 2), as written."""
+    rows = []
+    for kind, containers in (("init", pod.init_containers or []), ("app", pod.containers or [])):
+        for container in containers:
+            if not isinstance(container, dict):
+                continue
+            resources = container.get("resources") or {}
+            asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+            gpu = {key.split("/", 1)[1]: value for key, value in asked.items() if str(key).startswith("nvidia.com/")}
+            rows.append({"kind": kind, "name": container.get("name", ""), "asks": gpu})
+    return rows
+
+
+def pair_matrix(cards: list[Card]) -> list[dict]:
+    """The node's pair scores as rows of (card, [score to each card]); a pair given on one
+    side only counts for both, and the higher wins if the two sides disagree."""
+    score: dict[frozenset, int] = {}
+    for card in cards:
+        for other, value in (card.links or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and other != card.uuid:
+                pair = frozenset((card.uuid, other))
+                score[pair] = max(score.get(pair, 0), int(value))
+    return [
+        {"card": a, "cells": [None if a.pk == b.pk else score.get(frozenset((a.uuid, b.uuid)), 0) for b in cards]}
+        for a in cards
+    ]
+
+
+def node_page(name: str) -> dict:
+    node = get_object_or_404(Node, name=name)
+    cards = list(node.cards.select_related("node").order_by("index"))
+    panel = node_panels(cards)[0] if cards else None
+    recent = with_latest_decision(Pod.objects.filter(node=node, status__in=Pod.BOUND).order_by("-scheduled_at"))
+    return {
+        "node": node,
+        "panel": panel,
+        "matrix": pair_matrix(cards),
+        "cards": cards,
+        "has_links": any(card.links for card in cards),
+        "pods": list(recent[:200]),
+    }
+
+
+def cycles_page() -> dict:
+    cycles = list(Cycle.objects.order_by("-id")[:CYCLE_ROWS])
+    oldest_first = list(reversed(cycles))
+    return {
+        "cycles": cycles,
+        "placed_points": [(f"#{c.pk}", c.placed) for c in oldest_first],
+        "duration_points": [(f"#{c.pk}", round(c.duration_ms, 1)) for c in oldest_first],
+        "total": Cycle.objects.count(),
+        "placed_total": sum(c.placed for c in cycles),
+    }
+
+
+def fingerprint() -> str:
+    """Changes whenever anything a page shows changes: pods, allocations, cards, nodes, cycles.
+
+    Pages poll it and re-render only when it moves. Agent heartbeats alone do not move it.
+    """
+    parts = [
+        Pod.objects.aggregate(n=Count("id"), at=Max("updated_at"), revision=Max("revision")),
+        Allocation.objects.aggregate(
+            last=Max("id"), released=Max("released_at"), active=Count("id", filter=Q(active=True))
+        ),
+        Card.objects.aggregate(
+            n=Count("id"), at=Max("updated_at"),
+            cordoned=Count("id", filter=Q(cordoned=True)), healthy=Count("id", filter=Q(health=True)),
+        ),  # fmt: skip
+        Node.objects.aggregate(n=Count("id"), ready=Count("id", filter=Q(ready=True))),
+        Cycle.objects.aggregate(last=Max("id")),
+        Decision.objects.aggregate(last=Max("id")),
+    ]
+    return hashlib.sha1(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- Simulator -----------------------------------------------------------------------------
+
+
+@dataclass
+class Simulation:
+    text: str = ""
+    result: dict | None = None
+    error: str = ""
+
+
+def read_scenario_text(text: str):
+    """A scenario as JSON, or YAML when it is not JSON. Raises ScenarioError saying where."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as json_error:
+        stripped = text.lstrip()
+        if stripped.startswith(("{", "[")):
+            raise ScenarioError(
+                "scenario", f"not valid JSON: {json_error.msg} at line {json_error.lineno}, column {json_error.colno}"
+            ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ScenarioError("scenario", f"neither JSON nor valid YAML{at}") from None
+
+
+def simulate(text: str, upload=None) -> Simulation:
+    """Run a pasted or uploaded scenario (SPEC 9) through the engine; no database involved."""
+    if upload is not None:
+        if upload.size > SIMULATOR_MAX_BYTES:
+            return Simulation(error=f"scenario file: larger than {SIMULATOR_MAX_BYTES // 1024} KiB")
+        try:
+            text = upload.read().decode("utf-8")
+        except UnicodeDecodeError:
+            return Simulation(error="scenario file: not UTF-8 text")
+    text = text or ""
+    if not text.strip():
+        return Simulation(text=text, error="scenario: paste a scenario or choose a file")
+    if len(text.encode("utf-8")) > SIMULATOR_MAX_BYTES:
+        return Simulation(text=text, error=f"scenario: larger than {SIMULATOR_MAX_BYTES // 1024} KiB")
+    try:
+        result = run_scenario(read_scenario_text(text), top=SIMULATOR_TOP)
+    except ScenarioError as exc:
+        return Simulation(text=text, error=str(exc))
+    return Simulation(text=text, result=result)
+
+
+def simulate_example(name: str) -> Simulation:
+    """Run one of the bundled examples; only the names in EXAMPLES are read."""
+    path = finders.find(f"scheduling/examples/{name}.json") if name in EXAMPLES else None
+    if not path:
+        return Simulation(error=f"example: no example named {name!r}; try one of {', '.join(EXAMPLES)}")
+    with open(path, encoding="utf-8") as handle:
+        return simulate(handle.read())

@@ -1,0 +1,103 @@
+"""Filters shared by the REST API and the pages: one definition of "cards of node X" etc."""
+
+from __future__ import annotations
+
+import django_filters as filters
+from django.db.models import Q
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+
+from .models import Allocation, Card, Cycle, Decision, Node, Pod
+
+
+@extend_schema_field(OpenApiTypes.BOOL)
+class StrictBooleanFilter(filters.TypedChoiceFilter):
+    """`true` or `false`; anything else is a 400 rather than silently no filter."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("choices", [("true", "true"), ("false", "false")])
+        kwargs.setdefault("coerce", lambda value: value == "true")
+        super().__init__(*args, **kwargs)
+
+
+class NodeFilterSet(filters.FilterSet):
+    ready = StrictBooleanFilter()
+    name = filters.CharFilter(lookup_expr="icontains", help_text="part of the node name")
+
+    class Meta:
+        model = Node
+        fields = ["ready", "name"]
+
+
+class CardFilterSet(filters.FilterSet):
+    node = filters.CharFilter(field_name="node__name", help_text="node name")
+    type = filters.CharFilter(lookup_expr="icontains", help_text="part of the card type, any case")
+    health = StrictBooleanFilter()
+    cordoned = StrictBooleanFilter()
+    present = StrictBooleanFilter(help_text="false: cards missing from their node's latest report")
+
+    class Meta:
+        model = Card
+        fields = ["node", "type", "health", "cordoned", "present"]
+
+
+class PodFilterSet(filters.FilterSet):
+    status = filters.MultipleChoiceFilter(choices=Pod.STATUSES)
+    namespace = filters.CharFilter()
+    node = filters.CharFilter(field_name="node__name", help_text="node name")
+
+    class Meta:
+        model = Pod
+        fields = ["status", "namespace", "node"]
+
+
+class PodKeyFilter(filters.CharFilter):
+    """``NAMESPACE/NAME`` (a bare NAME means namespace ``default``)."""
+
+    def filter(self, qs, value):
+        if not value:
+            return qs
+        namespace, _, name = value.rpartition("/")
+        return qs.filter(**{f"{self.field_name}__namespace": namespace or "default", f"{self.field_name}__name": name})
+
+
+class DecisionFilterSet(filters.FilterSet):
+    pod = PodKeyFilter(field_name="pod", help_text="NAMESPACE/NAME")
+    outcome = filters.MultipleChoiceFilter(choices=Decision.OUTCOMES)
+    node = filters.CharFilter()
+    cycle = filters.NumberFilter(field_name="cycle_id")
+
+    class Meta:
+        model = Decision
+        fields = ["pod", "outcome", "node", "cycle"]
+
+
+class AllocationFilterSet(filters.FilterSet):
+    node = filters.CharFilter(field_name="card__node__name", help_text="node name")
+    card = filters.CharFilter(field_name="card__uuid", help_text="card UUID")
+    namespace = filters.CharFilter(field_name="pod__namespace")
+    pod = PodKeyFilter(field_name="pod", help_text="NAMESPACE/NAME")
+
+    class Meta:
+        model = Allocation
+        fields = ["node", "card", "namespace", "pod"]
+
+
+class PendingFilterSet(filters.FilterSet):
+    namespace = filters.CharFilter()
+    reason = filters.CharFilter(method="with_reason", help_text="a reason code, e.g. CardInsufficientMemory")
+
+    class Meta:
+        model = Pod
+        fields = ["namespace", "reason"]
+
+    def with_reason(self, qs, name, value):
+        return qs.filter(Q(reason__contains=value) | Q(error__contains=value)) if value else qs
+
+
+class CycleFilterSet(filters.FilterSet):
+    since = filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+
+    class Meta:
+        model = Cycle
+        fields = ["since"]

@@ -1,0 +1,12 @@
+"""The scheduler's persistent state: the cluster, the pods, what they hold, and why.
+
+Usage of a card is what its active allocations hold; `Card.used_*` are counters kept
+equal to that sum, written only in the transaction that writes the allocations.
+"""
+
+from .cluster import Card, Node
+from .config import SchedulerConfig
+from .history import Cycle, Decision
+from .pods import Allocation, Pod
+
+__all__ = ["Allocation", "Card", "Cycle", "Decision", "Node", "Pod", "SchedulerConfig"]

@@ -1,0 +1,130 @@
+"""Pods waiting for or holding cards, and the allocations that hold them."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduling.engine import PodSpec
+
+from .cluster import Card, Node
+
+
+class Pod(models.Model):
+    """A pod as submitted, and where the scheduler has got with it.
+
+    `revision` grows with every write, so a cycle that decided on an older row can tell
+    and leave the pod for the next cycle. `parked` marks a pod whose spec is invalid:
+    cycles skip it until its spec changes.
+    """
+
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    DELETED = "deleted"
+    STATUSES = [
+        (PENDING, "pending"),
+        (SCHEDULED, "scheduled"),
+        (RUNNING, "running"),
+        (SUCCEEDED, "succeeded"),
+        (FAILED, "failed"),
+        (REJECTED, "rejected"),
+        (DELETED, "deleted"),
+    ]
+    BOUND = (SCHEDULED, RUNNING)
+    FINISHED = (SUCCEEDED, FAILED, DELETED)
+
+    namespace = models.CharField(max_length=63, default="default")
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True, default="")
+    annotations = models.JSONField(default=dict, blank=True)
+    containers = models.JSONField(default=list)
+    init_containers = models.JSONField(default=list, blank=True)
+    priority = models.IntegerField(default=0)
+    status = models.CharField(max_length=16, choices=STATUSES, default=PENDING)
+    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="pods")
+    submitted_at = models.DateTimeField(default=timezone.now)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    reason = models.TextField(blank=True, default="", help_text="the latest decision, in one line")
+    error = models.TextField(blank=True, default="")
+    error_field = models.CharField(max_length=300, blank=True, default="")
+    parked = models.BooleanField(default=False)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    allocated = models.TextField(blank=True, default="", help_text="hami.io/vgpu-devices-allocated")
+    spec_hash = models.CharField(max_length=64, blank=True, default="")
+    revision = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-priority", "submitted_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="pod_unique_name")]
+        indexes = [
+            models.Index(
+                fields=["-priority", "submitted_at", "id"],
+                name="pod_pending_queue",
+                condition=Q(status="pending", parked=False),
+            ),
+            models.Index(fields=["status", "-updated_at"], name="pod_status_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def as_spec(self) -> PodSpec:
+        return PodSpec(
+            name=self.name,
+            namespace=self.namespace,
+            annotations=self.annotations,
+            containers=self.containers,
+            init_containers=self.init_containers,
+            uid=self.uid,
+        )
+
+    def placement_annotations(self) -> dict[str, str]:
+        """SPEC 8: what a binder writes on the Kubernetes pod once it is placed."""
+        if self.status not in self.BOUND or self.node_id is None:
+            return {}
+        stamp = str(int(self.scheduled_at.timestamp())) if self.scheduled_at else ""
+        return {
+            "hami.io/vgpu-node": self.node.name,
+            "hami.io/vgpu-time": stamp,
+            "hami.io/vgpu-devices-to-allocate": self.allocated,
+            "hami.io/vgpu-devices-allocated": self.allocated,
+            "hami.io/bind-phase": "allocating" if self.status == self.SCHEDULED else "success",
+            "hami.io/bind-time": stamp,
+        }
+
+
+class Allocation(models.Model):
+    """One vGPU of one container on one card. Active ones make up the card's usage."""
+
+    pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="allocations")
+    container_index = models.PositiveSmallIntegerField()
+    container_name = models.CharField(max_length=253, blank=True, default="")
+    card = models.ForeignKey(Card, on_delete=models.PROTECT, related_name="allocations")
+    memory = models.PositiveIntegerField(help_text="MiB")
+    cores = models.PositiveSmallIntegerField()
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pod_id", "container_index", "id"]
+        indexes = [
+            models.Index(fields=["card"], name="allocation_active_card", condition=Q(active=True)),
+            models.Index(fields=["pod"], name="allocation_active_pod", condition=Q(active=True)),
+        ]
+
+    def __str__(self) -> str:
+        state = "active" if self.active else "released"
+        return f"{self.pod_id}[{self.container_index}] on {self.card_id}: {self.memory} MiB, {self.cores}% ({state})"

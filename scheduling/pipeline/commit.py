@@ -1,0 +1,289 @@
+"""The commit of a cycle: one short transaction that re-checks every placement under lock.
+
+Rows are locked in a fixed order, pods then cards, each by primary key, so concurrent
+commits (and the service writes, which lock in the same order) cannot deadlock. Each
+placement is re-checked in queue order with the engine's own `check_card` against the
+locked counters plus what this commit already added: the rules are the engine's, the
+numbers are the database's. A placement that no longer fits is not written; its pod
+stays pending with a `conflict` decision and is tried again in the next cycle.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.utils import timezone
+
+from scheduling.engine import Card as EngineCard
+from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
+from scheduling.engine.model import CORDON_ANNOTATION
+from scheduling.engine.scheduler import check_card
+
+from ..models import Allocation, Card, Cycle, Decision, Pod
+from .cycle import Attempt, CyclePlan, CycleReport
+from .options import option
+
+POD_FIELDS = [
+    "status", "node_id", "scheduled_at", "attempts", "reason", "error", "error_field", "parked",
+    "next_attempt_at", "allocated", "revision", "updated_at",
+]  # fmt: skip
+COUNTERS = ["used_slots", "used_memory", "used_cores"]
+
+
+@dataclass(slots=True)
+class LockedCard:
+    """A card row as locked by the commit, in the engine's terms."""
+
+    pk: int
+    engine: EngineCard
+    present: bool
+    node: str
+    node_ready: bool
+    used: list[int]
+
+
+def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
+    """SELECT ... FOR UPDATE on the cards, by primary key (the deadlock-free order)."""
+    if not pks:
+        return {}
+    rows = (
+        Card.objects.select_for_update(of=("self",))
+        .filter(pk__in=pks)
+        .order_by("pk")
+        .values_list(
+            "pk", "uuid", "index", "type", "slots", "memory", "cores", "numa", "health", "mode", "cordoned",
+            "present", "used_slots", "used_memory", "used_cores", "node__name", "node__ready",
+            "node__annotations",
+        )  # fmt: skip
+    )
+    cards = {}
+    for (pk, uuid, index, card_type, slots, memory, cores, numa, health, mode, cordoned, present,
+         used_slots, used_memory, used_cores, node, ready, node_annotations) in rows:  # fmt: skip
+        cordon = node_annotations.get(CORDON_ANNOTATION, "") if isinstance(node_annotations, dict) else ""
+        cordoned = cordoned or uuid in {item.strip() for item in str(cordon or "").split(",")}
+        engine = EngineCard(
+            uuid=uuid, index=index, memory=memory, type=card_type, slots=slots, cores=cores, numa=numa,
+            health=health, cordoned=cordoned, mode=mode,
+        )  # fmt: skip
+        cards[uuid] = LockedCard(pk, engine, present, node, ready, [used_slots, used_memory, used_cores])
+    return cards
+
+
+def recheck(attempt: Attempt, cards: dict[str, LockedCard], added: dict[int, list[int]]):
+    """This attempt's usage per card pk if it still fits, else (None, why)."""
+    decision, parsed = attempt.decision, attempt.parsed
+    mine: dict[int, list[int]] = {}
+    for ask, container in zip(parsed.apps, decision.containers, strict=True):
+        if ask is None:
+            continue
+        for device in container.devices:
+            card = cards.get(device.uuid)
+            if card is None or not card.present:
+                return None, f"{device.uuid} is no longer reported"
+            if card.node != decision.node:
+                return None, f"{device.uuid} is now on {card.node}"
+            if not card.node_ready:
+                return None, f"{card.node} NodeNotReady"
+            before = added.get(card.pk, (0, 0, 0))
+            own = mine.setdefault(card.pk, [0, 0, 0])
+            used = tuple(card.used[i] + before[i] + own[i] for i in range(3))
+            failed = check_card(card.engine, ask, device.memory, parsed.policy, used)
+            if failed is not None:
+                return None, f"{device.uuid} {failed[0]}"
+            own[0] += 1
+            own[1] += device.memory
+            own[2] += device.cores
+    return mine, ""
+
+
+def _prepared(model, names: list[str]):
+    """(quoted column names, row -> list of database values) for these attribute names."""
+    db = connections[DEFAULT_DB_ALIAS]
+    fields = [model._meta.get_field(name) for name in names]
+    quoted = [db.ops.quote_name(field.column) for field in fields]
+
+    def values(row: dict) -> list:
+        return [field.get_db_prep_save(row[field.attname], db) for field in fields]
+
+    return db, quoted, values
+
+
+def update_rows(model, names: list[str], rows: list[dict]) -> None:
+    """UPDATE `names` of each row (a dict with `id`) as one prepared statement run for all
+    rows: executemany, pipelined on PostgreSQL. Django's bulk_update builds a CASE per field
+    and row, which takes seconds for a thousand pods; this takes milliseconds."""
+    if not rows:
+        return
+    db, quoted, values = _prepared(model, names)
+    assignments = ", ".join(f"{column} = %s" for column in quoted)
+    with db.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {db.ops.quote_name(model._meta.db_table)} SET {assignments} WHERE id = %s",
+            [[*values(row), row["id"]] for row in rows],
+        )
+
+
+def insert_rows(model, rows: list[dict]) -> None:
+    """INSERT rows (dicts by attribute name) as one prepared statement run for all rows."""
+    if not rows:
+        return
+    names = [field.attname for field in model._meta.concrete_fields if not field.primary_key]
+    db, quoted, values = _prepared(model, names)
+    marks = ", ".join(["%s"] * len(quoted))
+    with db.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {db.ops.quote_name(model._meta.db_table)} ({', '.join(quoted)}) VALUES ({marks})",
+            [values(row) for row in rows],
+        )
+
+
+def asks_no_gpu(decision) -> bool:
+    """SPEC 2: such a pod is rejected for good; other invalid pods wait for a fixed spec."""
+    return decision.error_field == "containers" and "no GPU" in (decision.error or "")
+
+
+def backoff_until(attempts: int, now):
+    """Exponential back-off after `attempts` tries, capped; capacity changes cut it short."""
+    base, cap = option("BACKOFF_BASE_SECONDS"), option("BACKOFF_MAX_SECONDS")
+    return now + timedelta(seconds=min(cap, base * 2 ** min(max(attempts - 1, 0), 30)))
+
+
+def pause_for_fault_test() -> None:
+    """Test-only hook: hold the open transaction so a test can kill the process here."""
+    pause = option("FAULT_COMMIT_PAUSE_SECONDS")
+    if pause > 0:
+        sys.stderr.write("hamiadmin: commit paused\n")
+        sys.stderr.flush()
+        time.sleep(pause)
+
+
+def commit_plan(plan: CyclePlan) -> CycleReport:
+    """Write the plan in one transaction: allocations, counters, pods, decisions, the cycle."""
+    commit_started = time.perf_counter()
+    now = timezone.now()
+    top = option("DECISION_TOP")
+    report = CycleReport(considered=len(plan.attempts), snapshot_ms=plan.snapshot_ms, decide_ms=plan.decide_ms)
+    node_ids = plan.snapshot.node_ids
+    with transaction.atomic():
+        locked = {
+            pk: (status, parked, revision, attempts)
+            for pk, status, parked, revision, attempts in Pod.objects.select_for_update()
+            .filter(pk__in=sorted(a.pod_id for a in plan.attempts))
+            .order_by("pk")
+            .values_list("pk", "status", "parked", "revision", "attempts")
+        }
+        fresh: list[Attempt] = []
+        for attempt in plan.attempts:
+            row = locked.get(attempt.pod_id)
+            if row is None or row[0] != Pod.PENDING or row[1] or row[2] != attempt.revision:
+                report.skipped.append(attempt.key)
+                continue
+            attempt.attempts = row[3]
+            fresh.append(attempt)
+
+        card_ids = plan.snapshot.card_ids
+        wanted = sorted(
+            {
+                card_ids[device.uuid]
+                for attempt in fresh
+                if attempt.decision.status == SCHEDULED
+                for container in attempt.decision.containers
+                for device in container.devices
+            }
+        )
+        cards = lock_cards(wanted)
+        added: dict[int, list[int]] = {}
+        outcomes: list[tuple[Attempt, str, str]] = []  # (attempt, outcome, conflict text)
+        for attempt in fresh:
+            if attempt.decision.status != SCHEDULED:
+                outcomes.append((attempt, attempt.decision.status, ""))
+                continue
+            mine, why = recheck(attempt, cards, added)
+            if mine is None:
+                outcomes.append((attempt, Decision.CONFLICT, why))
+                continue
+            for pk, extra in mine.items():
+                total = added.setdefault(pk, [0, 0, 0])
+                for i in range(3):
+                    total[i] += extra[i]
+            outcomes.append((attempt, SCHEDULED, ""))
+
+        conflicted = any(outcome == Decision.CONFLICT for _, outcome, _ in outcomes)
+        cycle = Cycle.objects.create(
+            started_at=plan.started_at,
+            trigger=plan.trigger[:100],
+            worker=plan.worker[:200],
+            considered=len(plan.attempts),
+            placed=sum(outcome == SCHEDULED for _, outcome, _ in outcomes),
+            pending=sum(outcome in (PENDING, Decision.CONFLICT) for _, outcome, _ in outcomes),
+            rejected=sum(outcome == REJECTED for _, outcome, _ in outcomes),
+            conflicts=sum(outcome == Decision.CONFLICT for _, outcome, _ in outcomes),
+            skipped=len(report.skipped),
+            nodes=len(node_ids),
+            snapshot_ms=plan.snapshot_ms,
+            decide_ms=plan.decide_ms,
+        )
+
+        allocations, pods, decisions = [], [], []
+        for attempt, outcome, why in outcomes:
+            decision = attempt.decision
+            pod = {
+                "id": attempt.pod_id, "status": Pod.PENDING, "node_id": None, "scheduled_at": None,
+                "attempts": attempt.attempts + 1, "reason": "", "error": "", "error_field": "", "parked": False,
+                "next_attempt_at": None, "allocated": "", "revision": locked[attempt.pod_id][2] + 1, "updated_at": now,
+            }  # fmt: skip
+            payload = decision.as_dict(top=top)
+            if outcome == SCHEDULED:
+                pod.update(status=Pod.SCHEDULED, node_id=node_ids[decision.node], scheduled_at=now,
+                           allocated=decision.allocated, reason=decision.reason_text())  # fmt: skip
+                for index, container in enumerate(decision.containers):
+                    for device in container.devices:
+                        allocations.append({
+                            "pod_id": attempt.pod_id, "container_index": index, "container_name": container.name[:253],
+                            "card_id": cards[device.uuid].pk, "memory": device.memory, "cores": device.cores,
+                            "active": True, "created_at": now, "released_at": None,
+                        })  # fmt: skip
+                report.placed.append((attempt.key, decision.node, decision.allocated))
+            elif outcome == Decision.CONFLICT:
+                pod["reason"] = f"placement on {decision.node} lost a race ({why}); retrying"
+                payload["conflict"] = why
+                report.conflicts.append((attempt.key, why))
+            elif outcome == REJECTED:
+                pod.update(status=Pod.REJECTED if asks_no_gpu(decision) else Pod.PENDING, parked=True,
+                           error=decision.error or "", error_field=(decision.error_field or "")[:300],
+                           reason=decision.reason_text())  # fmt: skip
+                report.rejected.append((attempt.key, pod["error"]))
+            else:
+                pod["reason"] = decision.reason_text()
+                if not conflicted:
+                    pod["next_attempt_at"] = backoff_until(pod["attempts"], now)
+                report.pending.append((attempt.key, pod["reason"]))
+            pods.append(pod)
+            decisions.append({
+                "pod_id": attempt.pod_id, "cycle_id": cycle.pk, "outcome": outcome, "node": decision.node or "",
+                "reason": pod["reason"], "error": decision.error or "", "payload": payload,
+                "duration_ms": decision.duration_ms, "created_at": now,
+            })  # fmt: skip
+
+        insert_rows(Allocation, allocations)
+        pause_for_fault_test()
+        counters = [
+            {"id": pk, **{name: locked_card.used[i] + added[pk][i] for i, name in enumerate(COUNTERS)}}
+            for pk, locked_card in sorted((card.pk, card) for card in cards.values())
+            if pk in added
+        ]
+        update_rows(Card, COUNTERS, counters)
+        update_rows(Pod, POD_FIELDS, pods)
+        insert_rows(Decision, decisions)
+        report.commit_ms = (time.perf_counter() - commit_started) * 1000
+        report.duration_ms = (time.perf_counter() - plan.started) * 1000
+        Cycle.objects.filter(pk=cycle.pk).update(
+            finished_at=timezone.now(), commit_ms=report.commit_ms, duration_ms=report.duration_ms
+        )
+    report.cycle_id = cycle.pk
+    report.more = plan.full or conflicted
+    return report

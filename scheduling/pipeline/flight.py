@@ -1,0 +1,44 @@
+"""Running cycles for whoever asked, one at a time across all workers.
+
+The holder of the cycle lock keeps running cycles while there is a reason to: the queue
+had more due pods than one cycle takes, a placement lost a race, or someone asked for a
+cycle while this one ran (the request flag, see scheduling.triggers). A caller that cannot
+get the lock leaves: the holder sees its request. After releasing, the holder looks at the
+flag once more, so a request made between its last look and the release is not lost.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .. import triggers
+from ..locks import cycle_lock
+from .cycle import CycleReport, run_cycle, worker_name
+
+log = logging.getLogger(__name__)
+
+
+def run_requested_cycles(trigger: str = "requested", worker: str = "", max_cycles: int = 50) -> list[CycleReport]:
+    """Cycles until nothing more is asked for (or `max_cycles`, a guard against spinning)."""
+    worker = worker or worker_name()
+    reports: list[CycleReport] = []
+    while len(reports) < max_cycles:
+        with cycle_lock() as held:
+            if not held:
+                return reports
+            while len(reports) < max_cycles:
+                triggers.take_request()
+                report = run_cycle(trigger=trigger, worker=worker)
+                reports.append(report)
+                if report.considered:
+                    log.info(
+                        "cycle %s (%s): %d considered, %d placed, %d pending, %d rejected, %d conflicts in %.0f ms",
+                        report.cycle_id, trigger, report.considered, len(report.placed), len(report.pending),
+                        len(report.rejected), len(report.conflicts), report.duration_ms,
+                    )  # fmt: skip
+                trigger = "follow-up"
+                if not (report.more or triggers.take_request()):
+                    break
+        if not triggers.request_pending():
+            break
+    return reports

@@ -1,0 +1,60 @@
+"""Periodic upkeep: silent nodes go not-ready, history stays bounded."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ..models import Cycle, Decision, Node, Pod
+from .options import option
+
+
+def mark_silent_nodes_not_ready(now=None) -> int:
+    """Nodes whose agent has not reported for HEARTBEAT_TIMEOUT_SECONDS take no new pods
+    (`NodeNotReady`); their tenants stay. Nodes never heard from (made by hand) are left alone."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=option("HEARTBEAT_TIMEOUT_SECONDS"))
+    return Node.objects.filter(ready=True, last_heartbeat__lt=cutoff).update(ready=False, updated_at=now)
+
+
+def prune_decisions(keep: int | None = None) -> int:
+    """Keep the last `keep` decisions of each pod (DECISIONS_PER_POD)."""
+    keep = keep if keep is not None else option("DECISIONS_PER_POD")
+    table = connection.ops.quote_name(Decision._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {table} WHERE id IN ("
+            f" SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY pod_id ORDER BY id DESC) AS newer"
+            f" FROM {table}) ranked WHERE newer > %s)",
+            [keep],
+        )
+        return cursor.rowcount
+
+
+def prune_cycles(keep: int | None = None) -> int:
+    """Keep the last CYCLES_KEPT cycles; their decisions stay (with no cycle)."""
+    keep = keep if keep is not None else option("CYCLES_KEPT")
+    boundary = Cycle.objects.order_by("-id").values_list("id", flat=True)[keep : keep + 1].first()
+    if boundary is None:
+        return 0
+    return Cycle.objects.filter(id__lte=boundary).delete()[0]
+
+
+def prune_finished_pods(now=None, hours: float | None = None) -> int:
+    """Pods finished longer ago than FINISHED_PODS_KEPT_HOURS go, with their history."""
+    now = now or timezone.now()
+    hours = hours if hours is not None else option("FINISHED_PODS_KEPT_HOURS")
+    cutoff = now - timedelta(hours=hours)
+    with transaction.atomic():
+        return Pod.objects.filter(status__in=Pod.FINISHED, finished_at__lt=cutoff).delete()[0]
+
+
+def housekeeping(now=None) -> dict[str, int]:
+    return {
+        "nodes_not_ready": mark_silent_nodes_not_ready(now),
+        "decisions_pruned": prune_decisions(),
+        "cycles_pruned": prune_cycles(),
+        "pods_pruned": prune_finished_pods(now),
+    }

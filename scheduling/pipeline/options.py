@@ -1,0 +1,27 @@
+"""The pipeline's knobs, read from settings.HAMIADMIN (which reads the environment)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+DEFAULTS = {
+    "SINGLE_FLIGHT": True,
+    "CYCLE_MAX_PODS": 1000,
+    "DECISION_TOP": 20,
+    "DECISIONS_PER_POD": 20,
+    "BACKOFF_BASE_SECONDS": 0.5,
+    "BACKOFF_MAX_SECONDS": 30.0,
+    "LOOP_POLL_SECONDS": 0.5,
+    "TRIGGER_DEBOUNCE_MS": 100,
+    "HOUSEKEEPING_SECONDS": 30.0,
+    "SAFETY_CYCLE_SECONDS": 5.0,
+    "HEARTBEAT_TIMEOUT_SECONDS": 60.0,
+    "CYCLE_LOCK_TIMEOUT_SECONDS": 60.0,
+    "CYCLES_KEPT": 10000,
+    "FINISHED_PODS_KEPT_HOURS": 168.0,
+    "FAULT_COMMIT_PAUSE_SECONDS": 0.0,
+}
+
+
+def option(name: str):
+    return getattr(settings, "HAMIADMIN", {}).get(name, DEFAULTS[name])

@@ -1,0 +1,398 @@
+"""The write paths: the one place where the API, the admin, the agents and the demo change
+the cluster and the pods. Each validates before it writes (errors name the field and
+nothing is written), writes in one transaction, and asks for a cycle on commit.
+
+Lock order everywhere: pods, then the node, then cards by primary key; the cycle commit
+uses the same order, so these writes and commits cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduling.engine import PodInvalid, PodSpec, ScenarioError
+from scheduling.engine.scenario import parse_config, parse_node
+from scheduling.engine.scheduler import parse_pod
+
+from .models import Allocation, Card, Node, Pod, SchedulerConfig
+from .triggers import request_cycle
+
+CAPACITY_FIELDS = ("type", "slots", "memory", "cores", "numa", "health", "mode", "index", "links")
+
+
+def wake_pending_pods() -> int:
+    """Capacity changed: every backed-off pending pod may be tried at once."""
+    return Pod.objects.filter(status=Pod.PENDING, parked=False, next_attempt_at__isnull=False).update(
+        next_attempt_at=None
+    )
+
+
+def capacity_changed(reason: str) -> None:
+    """Wake backed-off pods and ask for a cycle after the commit."""
+    wake_pending_pods()
+    request_cycle(reason)
+
+
+# --- Nodes and cards ------------------------------------------------------------------
+
+
+def _parse_report(node_name, labels, annotations, devices):
+    """The report as an engine Node, validated by the engine's scenario rules (SPEC 9),
+    and each card's position in `devices` (for error messages)."""
+    if not isinstance(devices, list):
+        raise ScenarioError("devices", "must be a list of cards")
+    for position, device in enumerate(devices):
+        if isinstance(device, dict) and "used" in device:
+            raise ScenarioError(f"devices[{position}].used", "usage is kept by the scheduler; do not report it")
+    raw = {"name": node_name, "labels": labels or {}, "annotations": annotations or {}, "devices": devices}
+    try:
+        parsed = parse_node(raw, "")
+    except ScenarioError as exc:
+        raise ScenarioError(exc.where.lstrip("."), exc.message) from None
+    if len(parsed.name) > 253:
+        raise ScenarioError("name", "at most 253 characters")
+    positions: dict[str, int] = {}
+    for position, device in enumerate(devices):
+        uuid = device["uuid"].strip()
+        if uuid in positions:
+            raise ScenarioError(f"devices[{position}].uuid", f"{uuid!r} repeats devices[{positions[uuid]}]")
+        if len(uuid) > 128 or len(device.get("type") or "") > 128:
+            raise ScenarioError(f"devices[{position}]", "uuid and type are at most 128 characters")
+        positions[uuid] = position
+    return parsed, positions
+
+
+def report_inventory(node_name: str, labels=None, annotations=None, devices=None) -> Node:
+    """An agent's report of its node: upsert the node and its cards, and beat its heart.
+
+    `devices` are SPEC 9 cards without `used` (usage is the scheduler's). Cards missing from
+    the report are kept, marked absent: their tenants and history stay, they take no new pods.
+    A card's `cordoned` is changed only when the report names it (else `cordon_card` rules).
+    Raises ScenarioError naming the field; then nothing is written. Asks for a cycle when
+    anything but the heartbeat changed.
+    """
+    devices = [] if devices is None else devices
+    parsed, positions = _parse_report(node_name, labels, annotations, devices)
+    links: dict[str, dict[str, int]] = {card.uuid: {} for card in parsed.cards}
+    for pair, score in parsed.links.items():
+        first, second = sorted(pair)
+        links[first][second] = score
+        links[second][first] = score
+    now = timezone.now()
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=parsed.name).first()
+        if node is None:
+            changed = True
+            node = Node.objects.create(
+                name=parsed.name, labels=parsed.labels, annotations=parsed.annotations, ready=True, last_heartbeat=now
+            )
+        else:
+            changed = not node.ready or node.annotations != parsed.annotations or node.labels != parsed.labels
+            node.labels, node.annotations, node.ready, node.last_heartbeat = (
+                parsed.labels, parsed.annotations, True, now,
+            )  # fmt: skip
+            node.save(update_fields=["labels", "annotations", "ready", "last_heartbeat", "updated_at"])
+        existing = {
+            card.uuid: card
+            for card in Card.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .filter(Q(node=node) | Q(uuid__in=list(positions)))
+            .order_by("pk")
+        }
+        creates, updates = [], []
+        for card in parsed.cards:
+            device = devices[positions[card.uuid]]
+            values = {
+                "index": card.index, "type": card.type, "slots": card.slots, "memory": card.memory,
+                "cores": card.cores, "numa": card.numa, "health": card.health, "mode": card.mode[:64],
+                "links": links[card.uuid], "present": True,
+            }  # fmt: skip
+            if "cordoned" in device:
+                values["cordoned"] = device["cordoned"]
+            row = existing.get(card.uuid)
+            if row is None:
+                creates.append(Card(uuid=card.uuid, node=node, **values))
+                continue
+            if row.node_id != node.id:
+                if (row.present and row.node.ready) or row.used_slots:
+                    raise ScenarioError(
+                        f"devices[{positions[card.uuid]}].uuid", f"card {card.uuid} belongs to node {row.node.name}"
+                    )
+                values["node"] = node
+            differs = {name: value for name, value in values.items() if getattr(row, name) != value}
+            if differs:
+                for name, value in differs.items():
+                    setattr(row, name, value)
+                updates.append(row)
+        for uuid, row in existing.items():
+            if uuid not in positions and row.node_id == node.id and row.present:
+                row.present = False
+                updates.append(row)
+        if creates:
+            Card.objects.bulk_create(creates)
+        if updates:
+            Card.objects.bulk_update(updates, ["node", "present", "cordoned", *CAPACITY_FIELDS, "updated_at"])
+        if changed or creates or updates:
+            capacity_changed(f"inventory {node.name}")
+    return node
+
+
+def cordon_card(uuid: str, on: bool, by: str = "") -> Card:
+    """Keep a card from new allocations (on) or give it back (off). Tenants are untouched.
+    Raises Card.DoesNotExist for an unknown UUID."""
+    with transaction.atomic():
+        card = Card.objects.select_for_update().get(uuid=uuid)
+        if card.cordoned != bool(on):
+            card.cordoned = bool(on)
+            card.save(update_fields=["cordoned", "updated_at"])
+            if not on:
+                capacity_changed(f"uncordon {uuid}")
+    return card
+
+
+def set_config(
+    node_scheduler_policy: str | None = None,
+    gpu_scheduler_policy: str | None = None,
+    memory_percentage: int | None = None,
+    default_cores: int | None = None,
+    exclusive_cores: int | None = None,
+    changed_by: str = "",
+) -> SchedulerConfig:
+    """Change the cluster defaults (a new row; the old ones are the history). Unnamed values
+    stay as they are. Raises ScenarioError naming the field (`config.…`)."""
+    latest = SchedulerConfig.objects.order_by("-id").first()
+    raw = latest.as_raw() if latest else parse_config_defaults()
+    given = {"node_scheduler_policy": node_scheduler_policy, "gpu_scheduler_policy": gpu_scheduler_policy}
+    raw.update({key: value for key, value in given.items() if value is not None})
+    resources = dict(raw.get("resources") or {})
+    for key, value in (("memory_percentage", memory_percentage), ("cores", default_cores),
+                       ("exclusive_cores", exclusive_cores)):  # fmt: skip
+        if value is not None:
+            resources[key] = value
+    raw["resources"] = resources
+    config = parse_config(raw)
+    if config.resources.memory_percentage > 100:
+        raise ScenarioError("config.resources.memory_percentage", "must be at most 100")
+    for key in ("cores", "exclusive_cores"):
+        if getattr(config.resources, key) > 100:
+            raise ScenarioError(f"config.resources.{key}", "must be at most 100")
+    with transaction.atomic():
+        row = SchedulerConfig.objects.create(
+            node_scheduler_policy=config.node_scheduler_policy,
+            gpu_scheduler_policy=config.gpu_scheduler_policy[:200],
+            memory_percentage=config.resources.memory_percentage,
+            default_cores=config.resources.cores,
+            exclusive_cores=config.resources.exclusive_cores,
+            changed_by=(changed_by or "")[:150],
+        )
+        capacity_changed("config changed")
+    return row
+
+
+def parse_config_defaults() -> dict:
+    raw = SchedulerConfig.default_raw()
+    config = parse_config(raw)
+    raw["resources"] = {
+        "memory_percentage": config.resources.memory_percentage,
+        "cores": config.resources.cores,
+        "exclusive_cores": config.resources.exclusive_cores,
+    }
+    return raw
+
+
+# --- Pods -------------------------------------------------------------------------------
+
+
+def spec_hash(annotations, containers, init_containers, priority) -> str:
+    body = json.dumps([annotations, containers, init_containers, priority], sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid) -> None:
+    for field, value, limit in (("namespace", namespace, 63), ("name", name, 253)):
+        if not isinstance(value, str) or not value.strip():
+            raise PodInvalid(field, "required: a non-empty string")
+        if len(value) > limit:
+            raise PodInvalid(field, f"at most {limit} characters")
+    if not isinstance(uid, str) or len(uid) > 64:
+        raise PodInvalid("uid", "must be a string of at most 64 characters")
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > 2**31 - 1:
+        raise PodInvalid("priority", f"must be a 32-bit integer, got {priority!r}")
+    if not isinstance(annotations, dict):
+        raise PodInvalid("annotations", "must be an object of string values")
+    if not isinstance(containers, list) or not containers:
+        raise PodInvalid("containers", "a pod needs at least one container")
+    if not isinstance(init_containers, list):
+        raise PodInvalid("initContainers", "must be a list of containers")
+    try:
+        json.dumps([annotations, containers, init_containers])
+    except (TypeError, ValueError) as exc:
+        raise PodInvalid("containers", f"must be plain JSON: {exc}") from None
+
+
+def submit_pod(
+    namespace: str,
+    name: str,
+    annotations=None,
+    containers=None,
+    init_containers=None,
+    priority: int = 0,
+    uid: str = "",
+    *,
+    validate: bool = True,
+) -> Pod:
+    """Queue a pod, or update a queued one.
+
+    Validated like SPEC 2, 3 and 5 with the engine's `parse_pod`; raises PodInvalid naming
+    the field. `validate=False` is for pods that exist anyway (read from Kubernetes): an
+    invalid one is stored, and the next cycle parks it with the error shown.
+
+    The same spec again changes nothing. A new spec re-queues a pod that waits (pending or
+    rejected); a finished pod, or one with a new uid, starts over as a new incarnation. A
+    placed pod keeps its placement: new annotations are stored, new containers refused.
+    """
+    annotations = {} if annotations is None else annotations
+    containers = [] if containers is None else containers
+    init_containers = [] if init_containers is None else init_containers
+    _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid)
+    spec = PodSpec(name=name, namespace=namespace, annotations=annotations, containers=containers,
+                   init_containers=init_containers, uid=uid)  # fmt: skip
+    if validate:
+        parse_pod(spec, SchedulerConfig.current())
+    digest = spec_hash(annotations, containers, init_containers, priority)
+    now = timezone.now()
+    with transaction.atomic():
+        pod = Pod.objects.select_for_update().filter(namespace=namespace, name=name).first()
+        if pod is None:
+            pod = Pod.objects.create(
+                namespace=namespace, name=name, uid=uid, annotations=annotations, containers=containers,
+                init_containers=init_containers, priority=priority, spec_hash=digest, submitted_at=now,
+            )  # fmt: skip
+            request_cycle("pod submitted")
+            return pod
+        new_incarnation = pod.status in Pod.FINISHED or (uid and pod.uid and uid != pod.uid)
+        if not new_incarnation and pod.spec_hash == digest:
+            if uid and not pod.uid:
+                pod.uid = uid
+                pod.save(update_fields=["uid", "updated_at"])
+            return pod
+        if not new_incarnation and pod.status in Pod.BOUND:
+            if (pod.containers, pod.init_containers, pod.priority) != (containers, init_containers, priority):
+                raise PodInvalid("containers", f"the pod is placed on {pod.node}; its containers cannot change")
+            pod.annotations, pod.spec_hash, pod.revision = annotations, digest, pod.revision + 1
+            pod.save(update_fields=["annotations", "spec_hash", "revision", "updated_at"])
+            return pod
+        if new_incarnation:
+            pod.submitted_at, pod.attempts, pod.node = now, 0, None
+            pod.scheduled_at = pod.finished_at = None
+            pod.allocated = ""
+        pod.uid = uid or pod.uid
+        pod.annotations, pod.containers, pod.init_containers = annotations, containers, init_containers
+        pod.priority, pod.spec_hash = priority, digest
+        pod.status, pod.parked, pod.next_attempt_at = Pod.PENDING, False, None
+        pod.error = pod.error_field = pod.reason = ""
+        pod.revision += 1
+        pod.save()
+        request_cycle("pod updated")
+    return pod
+
+
+def _pod_for_update(pod) -> Pod:
+    """`pod` as a Pod, a primary key, or "namespace/name"; locked."""
+    queryset = Pod.objects.select_for_update()
+    if isinstance(pod, Pod):
+        return queryset.get(pk=pod.pk)
+    if isinstance(pod, str):
+        namespace, _, name = pod.rpartition("/")
+        return queryset.get(namespace=namespace or "default", name=name)
+    return queryset.get(pk=pod)
+
+
+FINAL_STATUSES = (Pod.DELETED, Pod.SUCCEEDED, Pod.FAILED)
+
+
+def release_pod(pod, final_status: str = Pod.DELETED) -> Pod:
+    """The pod finished, failed or was deleted: give back its cards and wake the scheduler.
+    Releasing a finished pod again changes nothing. Raises Pod.DoesNotExist, ValueError."""
+    if final_status not in FINAL_STATUSES:
+        raise ValueError(f"final_status must be one of {', '.join(FINAL_STATUSES)}, got {final_status!r}")
+    now = timezone.now()
+    with transaction.atomic():
+        pod = _pod_for_update(pod)
+        if pod.status in Pod.FINISHED:
+            return pod
+        held = list(Allocation.objects.filter(pod=pod, active=True).values_list("pk", "card_id", "memory", "cores"))
+        if held:
+            freed: dict[int, list[int]] = {}
+            for _, card_id, memory, cores in held:
+                total = freed.setdefault(card_id, [0, 0, 0])
+                total[0] += 1
+                total[1] += memory
+                total[2] += cores
+            cards = list(Card.objects.select_for_update().filter(pk__in=sorted(freed)).order_by("pk"))
+            for card in cards:
+                slots, memory, cores = freed[card.pk]
+                card.used_slots -= slots
+                card.used_memory -= memory
+                card.used_cores -= cores
+            Card.objects.bulk_update(cards, ["used_slots", "used_memory", "used_cores"])
+            Allocation.objects.filter(pk__in=[pk for pk, *_ in held]).update(active=False, released_at=now)
+        pod.status, pod.finished_at, pod.next_attempt_at = final_status, now, None
+        pod.reason = f"{final_status} after {'running on ' + pod.node.name if pod.node_id else 'no placement'}"
+        pod.revision += 1
+        pod.save(update_fields=["status", "finished_at", "next_attempt_at", "reason", "revision", "updated_at"])
+        if held:
+            capacity_changed(f"released {pod.key}")
+    return pod
+
+
+def mark_running(pod) -> Pod:
+    """The kubelet started the pod on its node (scheduled -> running)."""
+    with transaction.atomic():
+        pod = _pod_for_update(pod)
+        if pod.status == Pod.SCHEDULED:
+            pod.status = Pod.RUNNING
+            pod.revision += 1
+            pod.save(update_fields=["status", "revision", "updated_at"])
+    return pod
+
+
+NOT_READY_REASON = "hamiadmin.io/not-ready-reason"
+
+
+def mark_node_not_ready(node_name: str, reason: str) -> Node:
+    """An agent cannot vouch for the node now (unreadable inventory, Kubernetes says NotReady,
+    node deleted): it takes no new pods (`NodeNotReady`), its tenants stay. The reason is kept
+    in the node's annotations under NOT_READY_REASON; the next valid `report_inventory` makes
+    the node ready again and drops it. A node never seen before is created, not ready."""
+    reason = str(reason)[:1000]
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=node_name).first()
+        if node is None:
+            return Node.objects.create(name=node_name, ready=False, annotations={NOT_READY_REASON: reason})
+        annotations = node.annotations if isinstance(node.annotations, dict) else {}
+        if node.ready or annotations.get(NOT_READY_REASON) != reason:
+            node.ready = False
+            node.annotations = {**annotations, NOT_READY_REASON: reason}
+            node.save(update_fields=["ready", "annotations", "updated_at"])
+    return node
+
+
+def requeue_pod(pod) -> Pod:
+    """Try a waiting pod in the next cycle: clear its back-off and un-park it, so an invalid
+    spec is read again (it parks again if still invalid). Placed and finished pods are left
+    alone: raises ValueError naming the status. Raises Pod.DoesNotExist."""
+    with transaction.atomic():
+        pod = _pod_for_update(pod)
+        if pod.status not in (Pod.PENDING, Pod.REJECTED):
+            raise ValueError(f"only a waiting pod can be requeued; {pod.key} is {pod.status}")
+        pod.status, pod.parked, pod.next_attempt_at = Pod.PENDING, False, None
+        pod.revision += 1
+        pod.save(update_fields=["status", "parked", "next_attempt_at", "revision", "updated_at"])
+        request_cycle(f"requeue {pod.key}")
+    return pod

@@ -1,0 +1,46 @@
+"""Celery tasks: cycles on request and on a safety period, and housekeeping.
+
+Cycles are single-flight (scheduling.locks), so any number of workers may take these
+tasks; a task that finds the lock held leaves its request to the holder.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from celery.signals import worker_ready
+
+from . import triggers
+from .pipeline.flight import run_requested_cycles
+from .pipeline.housekeeping import housekeeping as run_housekeeping
+
+
+def _summary(reports) -> dict:
+    return {
+        "cycles": sum(1 for report in reports if report.considered),
+        "placed": sum(len(report.placed) for report in reports),
+        "pending": sum(len(report.pending) for report in reports),
+    }
+
+
+@shared_task(name="scheduling.run_cycle", ignore_result=True)
+def run_cycle(trigger: str = "requested") -> dict:
+    """Sent (debounced) by writes that change what can be placed; see scheduling.triggers."""
+    triggers.clear_queued()
+    return _summary(run_requested_cycles(str(trigger)[:100]))
+
+
+@shared_task(name="scheduling.safety_cycle", ignore_result=True)
+def safety_cycle() -> dict:
+    """Every SAFETY_CYCLE_SECONDS from beat: catches lost triggers and expired back-offs."""
+    return _summary(run_requested_cycles("safety"))
+
+
+@shared_task(name="scheduling.housekeeping", ignore_result=True)
+def housekeeping() -> dict:
+    return run_housekeeping()
+
+
+@worker_ready.connect
+def catch_up(sender=None, **kwargs) -> None:
+    """A starting worker runs a cycle: whatever a dead worker left pending is picked up."""
+    run_cycle.delay("worker started")

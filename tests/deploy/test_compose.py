@@ -1,0 +1,140 @@
+"""deploy/docker-compose.yml, read as data: no Docker engine runs here, so nothing is started.
+
+What is checked is what the bring-up relies on: the services exist, workers can be scaled,
+web migrates before serving, every agent's token is the one web registers for its node,
+and every required variable is documented in deploy/.env.example.
+"""
+
+import re
+import shlex
+
+import pytest
+import yaml
+
+from .manifests import DEPLOY, REPO, invocations
+
+COMPOSE_FILE = DEPLOY / "docker-compose.yml"
+ENV_EXAMPLE = DEPLOY / ".env.example"
+REQUIRED_VARIABLE = re.compile(r"\$\{(\w+):\?[^}]*\}")
+DEMO_NODES = {"gpu-t4.yaml": "t4-node", "gpu-a100.yaml": "a100-node"}
+
+
+@pytest.fixture(scope="module")
+def compose():
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose):
+    return compose["services"]
+
+
+def argv(service) -> list[str]:
+    command = service["command"]
+    return shlex.split(command) if isinstance(command, str) else list(command)
+
+
+def agent_services(services) -> dict[str, dict]:
+    return {
+        name: service
+        for name, service in services.items()
+        if "command" in service
+        and any(a[:3] == ["python", "-m", "agents.nvml"] for a in invocations(argv(service)))
+    }
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_the_stack_has_its_services(services):
+    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    agents = agent_services(services)
+    simulated = sorted(flag(argv(s), "--simulate").rsplit("/", 1)[-1] for s in agents.values())
+    assert simulated == sorted(DEMO_NODES)
+    for service in agents.values():
+        assert flag(argv(service), "--api") == "http://web:8000"
+
+
+def test_app_services_share_one_image_built_from_the_repository(services):
+    app = {name: s for name, s in services.items() if name not in {"postgres", "redis"}}
+    assert len({s["image"] for s in app.values()}) == 1
+    for name, service in app.items():
+        build = service["build"]
+        assert (DEPLOY / build["context"]).resolve() == REPO, name
+        assert (DEPLOY / build["context"] / build["dockerfile"]).is_file(), name
+
+
+def test_workers_scale_no_container_name_and_no_host_port(services):
+    assert argv(services["worker"]) == ["celery", "-A", "hamiadmin", "worker", "-l", "info"]
+    for name, service in services.items():
+        assert "container_name" not in service, f"{name}: a fixed name blocks --scale"
+    assert "ports" not in services["worker"]
+
+
+def test_beat_runs_celery_beat(services):
+    assert argv(services["beat"])[:4] == ["celery", "-A", "hamiadmin", "beat"]
+
+
+def test_web_migrates_then_serves_with_gunicorn_and_is_health_checked(services):
+    web = services["web"]
+    programs = invocations(argv(web))
+    names = [" ".join(p[:3]) for p in programs]
+    assert "python manage.py migrate" in names
+    gunicorn = next(i for i, p in enumerate(programs) if p[0] == "gunicorn")
+    assert names.index("python manage.py migrate") < gunicorn
+    assert programs[gunicorn][1] == "hamiadmin.wsgi:application"
+    assert flag(programs[gunicorn], "--bind") == "0.0.0.0:8000"
+    assert "/healthz" in " ".join(web["healthcheck"]["test"])
+    for dependency in ("postgres", "redis"):
+        assert web["depends_on"][dependency]["condition"] == "service_healthy"
+
+
+def test_each_agent_reads_the_token_web_registers_for_its_node(compose, services):
+    web_env = services["web"]["environment"]
+    registered = {}
+    for program in invocations(argv(services["web"])):
+        if program[:3] == ["python", "manage.py", "agenttoken"]:
+            key_variable = flag(program, "--key").lstrip("$")
+            registered[program[3]] = web_env[key_variable]
+    for name, service in agent_services(services).items():
+        args = argv(service)
+        node = DEMO_NODES[flag(args, "--simulate").rsplit("/", 1)[-1]]
+        secret = flag(args, "--token-file").removeprefix("/run/secrets/")
+        assert secret in service["secrets"], name
+        source = compose["secrets"][secret]["environment"]
+        assert registered[node] == f"${{{source}:?set {source} in deploy/.env}}", (
+            f"{name} reads ${source} but web registers {node} with {registered.get(node)}"
+        )
+
+
+def test_django_services_get_production_settings_and_secrets_from_the_environment(services):
+    for name in ("web", "worker", "beat"):
+        env = services[name]["environment"]
+        assert env["HAMIADMIN_ENV"] == "production", name
+        assert env["REDIS_URL"] == "redis://redis:6379/0", name
+        assert env["DATABASE_URL"].startswith("postgres://"), name
+        assert env["SECURE_SSL_REDIRECT"] == "false", name
+        assert REQUIRED_VARIABLE.fullmatch(env["SECRET_KEY"]), (
+            f"{name}: SECRET_KEY must come from the environment"
+        )
+        assert REQUIRED_VARIABLE.search(env["DATABASE_URL"]), (
+            f"{name}: database password must come from the environment"
+        )
+
+
+def test_redis_keeps_an_append_only_file(services):
+    assert "--appendonly" in argv(services["redis"])
+    assert flag(argv(services["redis"]), "--appendonly") == "yes"
+
+
+def test_every_required_variable_is_in_env_example_without_a_value():
+    required = set(REQUIRED_VARIABLE.findall(COMPOSE_FILE.read_text()))
+    assert {"SECRET_KEY", "POSTGRES_PASSWORD"} <= required
+    documented = {}
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            documented[key.strip()] = value.strip()
+    assert required <= set(documented), f"undocumented: {required - set(documented)}"
+    assert all(documented[key] == "" for key in required), "the example must not ship secret values"

@@ -1,0 +1,553 @@
+"""A stand-in Kubernetes API server on 127.0.0.1, for the real `kubernetes` client to talk to.
+
+No real API server can run in the test environment, so this one implements only what
+agents/kube calls, with the semantics those calls rely on:
+
+- list and watch of pods and nodes with resourceVersion; watches stream JSON lines in a
+  chunked response, end after timeoutSeconds, and answer an ERROR event with code 410 when
+  asked to resume from a version older than the retained history (`expire_history`);
+- field selectors on pods (`spec.schedulerName`, `spec.nodeName`, `status.phase`);
+- JSON merge patch of pods and events, refused with 409 when the patch carries a
+  `metadata.resourceVersion` that is no longer current;
+- pods/binding (409 when the pod is already bound), events create/patch, and leases
+  get/create/replace (replace refused with 409 on a stale resourceVersion);
+- `stop()` closes the listening socket and every open connection; `start()` again listens
+  on the same port, with the same objects (like an API server restart over the same etcd).
+
+Every request is recorded as (api group, resource, verb) the way Kubernetes authorizes
+it, so tests can compare what the code did with `agents.kube.api.RBAC_RULES`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import socket
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+WATCHED = ("pods", "nodes")
+
+ROUTES = [
+    # (method, pattern, handler name, (group, resource, verb) or None for list/watch)
+    ("GET", r"^/api/v1/pods$", "list_or_watch_pods", ("", "pods", None)),
+    ("GET", r"^/api/v1/nodes$", "list_or_watch_nodes", ("", "nodes", None)),
+    ("GET", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "get_pod", ("", "pods", "get")),
+    ("PATCH", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "patch_pod", ("", "pods", "patch")),
+    ("POST", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding$", "bind_pod", ("", "pods/binding", "create")),
+    ("POST", r"^/api/v1/namespaces/([^/]+)/bindings$", "bind_via_bindings", ("", "bindings", "create")),
+    ("POST", r"^/api/v1/namespaces/([^/]+)/events$", "create_event", ("", "events", "create")),
+    ("PATCH", r"^/api/v1/namespaces/([^/]+)/events/([^/]+)$", "patch_event", ("", "events", "patch")),
+    (
+        "GET",
+        r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases/([^/]+)$",
+        "get_lease",
+        ("coordination.k8s.io", "leases", "get"),
+    ),
+    (
+        "POST",
+        r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases$",
+        "create_lease",
+        ("coordination.k8s.io", "leases", "create"),
+    ),
+    (
+        "PUT",
+        r"^/apis/coordination\.k8s\.io/v1/namespaces/([^/]+)/leases/([^/]+)$",
+        "replace_lease",
+        ("coordination.k8s.io", "leases", "update"),
+    ),
+]
+
+
+def now_stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_patch(target, patch):
+    """RFC 7386."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def field_value(obj: dict, path: str) -> str:
+    value = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def parse_selector(selector: str) -> list[tuple[str, bool, str]]:
+    terms = []
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            path, value = term.split("!=", 1)
+            terms.append((path, False, value))
+        else:
+            path, value = term.split("==", 1) if "==" in term else term.split("=", 1)
+            terms.append((path, True, value))
+    return terms
+
+
+def matches(obj: dict | None, terms) -> bool:
+    if obj is None:
+        return False
+    return all((field_value(obj, path) == value) == equal for path, equal, value in terms)
+
+
+class Failure(Exception):
+    def __init__(self, code: int, reason: str, message: str):
+        self.code, self.reason, self.message = code, reason, message
+
+
+class StandInApiServer:
+    """Objects, history and the HTTP front. Thread-safe: every change holds `lock`."""
+
+    def __init__(self, history_limit: int = 10_000):
+        self.lock = threading.Condition()
+        self.objects: dict[str, dict[tuple[str, str], dict]] = {
+            "pods": {}, "nodes": {}, "events": {}, "leases": {}
+        }  # fmt: skip
+        self.version = 100
+        self.history: list[tuple[int, str, str, dict | None, dict | None]] = []  # rv, kind, type, old, new
+        self.oldest = 0  # watches from before this version get 410
+        self.expired_generation = 0
+        self.history_limit = history_limit
+        self.requests: list[tuple[str, str, str, str, str]] = []  # method, path, group, resource, verb
+        self.hooks: list[tuple[str, str, Callable[[], None]]] = []
+        self.injected: list[list] = []  # [method, path regex, code, reason, remaining]
+        self.port = 0
+        self.httpd: ThreadingHTTPServer | None = None
+        self.thread: threading.Thread | None = None
+        self.connections: set[socket.socket] = set()
+        self.running = False
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> StandInApiServer:
+        server = self
+        handler = type("Handler", (Handler,), {"standin": server})
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        httpd.daemon_threads = True
+        original = httpd.process_request
+
+        def track(request, client_address):
+            with server.lock:
+                server.connections.add(request)
+            original(request, client_address)
+
+        def forget(request):
+            with server.lock:
+                server.connections.discard(request)
+            ThreadingHTTPServer.shutdown_request(httpd, request)
+
+        httpd.process_request = track
+        httpd.shutdown_request = forget
+        self.port = httpd.server_address[1]
+        self.httpd = httpd
+        self.running = True
+        self.thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening and cut every connection (watches included), like a crashed server."""
+        with self.lock:
+            self.running = False
+            self.lock.notify_all()
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
+        with self.lock:
+            for conn in list(self.connections):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                conn.close()
+            self.connections.clear()
+        self.httpd = None
+
+    # -- what tests do to the cluster ---------------------------------------------------
+
+    def _key(self, kind: str, obj: dict) -> tuple[str, str]:
+        meta = obj["metadata"]
+        return ("" if kind == "nodes" else meta.get("namespace", "default"), meta["name"])
+
+    def _record(self, kind: str, kind_of_change: str, old: dict | None, new: dict | None, silent=False):
+        if not silent and kind in WATCHED:
+            self.history.append((self.version, kind, kind_of_change, copy.deepcopy(old), copy.deepcopy(new)))
+            if len(self.history) > self.history_limit:
+                dropped = self.history.pop(0)
+                self.oldest = dropped[0] + 1
+        self.lock.notify_all()
+
+    def _store(self, kind: str, obj: dict, silent=False) -> dict:
+        """Create or replace, with a fresh resourceVersion. Holds the lock."""
+        key = self._key(kind, obj)
+        old = self.objects[kind].get(key)
+        self.version += 1
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(self.version)
+        meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuidlib.uuid4()))
+        meta.setdefault("creationTimestamp", now_stamp())
+        if kind != "nodes":
+            meta.setdefault("namespace", "default")
+        self.objects[kind][key] = obj
+        self._record(kind, "MODIFIED" if old else "ADDED", old, obj, silent)
+        return copy.deepcopy(obj)
+
+    def put(self, kind: str, obj: dict, silent: bool = False) -> dict:
+        """Add or replace an object. `silent`: the change is missed by watches (lost history)."""
+        with self.lock:
+            return self._store(kind, obj, silent)
+
+    def update(self, kind: str, namespace: str, name: str, change: Callable[[dict], None], silent=False) -> dict:
+        with self.lock:
+            obj = copy.deepcopy(self.objects[kind][(namespace, name)])
+            change(obj)
+            return self._store(kind, obj, silent)
+
+    def delete(self, kind: str, namespace: str, name: str, silent: bool = False) -> None:
+        with self.lock:
+            old = self.objects[kind].pop((namespace, name))
+            self.version += 1
+            gone = copy.deepcopy(old)
+            gone["metadata"]["resourceVersion"] = str(self.version)
+            self._record(kind, "DELETED", old, gone, silent)
+
+    def get(self, kind: str, namespace: str, name: str) -> dict | None:
+        with self.lock:
+            obj = self.objects[kind].get((namespace, name))
+            return copy.deepcopy(obj) if obj else None
+
+    def all(self, kind: str) -> list[dict]:
+        with self.lock:
+            return [copy.deepcopy(o) for o in self.objects[kind].values()]
+
+    def expire_history(self) -> None:
+        """Forget all history: open watches get ERROR 410, and so does any resume from before now."""
+        with self.lock:
+            self.history.clear()
+            self.oldest = self.version + 1
+            self.expired_generation += 1
+            self.lock.notify_all()
+
+    def before(self, method: str, path_contains: str, action: Callable[[], None]) -> None:
+        """Run `action` once, just before handling the next matching request."""
+        with self.lock:
+            self.hooks.append((method, path_contains, action))
+
+    def fail(self, method: str, path_pattern: str, code: int, times: int = 1, reason: str = "InternalError"):
+        """Answer the next `times` matching requests with an error Status."""
+        with self.lock:
+            self.injected.append([method, path_pattern, code, reason, times])
+
+    def calls(self, method: str | None = None, contains: str = "") -> list[tuple]:
+        with self.lock:
+            return [r for r in self.requests if (method is None or r[0] == method) and contains in r[1]]
+
+    def grants_used(self) -> set[tuple[str, str, str]]:
+        with self.lock:
+            return {(group, resource, verb) for _, _, group, resource, verb in self.requests}
+
+    # -- request handling (called by Handler, under no lock) ------------------------------
+
+    def dispatch(self, handler: Handler, method: str):
+        parts = urlsplit(handler.path)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        body = None
+        if method in ("POST", "PUT", "PATCH"):  # read it first: the connection is kept alive
+            length = int(handler.headers.get("Content-Length") or 0)
+            raw = handler.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else {}
+        for route_method, pattern, name, rule in ROUTES:
+            found = re.match(pattern, parts.path)
+            if route_method != method or not found:
+                continue
+            group, resource, verb = rule
+            if verb is None:
+                verb = "watch" if query.get("watch") in ("true", "1") else "list"
+            with self.lock:
+                self.requests.append((method, handler.path, group, resource, verb))
+                hooks = [h for h in self.hooks if h[0] == method and h[1] in parts.path]
+                for hook in hooks:
+                    self.hooks.remove(hook)
+            for _, _, action in hooks:
+                action()
+            with self.lock:
+                for entry in self.injected:
+                    if entry[0] == method and re.search(entry[1], parts.path) and entry[4] > 0:
+                        entry[4] -= 1
+                        raise Failure(entry[2], entry[3], "injected by the test")
+            return getattr(self, name)(handler, query, body, *found.groups())
+        raise Failure(404, "NotFound", f"the stand-in has no route for {method} {parts.path}")
+
+    # pods and nodes: list / watch
+
+    def list_or_watch_pods(self, handler, query, body):
+        return self._list_or_watch(handler, "pods", query)
+
+    def list_or_watch_nodes(self, handler, query, body):
+        return self._list_or_watch(handler, "nodes", query)
+
+    def _list_or_watch(self, handler, kind, query):
+        terms = parse_selector(query.get("fieldSelector", ""))
+        if query.get("watch") in ("true", "1"):
+            return self._watch(handler, kind, terms, query)
+        with self.lock:
+            items = [copy.deepcopy(o) for o in self.objects[kind].values() if matches(o, terms)]
+            version = str(self.version)
+        handler.send_json(200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": version},
+                                "items": items})  # fmt: skip
+
+    def _watch(self, handler, kind, terms, query):
+        start = int(query.get("resourceVersion") or 0)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 60)
+        handler.start_stream()
+        with self.lock:
+            if start == 0:
+                start = self.version
+            generation = self.expired_generation
+            too_old = start + 1 < self.oldest
+        if too_old:
+            handler.send_chunk(gone_event(start))
+            return handler.end_stream()
+        sent = start
+        while True:
+            with self.lock:
+                if not self.running:
+                    return handler.abort()
+                if self.expired_generation != generation:
+                    lines = [gone_event(sent)]
+                    done = True
+                else:
+                    lines, done = [], False
+                    for version, event_kind, change, old, new in self.history:
+                        if version <= sent or event_kind != kind:
+                            continue
+                        sent = version
+                        event = watch_event(change, old, new, terms)
+                        if event:
+                            lines.append(event)
+                    if not lines:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            done = True
+                        else:
+                            self.lock.wait(min(remaining, 0.5))
+                            continue
+            for line in lines:
+                if not handler.send_chunk(line):
+                    return None
+            if done:
+                return handler.end_stream()
+
+    # pods
+
+    def _pod(self, namespace, name) -> dict:
+        obj = self.objects["pods"].get((namespace, name))
+        if obj is None:
+            raise Failure(404, "NotFound", f'pods "{name}" not found')
+        return obj
+
+    def get_pod(self, handler, query, body, namespace, name):
+        with self.lock:
+            obj = copy.deepcopy(self._pod(namespace, name))
+        handler.send_json(200, obj)
+
+    def patch_pod(self, handler, query, body, namespace, name):
+        if "merge-patch" not in handler.headers.get("Content-Type", ""):
+            raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
+        with self.lock:
+            current = self._pod(namespace, name)
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                raise Failure(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": '
+                                               "the object has been modified")  # fmt: skip
+            patched = merge_patch(current, body)
+            patched["metadata"].pop("resourceVersion", None)
+            obj = self._store("pods", patched)
+        handler.send_json(200, obj)
+
+    def bind_pod(self, handler, query, body, namespace, name):
+        target = (body.get("target") or {}).get("name")
+        if not target:
+            raise Failure(400, "BadRequest", "binding target is required")
+        with self.lock:
+            current = self._pod(namespace, name)
+            uid = (body.get("metadata") or {}).get("uid")
+            if uid and uid != current["metadata"]["uid"]:
+                raise Failure(409, "Conflict", "the pod's uid does not match the binding")
+            if current.get("spec", {}).get("nodeName"):
+                raise Failure(409, "Conflict", f"pod {name} is already assigned to node "
+                                               f"{current['spec']['nodeName']!r}")  # fmt: skip
+            bound = copy.deepcopy(current)
+            bound.setdefault("spec", {})["nodeName"] = target
+            bound["metadata"].pop("resourceVersion")
+            self._store("pods", bound)
+        # What a real API server answers: a Status, which the generated Binding model rejects.
+        handler.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                "code": 201})  # fmt: skip
+
+    def bind_via_bindings(self, handler, query, body, namespace):
+        return self.bind_pod(handler, query, body, namespace, (body.get("metadata") or {}).get("name", ""))
+
+    # events
+
+    def create_event(self, handler, query, body, namespace):
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("namespace", namespace)
+        if not meta.get("name"):
+            raise Failure(422, "Invalid", "metadata.name is required")
+        with self.lock:
+            if (namespace, meta["name"]) in self.objects["events"]:
+                raise Failure(409, "AlreadyExists", f'events "{meta["name"]}" already exists')
+            obj = self._store("events", body)
+        handler.send_json(201, obj)
+
+    def patch_event(self, handler, query, body, namespace, name):
+        with self.lock:
+            current = self.objects["events"].get((namespace, name))
+            if current is None:
+                raise Failure(404, "NotFound", f'events "{name}" not found')
+            patched = merge_patch(current, body)
+            patched["metadata"].pop("resourceVersion", None)
+            obj = self._store("events", patched)
+        handler.send_json(200, obj)
+
+    # leases
+
+    def get_lease(self, handler, query, body, namespace, name):
+        with self.lock:
+            obj = self.objects["leases"].get((namespace, name))
+            if obj is None:
+                raise Failure(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            obj = copy.deepcopy(obj)
+        handler.send_json(200, obj)
+
+    def create_lease(self, handler, query, body, namespace):
+        meta = body.setdefault("metadata", {})
+        with self.lock:
+            if (namespace, meta.get("name")) in self.objects["leases"]:
+                raise Failure(409, "AlreadyExists", f'leases.coordination.k8s.io "{meta.get("name")}" already exists')
+            meta["namespace"] = namespace
+            obj = self._store("leases", body)
+        handler.send_json(201, obj)
+
+    def replace_lease(self, handler, query, body, namespace, name):
+        with self.lock:
+            current = self.objects["leases"].get((namespace, name))
+            if current is None:
+                raise Failure(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted != current["metadata"]["resourceVersion"]:
+                raise Failure(409, "Conflict", f'Operation cannot be fulfilled on leases "{name}"')
+            body["metadata"].pop("resourceVersion")
+            body["metadata"]["namespace"] = namespace
+            obj = self._store("leases", body)
+        handler.send_json(200, obj)
+
+
+def gone_event(version: int) -> dict:
+    return {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                        "message": f"too old resource version: {version}",
+                                        "reason": "Expired", "code": 410}}  # fmt: skip
+
+
+def watch_event(change: str, old: dict | None, new: dict | None, terms) -> dict | None:
+    """What a watch with a field selector sees: leaving the selection reads as DELETED."""
+    was, now = matches(old, terms), matches(new, terms)
+    if change == "DELETED":
+        return {"type": "DELETED", "object": new} if was else None
+    if now:
+        return {"type": "MODIFIED" if was else "ADDED", "object": new}
+    if was:
+        return {"type": "DELETED", "object": new}
+    return None
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    standin: StandInApiServer
+
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass
+
+    def _handle(self, method: str):
+        try:
+            self.standin.dispatch(self, method)
+        except Failure as failure:
+            self.send_json(failure.code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                          "message": failure.message, "reason": failure.reason,
+                                          "code": failure.code})  # fmt: skip
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+
+    def do_GET(self):  # noqa: N802
+        self._handle("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._handle("POST")
+
+    def do_PUT(self):  # noqa: N802
+        self._handle("PUT")
+
+    def do_PATCH(self):  # noqa: N802
+        self._handle("PATCH")
+
+    def send_json(self, code: int, body: dict) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+
+    def send_chunk(self, event: dict) -> bool:
+        raw = json.dumps(event).encode() + b"\n"
+        try:
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            self.wfile.flush()
+            return True
+        except OSError:
+            self.close_connection = True
+            return False
+
+    def end_stream(self) -> None:
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+    def abort(self) -> None:
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

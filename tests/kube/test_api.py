@@ -1,0 +1,82 @@
+"""The one module of Kubernetes calls, over HTTP to the stand-in: results, errors, RBAC."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone
+
+from .conftest import node_object, pod_object
+
+
+def exercise_every_call(kube, apiserver):
+    """Call each method of KubeApi once, the way the agent does."""
+    apiserver.put("pods", pod_object("p1"))
+    apiserver.put("nodes", node_object("n1"))
+    pods, version = kube.list_pods("spec.schedulerName=hami-scheduler")
+    list(kube.watch_pods(version, "spec.schedulerName=hami-scheduler", timeout_seconds=1))
+    nodes, node_version = kube.list_nodes()
+    list(kube.watch_nodes(node_version, timeout_seconds=1))
+    pod = kube.get_pod("default", "p1")
+    kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}})
+    kube.bind_pod("default", "p1", pod["metadata"]["uid"], "n1")
+    kube.create_event("default", {"metadata": {"name": "p1.e"}, "involvedObject": {"kind": "Pod", "name": "p1"}})
+    kube.patch_event("default", "p1.e", {"count": 2})
+    assert kube.get_lease("ns", "lease") is None
+    lease = kube.create_lease("ns", {"metadata": {"name": "lease"}, "spec": {"holderIdentity": "a"}})
+    kube.replace_lease("ns", "lease", lease)
+
+
+def test_every_call_is_covered_by_the_rbac_rules_and_every_rule_is_used(kube, apiserver):
+    exercise_every_call(kube, apiserver)
+    used = apiserver.grants_used()
+    assert used <= set(RBAC_RULES), f"calls without an RBAC rule: {used - set(RBAC_RULES)}"
+    assert set(RBAC_RULES) <= used, f"rules no call needs: {set(RBAC_RULES) - used}"
+
+
+def test_the_binding_answer_is_a_status_and_does_not_break_the_client(kube, apiserver):
+    """The API server answers a Binding with a Status; the generated model used to raise ValueError."""
+    created = apiserver.put("pods", pod_object("p1"))
+    kube.bind_pod("default", "p1", created["metadata"]["uid"], "node-a")
+    assert apiserver.get("pods", "default", "p1")["spec"]["nodeName"] == "node-a"
+    with pytest.raises(ApiError) as caught:
+        kube.bind_pod("default", "p1", created["metadata"]["uid"], "node-b")
+    assert caught.value.status == 409
+
+
+def test_a_watch_streams_changes_after_the_listed_version(kube, apiserver):
+    apiserver.put("pods", pod_object("before"))
+    items, version = kube.list_pods()
+    apiserver.put("pods", pod_object("after"))
+    apiserver.delete("pods", "default", "before")
+    events = [(kind, obj["metadata"]["name"]) for kind, obj in kube.watch_pods(version, timeout_seconds=1)]
+    assert [obj["metadata"]["name"] for obj in items] == ["before"]
+    assert events == [("ADDED", "after"), ("DELETED", "before")]
+
+
+def test_a_watch_from_expired_history_raises_gone(kube, apiserver):
+    apiserver.put("pods", pod_object("p"))
+    _, version = kube.list_pods()
+    apiserver.put("pods", pod_object("q"))
+    apiserver.expire_history()
+    with pytest.raises(Gone) as caught:
+        list(kube.watch_pods(version, timeout_seconds=1))
+    assert caught.value.status == 410
+
+
+def test_merge_patch_with_a_stale_version_is_a_conflict(kube, apiserver):
+    apiserver.put("pods", pod_object("p"))
+    stale = kube.get_pod("default", "p")["metadata"]["resourceVersion"]
+    kube.patch_pod("default", "p", {"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(ApiError) as caught:
+        kube.patch_pod("default", "p", {"metadata": {"resourceVersion": stale, "annotations": {"k": "v"}}})
+    assert caught.value.status == 409
+    assert "modified" in caught.value.message
+
+
+def test_no_server_is_unavailable_not_a_crash(kube, apiserver):
+    apiserver.stop()
+    with pytest.raises(ApiUnavailable):
+        kube.list_nodes()
+    apiserver.start()
+    assert kube.list_nodes() == ([], str(apiserver.version))

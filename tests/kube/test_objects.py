@@ -1,0 +1,110 @@
+"""Reading pods and HAMi node annotations (pure functions, no server)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.kube import nodes, pods
+
+from .conftest import T4, node_object, pod_object, register
+
+
+def test_a_pod_becomes_what_submit_pod_takes():
+    pod = pod_object("train", gpu=2, mem=3000, cores=30, namespace="ml", priority=1000,
+                     annotations={"hami.io/gpu-scheduler-policy": "mutex,binpack",
+                                  "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+                                  "hami.io/vgpu-node": "old-node"})  # fmt: skip
+    pod["metadata"]["uid"] = "uid-1"
+    pod["spec"]["initContainers"] = [
+        {"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"}}}
+    ]
+    submitted = pods.submission(pod)
+    assert submitted == {
+        "namespace": "ml",
+        "name": "train",
+        "annotations": {"hami.io/gpu-scheduler-policy": "mutex,binpack"},
+        "containers": [
+            {"name": "main", "resources": {"limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000,
+                                                      "nvidia.com/gpucores": 30}}}  # fmt: skip
+        ],
+        "init_containers": [{"name": "warm", "resources": {"requests": {"nvidia.com/gpu": 1}}}],
+        "priority": 1000,
+        "uid": "uid-1",
+    }
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [("3", 3), ("3k", 3000), ("2Ki", 2048), ("2000m", 2), ("1e3", 1000), ("1500m", "1500m"), ("lots", "lots")],
+)
+def test_quantities_are_read_as_kubernetes_writes_them(written, read):
+    """Whole quantities become ints; the rest stays as written so the engine names the field."""
+    assert pods.quantity(written) == read
+
+
+def test_a_pod_without_priority_gets_zero_and_no_gpu_is_seen():
+    pod = pod_object("web", gpu=None)
+    assert pods.submission(pod)["priority"] == 0
+    assert not pods.asks_gpu(pod)
+    assert pods.asks_gpu(pod_object("gpu", gpu=1))
+
+
+def test_phases_that_end_a_pod():
+    assert pods.final_status(pod_object("a", phase="Succeeded")) == "succeeded"
+    assert pods.final_status(pod_object("a", phase="Failed")) == "failed"
+    assert pods.final_status(pod_object("a", phase="Running")) is None
+
+
+def test_nine_field_register_with_scores_and_cordon():
+    value = register(("GPU-a", 10, 15360, 100, T4, 0, True, 0, "hami-core"),
+                     ("GPU-b", 4, 15360, 50, T4, 1, False, 1, "hami-core"))  # fmt: skip
+    scores = json.dumps([{"uuid": "GPU-a", "score": {"GPU-b": 200, "GPU-gone": 90}}])
+    found = nodes.inventory(node_object("n1", value, **{"hami.io/node-nvidia-score": scores,
+                                                         "hami.io/device-cordon": "GPU-b",
+                                                         "hami.io/node-handshake": "Reported 2024"}))  # fmt: skip
+    assert found.name == "n1"
+    assert found.annotations == {"hami.io/device-cordon": "GPU-b"}
+    assert found.devices == [
+        {"uuid": "GPU-a", "index": 0, "type": T4, "slots": 10, "memory": 15360, "cores": 100, "numa": 0,
+         "health": True, "links": {"GPU-b": 200}, "mode": "hami-core"},
+        {"uuid": "GPU-b", "index": 1, "type": T4, "slots": 4, "memory": 15360, "cores": 50, "numa": 1,
+         "health": False, "links": {"GPU-a": 200}, "mode": "hami-core"},
+    ]  # fmt: skip
+
+
+def test_seven_field_register_indexes_by_position():
+    value = "GPU-x,10,32768,100,NVIDIA-V100,1,true:GPU-y,10,32768,100,NVIDIA-V100,1,true:"
+    found = nodes.inventory(node_object("old", value))
+    assert [(d["uuid"], d["index"], d["numa"]) for d in found.devices] == [("GPU-x", 0, 1), ("GPU-y", 1, 1)]
+    assert "mode" not in found.devices[0]
+
+
+def test_a_node_without_the_register_is_not_described():
+    assert nodes.inventory(node_object("cpu-only")) is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "named"),
+    [
+        ({"hami.io/node-nvidia-register": "GPU-a,10,lots,100,T4,0,true,0,x:"}, "hami.io/node-nvidia-register[0]"),
+        ({"hami.io/node-nvidia-register": "GPU-a,10,100:"}, "hami.io/node-nvidia-register[0]"),
+        ({"hami.io/node-nvidia-register": "GPU-a,10,1,100,T4,0,maybe,0,x:"}, "hami.io/node-nvidia-register[0]"),
+        ({"hami.io/node-nvidia-register": "GPU-a,10,1,100,T4,0,true,0,x:",
+          "hami.io/node-nvidia-score": "{not json"}, "hami.io/node-nvidia-score"),  # fmt: skip
+    ],
+)
+def test_malformed_annotations_name_the_annotation(annotations, named):
+    node = node_object("bad")
+    node["metadata"]["annotations"] = annotations
+    with pytest.raises(nodes.InventoryInvalid) as caught:
+        nodes.inventory(node)
+    assert caught.value.where == named
+    assert "bad" in str(caught.value)
+
+
+def test_ready_condition():
+    assert nodes.is_ready(node_object("a"))
+    assert not nodes.is_ready(node_object("a", ready=False))
+    assert nodes.is_ready({"metadata": {"name": "fresh"}})

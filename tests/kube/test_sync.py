@@ -1,0 +1,142 @@
+"""The watcher keeps the tables in step with the (stand-in) API server through trouble:
+relist after 410, resume after the server was down, a malformed node annotation."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from agents.kube.agent import KubeAgent
+from scheduling.models import Card, Node, Pod
+from scheduling.pipeline import run_cycle
+from scheduling.services import NOT_READY_REASON
+
+from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def pod_row(name: str, namespace: str = "default") -> Pod | None:
+    return Pod.objects.select_related("node").filter(namespace=namespace, name=name).first()
+
+
+def test_pods_of_our_scheduler_and_gpu_nodes_reach_the_tables(kube, apiserver):
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 2)))
+    apiserver.put("nodes", node_object("cpu-1"))  # no register: not described
+    ours = apiserver.put("pods", pod_object("train", gpu=1, mem=3000, namespace="ml", priority=100))
+    apiserver.put("pods", pod_object("web", scheduler="default-scheduler"))
+    agent = KubeAgent(kube, fast_options())
+    with running(agent):
+        wait_until(lambda: pod_row("train", "ml"), what="the pod row")
+        wait_until(lambda: Card.objects.filter(node__name="gpu-1").count() == 2, what="the cards")
+        row = pod_row("train", "ml")
+        assert (row.uid, row.priority, row.status) == (ours["metadata"]["uid"], 100, Pod.PENDING)
+        assert row.containers == [
+            {"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}
+        ]
+        assert pod_row("web") is None
+        assert not Node.objects.filter(name="cpu-1").exists()
+
+        apiserver.put("pods", pod_object("later", gpu=1))
+        wait_until(lambda: pod_row("later"), what="a pod created while watching")
+        apiserver.delete("pods", "ml", "train")
+        wait_until(lambda: pod_row("train", "ml").status == Pod.DELETED, what="the deleted pod released")
+
+
+def test_a_pod_that_ends_gives_its_cards_back(kube, apiserver):
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    apiserver.put("pods", pod_object("job", gpu=1, mem=4000))
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: pod_row("job") and Card.objects.filter(uuid="GPU-a-0").exists())
+        assert run_cycle().placed
+        wait_until(lambda: pod_row("job").status == Pod.RUNNING, what="bound")
+        assert Card.objects.get(uuid="GPU-a-0").used_memory == 4000
+        apiserver.update("pods", "default", "job", lambda pod: pod["status"].update(phase="Succeeded"))
+        wait_until(lambda: pod_row("job").status == Pod.SUCCEEDED, what="released on Succeeded")
+        card = Card.objects.get(uuid="GPU-a-0")
+        assert (card.used_slots, card.used_memory, card.used_cores) == (0, 0, 0)
+
+
+def test_expired_watch_history_is_recovered_by_listing_again(kube, apiserver, caplog):
+    """Changes the watch never saw (silent) are found by the relist that 410 forces."""
+    caplog.set_level(logging.INFO, "hamiadmin.kube")
+    apiserver.put("pods", pod_object("stays"))
+    apiserver.put("pods", pod_object("vanishes"))
+    agent = KubeAgent(kube, fast_options(watch_timeout=30))
+    with running(agent):
+        wait_until(lambda: pod_row("stays") and pod_row("vanishes"), what="both pods")
+        assert agent.pods.lists == 1
+        apiserver.put("pods", pod_object("missed"), silent=True)
+        apiserver.delete("pods", "default", "vanishes", silent=True)
+        apiserver.expire_history()
+        wait_until(lambda: pod_row("missed"), what="the pod created in the gap")
+        wait_until(lambda: pod_row("vanishes").status == Pod.DELETED, what="the pod deleted in the gap")
+        assert agent.pods.lists == 2
+        assert pod_row("stays").status == Pod.PENDING
+        apiserver.put("pods", pod_object("after"))
+        wait_until(lambda: pod_row("after"), what="watching again after the relist")
+    assert "listing again" in caplog.text
+
+
+def test_api_server_down_then_back_resumes_without_losing_changes(kube, apiserver, caplog):
+    """The server restarts on the same port with its history: the watch resumes from the
+    last resourceVersion (no relist) and delivers what changed meanwhile."""
+    apiserver.put("pods", pod_object("first"))
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    agent = KubeAgent(kube, fast_options(watch_timeout=30))
+    with running(agent):
+        wait_until(lambda: pod_row("first") and Node.objects.filter(name="gpu-1").exists())
+        apiserver.stop()
+        wait_until(lambda: "retrying in" in caplog.text, what="the agent noticing")
+        apiserver.put("pods", pod_object("while-down"))
+        apiserver.delete("pods", "default", "first")
+        apiserver.start()
+        wait_until(lambda: pod_row("while-down"), what="the change made while down")
+        wait_until(lambda: pod_row("first").status == Pod.DELETED, what="the deletion made while down")
+        assert agent.pods.lists == 1, "resumed from its resourceVersion, not listed again"
+
+
+def test_a_malformed_node_annotation_marks_that_node_not_ready_and_the_loop_goes_on(kube, apiserver, caplog):
+    apiserver.put("nodes", node_object("good", t4_register("GPU-g", 1)))
+    apiserver.put("nodes", node_object("broken", "GPU-b,10,lots-of-memory,100,T4,0,true,0,x:"))
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: Node.objects.filter(name="broken").exists() and Card.objects.filter(uuid="GPU-g-0"))
+        broken = Node.objects.get(name="broken")
+        assert not broken.ready
+        assert "hami.io/node-nvidia-register[0]" in broken.annotations[NOT_READY_REASON]
+        assert Node.objects.get(name="good").ready
+        # The loop keeps going: a fixed annotation makes the node ready, with its cards.
+        apiserver.update("nodes", "", "broken", lambda node: node["metadata"]["annotations"].update(
+            {"hami.io/node-nvidia-register": t4_register("GPU-b", 1)}))  # fmt: skip
+        wait_until(lambda: Node.objects.get(name="broken").ready, what="the fixed node")
+        assert NOT_READY_REASON not in Node.objects.get(name="broken").annotations
+        assert Card.objects.filter(node__name="broken", uuid="GPU-b-0").exists()
+    assert "malformed hami.io/node-nvidia-register[0]" in caplog.text
+
+
+def test_a_pending_pod_sees_node_not_ready_for_a_malformed_node(kube, apiserver):
+    apiserver.put("nodes", node_object("broken", "GPU-b,10,1:"))
+    apiserver.put("pods", pod_object("waits", gpu=1))
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: pod_row("waits") and Node.objects.filter(name="broken").exists())
+        report = run_cycle()
+        assert report.pending == [("default/waits", "0/1 nodes are available: 0 NodeNotReady")]
+
+
+def test_node_reported_not_ready_by_kubernetes(kube, apiserver):
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: Node.objects.filter(name="gpu-1", ready=True).exists())
+        apiserver.update("nodes", "", "gpu-1", lambda node: node["status"].update(
+            conditions=[{"type": "Ready", "status": "False"}]))  # fmt: skip
+        wait_until(lambda: not Node.objects.get(name="gpu-1").ready, what="not ready")
+        assert Node.objects.get(name="gpu-1").annotations[NOT_READY_REASON] == "Kubernetes reports the node NotReady"
+        assert Card.objects.filter(node__name="gpu-1", present=True).count() == 1, "cards kept"
+
+
+def test_resync_keeps_a_quiet_node_beating(kube, apiserver):
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    with running(KubeAgent(kube, fast_options(resync_seconds=0.2))):
+        first = wait_until(lambda: Node.objects.filter(name="gpu-1").values_list("last_heartbeat", flat=True).first())
+        wait_until(lambda: Node.objects.get(name="gpu-1").last_heartbeat > first, what="a later heartbeat")

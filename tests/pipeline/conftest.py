@@ -1,0 +1,96 @@
+"""Pipeline fixtures: a cluster through the same write paths agents use, and pods as dicts.
+
+Tests run on SQLite by default and on PostgreSQL when DATABASE_URL points there (CI).
+Triggers are kept local (no Redis) unless a test asks for `redis_url` and sets it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.db import connection
+
+from scheduling import services
+from scheduling.models import Pod
+from scheduling.pipeline.consistency import counter_drift, overcommitted
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def local_triggers(settings):
+    """No Celery tasks from ordinary tests; the Celery test turns Redis back on."""
+    settings.REDIS_URL = ""
+
+
+def t4(uuid: str, index: int, **extra) -> dict:
+    return {"uuid": uuid, "index": index, "type": "NVIDIA-Tesla T4", "memory": 15360, **extra}
+
+
+def card(uuid: str, index: int, memory: int = 8000, **extra) -> dict:
+    return {"uuid": uuid, "index": index, "memory": memory, **extra}
+
+
+def limits(gpu=None, mem=None, pct=None, cores=None) -> dict:
+    values = {"nvidia.com/gpu": gpu, "nvidia.com/gpumem": mem, "nvidia.com/gpumem-percentage": pct,
+              "nvidia.com/gpucores": cores}  # fmt: skip
+    return {"limits": {key: value for key, value in values.items() if value is not None}}
+
+
+def submit(name: str, gpu=None, mem=None, pct=None, cores=None, annotations=None, priority=0, **kwargs) -> Pod:
+    containers = kwargs.pop("containers", None) or [{"name": "main", "resources": limits(gpu, mem, pct, cores)}]
+    return services.submit_pod("default", name, annotations or {}, containers, kwargs.pop("init", []), priority, **kwargs)
+
+
+def reload(pod: Pod) -> Pod:
+    pod.refresh_from_db()
+    return pod
+
+
+def assert_consistent() -> None:
+    """Counters equal the sum of active allocations, and no card holds more than it has."""
+    assert counter_drift() == []
+    assert overcommitted() == []
+
+
+def database_url() -> str:
+    """The test database as a DATABASE_URL, for worker processes."""
+    conf = connection.settings_dict
+    if conf["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{Path(conf['NAME']).resolve()}"
+    auth = quote(conf["USER"] or "")
+    if conf.get("PASSWORD"):
+        auth += ":" + quote(conf["PASSWORD"])
+    host = f"{conf.get('HOST') or '127.0.0.1'}:{conf.get('PORT') or 5432}"
+    return f"postgres://{auth}@{host}/{conf['NAME']}"
+
+
+def worker_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.pop("REDIS_URL", None)
+    env.update({"DATABASE_URL": database_url(), "PYTHONPATH": str(REPO), "DJANGO_SETTINGS_MODULE": "hamiadmin.settings"})
+    env.update({key: str(value) for key, value in extra.items()})
+    return env
+
+
+def start_worker(*args: str, **env) -> subprocess.Popen:
+    """`tests.pipeline.cycle_worker` in its own process, against the test database."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.pipeline.cycle_worker", *args],
+        cwd=REPO,
+        env=worker_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(10)

@@ -1,0 +1,77 @@
+"""A real Celery worker against Redis places what is submitted, and what a release frees.
+
+The worker runs in its own process on the test database; only the broker and the trigger
+path (Redis flag, debounced task) connect it to this test.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scheduling import services, triggers
+from scheduling.locks import REDIS_LOCK_KEY, redis_client
+from scheduling.models import Cycle, Pod
+
+from .conftest import REPO, assert_consistent, card, submit, worker_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
+
+
+def wait_for(predicate, timeout: float, worker: subprocess.Popen) -> float:
+    started = time.monotonic()
+    while not predicate():
+        if worker.poll() is not None:
+            pytest.fail(f"the worker exited with {worker.returncode}")
+        if time.monotonic() - started > timeout:
+            pytest.fail(f"not within {timeout}s")
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def worker(redis_url, settings):
+    settings.REDIS_URL = redis_url
+    client = redis_client()
+    client.delete(triggers.REQUESTED_KEY, triggers.QUEUED_KEY, REDIS_LOCK_KEY)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "hamiadmin", "worker", "--pool=solo", "--loglevel=INFO",
+         "--without-gossip", "--without-mingle", "--without-heartbeat"],  # fmt: skip
+        cwd=REPO,
+        env=worker_env(REDIS_URL=redis_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def test_the_worker_places_submitted_pods_and_a_release_wakes_it(worker):
+    services.report_inventory("node1", {}, {}, [card("GPU-0", 0, slots=2), card("GPU-1", 1, slots=2)])
+    for n in range(4):
+        submit(f"p{n}", gpu=1, mem=1000)
+    wait_for(lambda: Pod.objects.filter(status=Pod.SCHEDULED).count() == 4, 60, worker)
+    submit("waiting", gpu=1, mem=1000)
+    wait_for(lambda: Pod.objects.get(name="waiting").attempts >= 1, 10, worker)
+    assert Pod.objects.get(name="waiting").status == Pod.PENDING
+
+    released = time.monotonic()
+    services.release_pod("default/p0", Pod.SUCCEEDED)
+    wait_for(lambda: Pod.objects.get(name="waiting").status == Pod.SCHEDULED, 5, worker)
+    latency = time.monotonic() - released
+    assert latency < 1.0, f"release to placement took {latency:.2f}s"
+    print(f"release to placement: {latency * 1000:.0f} ms")
+    assert set(Cycle.objects.values_list("worker", flat=True)) == {f"{socket.gethostname()}:{worker.pid}"}
+    assert_consistent()
