@@ -113,6 +113,8 @@ STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "static"))
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
 # gunicorn serves static files itself through WhiteNoise; in development it reads them from the finders.
 WHITENOISE_USE_FINDERS = DEBUG
+if not PRODUCTION:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing root
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

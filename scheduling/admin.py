@@ -15,6 +15,7 @@ from django.forms import ModelForm
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.engine.scenario import parse_config
@@ -185,7 +186,7 @@ class CardAdmin(WrittenByServices, admin.ModelAdmin):
         if not rows:
             return "none"
         return format_html_join(
-            format_html("<br>"),
+            mark_safe("<br>"),
             '<a href="{}">{}</a> [{}]: {} MiB, {}% cores',
             ((reverse("pod", args=[a.pod.namespace, a.pod.name]), a.pod.key, a.container_name, a.memory, a.cores)
              for a in rows),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import yaml
 from django.contrib.staticfiles import finders
-from django.db.models import Count, Max, OuterRef, Q, Subquery
+from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 from django.shortcuts import get_object_or_404
 
 from scheduling.engine import ScenarioError
@@ -298,7 +298,7 @@ def fingerprint() -> str:
     Pages poll it and re-render only when it moves. Agent heartbeats alone do not move it.
     """
     parts = [
-        Pod.objects.aggregate(n=Count("id"), at=Max("updated_at"), revision=Max("revision")),
+        Pod.objects.aggregate(n=Count("id"), at=Max("updated_at"), revisions=Sum("revision")),
         Allocation.objects.aggregate(
             last=Max("id"), released=Max("released_at"), active=Count("id", filter=Q(active=True))
         ),

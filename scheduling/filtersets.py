@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import django_filters as filters
+from django import forms
 from django.db.models import Q
+from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
@@ -95,8 +99,25 @@ class PendingFilterSet(filters.FilterSet):
         return qs.filter(Q(reason__contains=value) | Q(error__contains=value)) if value else qs
 
 
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time moved to UTC: databases refuse odd offsets such as -22:02."""
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if value is None:
+            return None
+        try:
+            return value.astimezone(dt.UTC)
+        except OverflowError:
+            raise forms.ValidationError("out of range once moved to UTC", code="invalid") from None
+
+
+class UtcDateTimeFilter(filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
+
+
 class CycleFilterSet(filters.FilterSet):
-    since = filters.IsoDateTimeFilter(field_name="started_at", lookup_expr="gte")
+    since = UtcDateTimeFilter(field_name="started_at", lookup_expr="gte", help_text="ISO 8601 time")
 
     class Meta:
         model = Cycle

@@ -9,6 +9,7 @@ and the process-local lock ends with the process.
 
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import contextmanager
 from functools import cache
@@ -17,6 +18,8 @@ from django.conf import settings
 from django.db import connection
 
 from .pipeline.options import option
+
+log = logging.getLogger(__name__)
 
 REDIS_LOCK_KEY = "hamiadmin:cycle-lock"
 ADVISORY_LOCK_KEY = 0x68616D69  # "hami"
@@ -46,25 +49,40 @@ def lock_kind() -> str:
     return "local"
 
 
+class Held:
+    """What `cycle_lock` yields: true when this caller holds the lock. `renew()` pushes a
+    Redis lock's expiry back, so a long run of cycles keeps it (a no-op for the others)."""
+
+    def __init__(self, held: bool, renew=None):
+        self.held = held
+        self._renew = renew
+
+    def __bool__(self) -> bool:
+        return self.held
+
+    def renew(self) -> None:
+        if self.held and self._renew is not None:
+            self._renew()
+
+
 @contextmanager
 def cycle_lock(wait: float = 0):
-    """Yield True when this caller holds the cycle lock, False when someone else does.
-
-    `wait` is how long to wait for it (0: do not wait).
+    """Yield a true `Held` when this caller holds the cycle lock, a false one when someone
+    else does. `wait` is how long to wait for it (0: do not wait).
     """
     kind = lock_kind()
     if kind == "none":
-        yield True
+        yield Held(True)
     elif kind == "redis":
         with _redis_lock(wait) as held:
             yield held
     elif kind == "advisory":
         with _advisory_lock(wait) as held:
-            yield held
+            yield Held(held)
     else:
         held = _local_lock.acquire(timeout=wait) if wait else _local_lock.acquire(blocking=False)
         try:
-            yield held
+            yield Held(held)
         finally:
             if held:
                 _local_lock.release()
@@ -78,8 +96,15 @@ def _redis_lock(wait: float):
         REDIS_LOCK_KEY, timeout=option("CYCLE_LOCK_TIMEOUT_SECONDS"), blocking=bool(wait), blocking_timeout=wait or None
     )
     held = lock.acquire()
+
+    def renew() -> None:
+        try:
+            lock.reacquire()
+        except LockError:
+            log.warning("the cycle lock expired under this worker; commits stay safe, cycles may overlap")
+
     try:
-        yield held
+        yield Held(held, renew)
     finally:
         if held:
             try:

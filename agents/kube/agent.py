@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from scheduling.engine import ScenarioError
 from scheduling.engine.encoding import decode_allocation
@@ -40,8 +40,9 @@ log = logging.getLogger("hamiadmin.kube.agent")
 @dataclass
 class AgentOptions:
     scheduler_name: str = "hami-scheduler"
-    #: Extender mode: kube-scheduler binds, so watch every pod (to release the ones that end)
-    #: and queue/bind none of them here.
+    #: Extender mode: watch every pod, so the ones kube-scheduler placed through the extender
+    #: (other scheduler names) are released when they end. Pods named for our scheduler are
+    #: still queued and bound here.
     extender: bool = False
     watch_timeout: int = 60
     resync_seconds: float = 20.0
@@ -111,7 +112,7 @@ class KubeAgent:
         try:
             informer.run(stop)
         finally:
-            close_old_connections()
+            connections.close_all()
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -130,13 +131,19 @@ class KubeAgent:
             log.info("leading: syncing pods (%s) and nodes", self.pod_selector() or "all pods")
             try:
                 while not stop.is_set() and self.is_leader():
-                    self.reconcile()
+                    try:
+                        self.reconcile()
+                    except Exception:  # noqa: BLE001 - database down, an odd row: next pass retries
+                        log.exception("reconcile pass failed")
+                        close_old_connections()
                     stop.wait(self.options.loop_seconds)
             finally:
                 term.set()
-                close_old_connections()
+                for informer in (self.pods, self.nodes):
+                    informer.interrupt()
+                connections.close_all()
             for thread in threads:
-                thread.join(timeout=1)
+                thread.join(timeout=5)
             if not stop.is_set():
                 log.warning("no longer leading: stopped writing")
         if elector_thread is not None:
@@ -153,11 +160,10 @@ class KubeAgent:
                     informer.resync()
         if self.pods is None or not self.pods.has_synced.is_set():
             return
-        if not self.options.extender:
-            self.bind_placed()
-            if now - self._events_at >= self.options.event_seconds:
-                self._events_at = now
-                self.report_waiting()
+        self.bind_placed()
+        if now - self._events_at >= self.options.event_seconds:
+            self._events_at = now
+            self.report_waiting()
 
     def _ours_unbound(self, row) -> dict | None:
         """The cached Kubernetes pod of this row if it is ours to bind: same uid, our
@@ -180,7 +186,11 @@ class KubeAgent:
             failures, not_before = self.bind_retry_at.get(row.uid, (0, 0.0))
             if now < not_before:
                 continue
-            result = self.binder.bind(row)
+            with self.pod_sync.lock:
+                row.refresh_from_db()
+                if row.status != Pod.SCHEDULED or self._ours_unbound(row) is None:
+                    continue
+                result = self.binder.bind(row)
             ref = PodRef(row.namespace, row.name, row.uid)
             if result.outcome == BOUND:
                 self.bind_retry_at.pop(row.uid, None)

@@ -13,6 +13,7 @@ or the client's exception types.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -244,25 +245,40 @@ class KubeApi:
             kwargs["field_selector"] = field_selector
         with translated():
             response = list_call(**kwargs)
-        return _events(response)
+        return WatchStream(response)
 
 
-def _events(response) -> Iterator[tuple[str, dict]]:
-    try:
-        with translated():
-            buffered = b""
-            for chunk in response.stream(amt=None, decode_content=False):
-                buffered += chunk
-                *lines, buffered = buffered.split(b"\n")
-                for line in lines:
-                    event = _parse_event(line)
-                    if event is not None:
-                        yield event
-            event = _parse_event(buffered)
-            if event is not None:
-                yield event
-    finally:
-        response.release_conn()
+class WatchStream:
+    """The events of one watch request. `close()` may be called from another thread: it cuts
+    the connection, so a reader blocked on a quiet watch returns at once."""
+
+    def __init__(self, response):
+        self.response = response
+
+    def __iter__(self) -> Iterator[tuple[str, dict]]:
+        try:
+            with translated():
+                buffered = b""
+                for chunk in self.response.stream(amt=None, decode_content=False):
+                    buffered += chunk
+                    *lines, buffered = buffered.split(b"\n")
+                    for line in lines:
+                        event = _parse_event(line)
+                        if event is not None:
+                            yield event
+                event = _parse_event(buffered)
+                if event is not None:
+                    yield event
+        finally:
+            self.response.release_conn()
+
+    def close(self) -> None:
+        sock = getattr(getattr(self.response, "connection", None), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _parse_event(line: bytes) -> tuple[str, dict] | None:

@@ -103,7 +103,7 @@ def place(row: Pod, names: list[str]) -> FilterAnswer | None:
     if report.skipped or report.conflicts:
         return None
     if report.placed:
-        return FilterAnswer(chosen=decision.node)
+        return FilterAnswer(chosen=decision.node, failed=dict(decision.failed_nodes))
     if report.rejected:
         return FilterAnswer(unresolvable=dict.fromkeys(names, decision.error or "invalid pod"))
     return FilterAnswer(failed=dict(decision.failed_nodes))

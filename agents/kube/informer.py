@@ -75,6 +75,7 @@ class Informer:
         self.resource_version = ""
         self.has_synced = threading.Event()
         self.lists = 0  # how many times the full list was read (tests and logs)
+        self._stream = None
 
     def snapshot(self) -> list[dict]:
         with self.lock:
@@ -95,6 +96,8 @@ class Informer:
                 log.info("%s: watch history expired (%s); listing again", self.name, exc)
                 self.resource_version = ""
             except (ApiUnavailable, ApiError) as exc:
+                if stop.is_set():  # interrupted on purpose
+                    return
                 delay = self.backoff.next_delay()
                 log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
                 stop.wait(delay)
@@ -115,8 +118,18 @@ class Informer:
         except Exception:  # noqa: BLE001 - the next resync tries again
             log.exception("%s: handling the full list failed", self.name)
 
+    def interrupt(self) -> None:
+        """Cut the open watch (from another thread) so `run` notices its stop event now."""
+        stream = self._stream
+        if stream is not None and hasattr(stream, "close"):
+            stream.close()
+
     def _watch(self, stop: threading.Event) -> None:
-        for kind, obj in self.watch_call(self.resource_version, self.watch_timeout):
+        self._stream = self.watch_call(self.resource_version, self.watch_timeout)
+        if stop.is_set():
+            self._stream.close()
+            return
+        for kind, obj in self._stream:
             version = (obj.get("metadata") or {}).get("resourceVersion")
             if kind == "BOOKMARK":
                 self.resource_version = version or self.resource_version

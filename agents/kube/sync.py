@@ -9,6 +9,7 @@ instance leads), and a bad object is logged and skipped, never fatal.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from scheduling import services
@@ -38,30 +39,59 @@ class PodSync(Handler):
         self.scheduler_name = scheduler_name
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
+        #: One writer at a time per pod table in this process: the watch thread, the resync
+        #: and the binder all read a row, then release or queue it; interleaved, a release
+        #: meant for an old incarnation could hit the new one.
+        self.lock = threading.RLock()
 
     # -- informer callbacks ---------------------------------------------------------------
 
     def changed(self, kind: str, obj: dict) -> None:
         if not self.may_write():
             return
-        if kind == "DELETED":
-            self.release(obj, Pod.DELETED)
-        else:
-            self.apply(obj)
+        with self.lock:
+            if kind == "DELETED":
+                self.release(obj, Pod.DELETED)
+            else:
+                self.apply(obj)
 
     def synced(self, objects: list[dict], listed: bool) -> None:
-        """Apply every pod; after a real list, also release pods that vanished unseen."""
+        """Apply every pod whose row is missing or differs (one query tells); after a real
+        list, also release pods that vanished unseen."""
         if not self.may_write():
             return
+        known = {
+            (namespace, name): (uid, digest, status)
+            for namespace, name, uid, digest, status in Pod.objects.values_list(
+                "namespace", "name", "uid", "spec_hash", "status"
+            )
+        }
         seen = set()
         for obj in objects:
-            seen.add(pod_objects.key_of(obj))
+            key = pod_objects.key_of(obj)
+            seen.add(key)
+            if self.up_to_date(obj, known.get(key)):
+                continue
             try:
-                self.apply(obj)
+                with self.lock:
+                    self.apply(obj)
             except Exception:  # noqa: BLE001 - one pod must not stop the others
-                log.exception("pod %s/%s could not be applied", *pod_objects.key_of(obj))
+                log.exception("pod %s/%s could not be applied", *key)
         if listed:
-            self.release_vanished(seen)
+            with self.lock:
+                self.release_vanished(seen)
+
+    def up_to_date(self, obj: dict, row: tuple | None) -> bool:
+        """A waiting pod whose row has its uid and spec: nothing to write."""
+        if row is None or pod_objects.node_of(obj) or pod_objects.final_status(obj):
+            return False
+        uid, digest, status = row
+        if status not in (Pod.PENDING, Pod.SCHEDULED, Pod.REJECTED) or uid != pod_objects.uid_of(obj):
+            return False
+        wanted = pod_objects.submission(obj)
+        return digest == services.spec_hash(
+            wanted["annotations"], wanted["containers"], wanted["init_containers"], wanted["priority"]
+        )
 
     # -- the rules ------------------------------------------------------------------------
 
@@ -99,6 +129,10 @@ class PodSync(Handler):
 
     def queue(self, obj: dict) -> None:
         arguments = pod_objects.submission(obj)
+        previous = Pod.objects.filter(namespace=arguments["namespace"], name=arguments["name"]).first()
+        if previous is not None and previous.uid and previous.uid != arguments["uid"]:
+            if previous.status in ACTIVE:  # an earlier pod of that name, deleted unseen
+                self._release_row(previous, Pod.DELETED)
         try:
             services.submit_pod(**arguments, validate=False)
         except PodInvalid as exc:

@@ -6,7 +6,7 @@ import io
 
 from django.conf import settings
 from rest_framework import status
-from rest_framework.exceptions import APIException, ParseError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 
 
@@ -34,6 +34,30 @@ class BoundedJSONParser(JSONParser):
         if limit is not None and len(raw) > limit:
             raise too_large
         try:
-            return super().parse(io.BytesIO(raw), media_type, parser_context)
+            body = super().parse(io.BytesIO(raw), media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply.") from None
+        where = nul_character_at(body)
+        if where is not None:
+            raise ValidationError({where or "non_field_errors": ["must not contain NUL (\\u0000) characters"]})
+        return body
+
+
+def nul_character_at(body) -> str | None:
+    """The path of a string (value or key) holding a NUL character, which no name
+    needs and PostgreSQL cannot store; None if there is none. Iterative: bodies may be deep."""
+    stack = [("", body)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return path
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                child = f"{path}.{key}" if path else str(key)
+                if "\x00" in key:
+                    return child.replace("\x00", "\\u0000")
+                stack.append((child, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+    return None

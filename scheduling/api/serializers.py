@@ -281,6 +281,21 @@ class AgentReportSerializer(serializers.Serializer):
     annotations = serializers.DictField(required=False, default=dict)
     devices = serializers.ListField(allow_empty=True)
 
+    #: Card numbers the database stores as 32-bit integers (the engine checks the rest).
+    CARD_INTEGERS = {"index": 0, "slots": 0, "memory": 0, "cores": 0, "numa": -INT32 - 1}
+
+    def validate(self, attrs):
+        for position, card in enumerate(attrs["devices"]):
+            if not isinstance(card, dict):
+                continue
+            for name, low in self.CARD_INTEGERS.items():
+                value = card.get(name)
+                if isinstance(value, int | float) and not isinstance(value, bool) and value > INT32:
+                    raise serializers.ValidationError({f"devices[{position}].{name}": [f"must be at most {INT32}"]})
+                if isinstance(value, int | float) and not isinstance(value, bool) and value < low:
+                    raise serializers.ValidationError({f"devices[{position}].{name}": [f"must be at least {low}"]})
+        return attrs
+
 
 class AgentReportDocSerializer(AgentReportSerializer):
     """The same body with the card fields spelled out (schema only)."""

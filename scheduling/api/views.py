@@ -55,6 +55,11 @@ class RoleView:
     read_role = VIEWER
     write_role = OPERATOR
 
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        if any("\x00" in str(value) for value in kwargs.values()):
+            raise NotFound("Not found.")  # no name holds a NUL, and PostgreSQL text cannot
+
 
 def active_allocations() -> Prefetch:
     return Prefetch(
@@ -331,12 +336,14 @@ class DecisionViewSet(RoleView, viewsets.ReadOnlyModelViewSet):
         return Decision.objects.select_related("pod").order_by("-id")
 
     def list(self, request, *args, **kwargs):
+        decisions = self.filter_queryset(self.get_queryset())  # validates the filters first
         key = request.query_params.get("pod")
         if key:
             namespace, _, name = key.rpartition("/")
             if not Pod.objects.filter(namespace=namespace or "default", name=name).exists():
                 raise NotFound(f"no pod {namespace or 'default'}/{name}")
-        return super().list(request, *args, **kwargs)
+        page = self.paginate_queryset(decisions)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
 
 @extend_schema_view(

@@ -107,7 +107,10 @@ def _prepared(model, names: list[str]):
     quoted = [db.ops.quote_name(field.column) for field in fields]
 
     def values(row: dict) -> list:
-        return [field.get_db_prep_save(row[field.attname], db) for field in fields]
+        return [
+            field.get_db_prep_save(row[field.attname] if field.attname in row else field.get_default(), db)
+            for field in fields
+        ]
 
     return db, quoted, values
 

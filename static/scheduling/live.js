@@ -16,7 +16,7 @@
   }
 
   function swap() {
-    return fetch(window.location.href, { credentials: "same-origin", headers: { "X-Live-Refresh": "1" } })
+    return fetch(window.location.href, { credentials: "same-origin" })
       .then(function (response) {
         if (!response.ok) throw new Error("HTTP " + response.status);
         return response.text();

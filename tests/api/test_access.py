@@ -127,3 +127,23 @@ def test_refused_write_changes_nothing(world, viewer):
 @pytest.mark.django_db
 def test_open_without_credentials(client_for, path):
     assert client_for(None).get(path).status_code == 200
+
+
+@pytest.mark.django_db
+def test_browser_session_works_and_writes_need_the_csrf_token(cluster):
+    from django.contrib.auth.models import User
+    from rest_framework.test import APIClient
+
+    from scheduling.api.permissions import role_group
+
+    user = User.objects.create_user("olga", password="a-long-password-1")
+    user.groups.add(role_group("operator"))
+    browser = APIClient(enforce_csrf_checks=True)
+    assert browser.login(username="olga", password="a-long-password-1")
+    assert browser.get("/api/v1/nodes/").status_code == 200
+    refused = browser.post("/api/v1/pods/", gpu_pod("p"), format="json")
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+    secret = "s3cr3t" * 5 + "ab"  # the csrftoken cookie a page would set; the header repeats it
+    browser.cookies["csrftoken"] = secret
+    accepted = browser.post("/api/v1/pods/", gpu_pod("p"), format="json", HTTP_X_CSRFTOKEN=secret)
+    assert accepted.status_code == 201, accepted.content

@@ -99,6 +99,8 @@ INVALID = [
     (lambda b: b["devices"][1].pop("memory"), "devices[1].memory"),
     (lambda b: b["devices"][1].update(memory=-1), "devices[1].memory"),
     (lambda b: b["devices"][1].update(memory="lots"), "devices[1].memory"),
+    (lambda b: b["devices"][1].update(memory=2**31), "devices[1].memory"),
+    (lambda b: b["devices"][1].update(numa=-(2**31) - 1), "devices[1].numa"),
     (lambda b: b["devices"][1].update(slots=1.5), "devices[1].slots"),
     (lambda b: b["devices"][1].update(cores=-10), "devices[1].cores"),
     (lambda b: b["devices"][1].update(health="yes"), "devices[1].health"),
@@ -134,3 +136,9 @@ def test_report_is_throttled(client_for, monkeypatch):
     agent = client_for("agent:node1")
     codes = [report(agent, report_body("node1", t4("GPU-a", 0))).status_code for _ in range(3)]
     assert codes == [200, 200, 429]
+
+
+def test_nul_characters_refuse_the_report(client_for):
+    answer = report(client_for("agent:node1"), report_body("node1", t4("GPU-a", 0, mode="x\u0000")))
+    assert answer.status_code == 400 and "devices[0].mode" in answer.json()
+    assert cluster_rows() == ([], [])

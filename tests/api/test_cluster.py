@@ -62,6 +62,7 @@ def test_cards_filter(cluster, client_for, operator, viewer, query, uuids):
         ("cards/?health=maybe", "health"),
         ("nodes/?ready=1", "ready"),
         ("cycles/?since=yesterday", "since"),
+        ("cycles/?since=0001-01-01T00:00:00%2B10:00", "since"),
         ("decisions/?cycle=abc", "cycle"),
         ("decisions/?outcome=lucky", "outcome"),
         ("pods/?status=sleeping", "status"),

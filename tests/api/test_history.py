@@ -57,6 +57,9 @@ def test_cycles_show_counts_and_durations(cluster, operator, viewer):
     [cycle] = results(viewer.get("/api/v1/cycles/"))
     assert (cycle["considered"], cycle["placed"], cycle["pending"], cycle["nodes"]) == (2, 1, 1, 2)
     assert cycle["duration_ms"] > 0 and cycle["trigger"] == "test"
+    # any offset works: the time is moved to UTC before it reaches the database
+    assert len(results(viewer.get("/api/v1/cycles/?since=1396-03-23T15:45:57.9-22:02"))) == 1
+    assert results(viewer.get("/api/v1/cycles/?since=9999-12-31T23:00:00-00:30")) == []
 
 
 def test_config_reads_defaults_and_admin_changes_are_recorded(cluster, admin, operator, viewer):

@@ -250,3 +250,25 @@ def test_submit_is_throttled_per_user(operator, monkeypatch):
     codes = [submit(operator, gpu_pod(f"p{i}")).status_code for i in range(3)]
     assert codes == [201, 201, 429]
     assert operator.get("/api/v1/pods/").status_code == 200  # reads are not throttled
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda b: b["annotations"].update(note="a\u0000b"), "annotations.note"),
+        (lambda b: b["containers"][0].update(name="main\u0000"), "containers[0].name"),
+        (lambda b: b["containers"][0].update(env={"K\u0000": "v"}), "containers[0].env.K\\u0000"),
+    ],
+)
+def test_nul_characters_are_refused_naming_the_place(operator, change, field):
+    """No name needs one, and PostgreSQL can store none (text and jsonb)."""
+    body = gpu_pod("p")
+    change(body)
+    answer = submit(operator, body)
+    assert answer.status_code == 400 and field in answer.json(), answer.content
+    assert written() == (0, 0, 0)
+
+
+def test_nul_in_a_path_is_404(operator):
+    assert operator.get("/api/v1/pods/default/p%00/").status_code == 404
+    assert operator.post("/api/v1/cards/G%00/cordon/").status_code == 404

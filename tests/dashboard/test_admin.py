@@ -207,3 +207,29 @@ def test_new_cluster_config_goes_through_services(admin_client, woken, django_ca
     bad = admin_client.post(url, {**form, "node_scheduler_policy": "sideways"})
     assert bad.status_code == 200 and "must be binpack or spread" in bad.content.decode()
     assert SchedulerConfig.objects.count() == 1
+
+
+def test_requeue_refuses_a_placed_pod_and_rereads_a_parked_one(admin_client):
+    report_demo_cluster()
+    submit("placed", mem=1000)
+    from scheduling import services
+
+    services.submit_pod("default", "bad-weights", {"hami.io/device-scoring-weights": "slot=1"},
+                        [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1}}}], validate=False)  # fmt: skip
+    cycle()
+    parked = Pod.objects.get(name="bad-weights")
+    assert parked.parked and "device-scoring-weights" in parked.error
+    answer = admin_client.post(
+        changelist("pod"),
+        {"action": "requeue", "_selected_action": [str(Pod.objects.get(name="placed").pk), str(parked.pk)]},
+        follow=True,
+    )
+    text = answer.content.decode().lower()  # the admin capitalises messages
+    assert "requeued: default/bad-weights" in text
+    assert "not requeued: default/placed: only a waiting pod can be requeued" in text
+    assert Pod.objects.get(name="placed").status == Pod.SCHEDULED
+    parked.refresh_from_db()
+    assert parked.parked is False
+    cycle()
+    parked.refresh_from_db()
+    assert parked.parked is True and Decision.objects.filter(pod=parked).count() == 2

@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 
 import pytest
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from agents.kube.agent import AgentOptions, KubeAgent
 from agents.kube.api import api_for_host
@@ -131,7 +131,7 @@ def running(agent: KubeAgent):
         except BaseException as exc:  # noqa: BLE001 - surfaced below
             failures.append(exc)
         finally:
-            close_old_connections()
+            connections.close_all()
 
     thread = threading.Thread(target=target, name="test-kube-agent", daemon=True)
     thread.start()

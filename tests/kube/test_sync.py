@@ -140,3 +140,50 @@ def test_resync_keeps_a_quiet_node_beating(kube, apiserver):
     with running(KubeAgent(kube, fast_options(resync_seconds=0.2))):
         first = wait_until(lambda: Node.objects.filter(name="gpu-1").values_list("last_heartbeat", flat=True).first())
         wait_until(lambda: Node.objects.get(name="gpu-1").last_heartbeat > first, what="a later heartbeat")
+
+
+def test_a_pod_replaced_unseen_by_one_of_the_same_name_frees_the_old_cards(kube, apiserver):
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    apiserver.put("pods", pod_object("p", gpu=1, mem=5000))
+    agent = KubeAgent(kube, fast_options(watch_timeout=30))
+    with running(agent):
+        wait_until(lambda: pod_row("p") and Card.objects.exists())
+        run_cycle()
+        wait_until(lambda: pod_row("p").status == Pod.RUNNING, what="bound")
+        old_uid = pod_row("p").uid
+        apiserver.delete("pods", "default", "p", silent=True)
+        apiserver.put("pods", pod_object("p", gpu=1, mem=5000), silent=True)
+        apiserver.expire_history()
+        wait_until(lambda: pod_row("p").uid != old_uid, what="the new pod queued")
+        row = pod_row("p")
+        assert row.status == Pod.PENDING, (row.uid, old_uid, row.status, row.reason, row.revision)
+        assert Card.objects.get(uuid="GPU-a-0").used_memory == 0, "the old pod's cards are free"
+
+
+def test_resync_does_not_rewrite_pods_that_did_not_change(kube, apiserver):
+    apiserver.put("pods", pod_object("quiet", gpu=1))
+    agent = KubeAgent(kube, fast_options(resync_seconds=0.05))
+    with running(agent):
+        before = wait_until(lambda: pod_row("quiet"))
+        wait_until(lambda: agent.pods is not None and agent.pods.has_synced.is_set())
+        for _ in range(10):
+            agent.pods.resync()
+    after = pod_row("quiet")
+    assert (after.updated_at, after.revision) == (before.updated_at, before.revision)
+
+
+def test_extender_mode_releases_pods_kube_scheduler_placed(kube, apiserver):
+    """Those pods carry another scheduler name: only the all-pods watch sees them end."""
+    from agents.kube.binder import Binder
+    from agents.kube.extender import bind_pod, filter_pod
+
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    created = apiserver.put("pods", pod_object("ext", gpu=1, mem=6000, scheduler="default-scheduler"))
+    with running(KubeAgent(kube, fast_options(extender=True))):
+        wait_until(lambda: Card.objects.filter(uuid="GPU-a-0").exists())
+        assert filter_pod(created, ["gpu-1"]).chosen == "gpu-1"
+        assert bind_pod(Binder(kube), "default", "ext", created["metadata"]["uid"], "gpu-1") == ""
+        assert Card.objects.get(uuid="GPU-a-0").used_memory == 6000
+        apiserver.update("pods", "default", "ext", lambda pod: pod["status"].update(phase="Failed"))
+        wait_until(lambda: pod_row("ext").status == Pod.FAILED, what="released when it ended")
+        assert Card.objects.get(uuid="GPU-a-0").used_memory == 0

@@ -94,10 +94,8 @@ def assert_every_pod_is_accounted_for() -> None:
         rows = allocations.get(pod.pk, [])
         if pod.status == Pod.SCHEDULED:
             asked = pod.containers[0]["resources"]["limits"].get("nvidia.com/gpu", 1)
-            decoded = decode_allocation(pod.allocated)
-            assert [(uuid, memory, cores) for uuid, memory, cores in decoded[0]] == sorted(
-                [(uuid, memory, cores) for _, uuid, memory, cores, _ in rows], key=lambda r: [u for u, *_ in decoded[0]].index(r[0])
-            ), pod.name
+            (written,) = decode_allocation(pod.allocated)
+            assert sorted(written) == sorted((uuid, memory, cores) for _, uuid, memory, cores, _ in rows), pod.name
             assert len(rows) == asked and len({uuid for _, uuid, *_ in rows}) == asked, pod.name
             assert {node for *_, node in rows} == {pod.node.name}, pod.name
         else:
