@@ -114,7 +114,10 @@ STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else 
 # gunicorn serves static files itself through WhiteNoise; in development it reads them from the finders.
 WHITENOISE_USE_FINDERS = DEBUG
 if not PRODUCTION:
-    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing root
+    # The embedded default keeps its SQLite file and broker folder here; WhiteNoise warns
+    # about a missing static root.
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

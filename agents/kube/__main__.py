@@ -50,8 +50,8 @@ def build_parser(default_scheduler: str) -> argparse.ArgumentParser:
     parser.add_argument("--identity", default=None,
                         help="this replica's name in the Lease (default: $POD_NAME, else host name)")  # fmt: skip
     parser.add_argument("--extender", action="store_true",
-                        help="also release pods kube-scheduler placed through /extender/ when they "
-                             "end (watches all pods, not only --scheduler-name's)")  # fmt: skip
+                        help="kube-scheduler places and binds through /extender/: only report nodes "
+                             "and release pods that end (watches all pods)")  # fmt: skip
     parser.add_argument("--watch-timeout", type=int, default=60, help="seconds per watch request (default 60)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser

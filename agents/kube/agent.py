@@ -1,7 +1,8 @@
 """The watcher: keeps the scheduler's tables in step with Kubernetes and binds what it places.
 
 While this instance holds the Lease it runs two informers (pods of our scheduler name,
-or all pods in extender mode; nodes) and, in its own loop:
+or all pods in extender mode, where kube-scheduler places and binds; nodes) and, in its
+own loop (watcher mode):
 
 - binds pods a cycle has placed (status `scheduled`) that Kubernetes still shows unbound,
   with back-off per pod after a failed Binding;
@@ -40,9 +41,8 @@ log = logging.getLogger("hamiadmin.kube.agent")
 @dataclass
 class AgentOptions:
     scheduler_name: str = "hami-scheduler"
-    #: Extender mode: watch every pod, so the ones kube-scheduler placed through the extender
-    #: (other scheduler names) are released when they end. Pods named for our scheduler are
-    #: still queued and bound here.
+    #: Extender mode: kube-scheduler places and binds through /extender/; this agent only
+    #: reports nodes and watches every pod to release the ones that end.
     extender: bool = False
     watch_timeout: int = 60
     resync_seconds: float = 20.0
@@ -66,7 +66,8 @@ class KubeAgent:
         name = self.options.scheduler_name
         self.events = EventRecorder(api, name, identity, self.options.event_refresh_seconds)
         self.binder = Binder(api, complete_phase=self.options.complete_bind_phase)
-        self.pod_sync = PodSync(api, name, self.is_leader, on_release=self.events.forget)
+        self.pod_sync = PodSync(api, name, self.is_leader, on_release=self.events.forget,
+                                queue_pods=not self.options.extender)  # fmt: skip
         self.node_sync = NodeSync(self.is_leader)
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
@@ -160,6 +161,8 @@ class KubeAgent:
                     informer.resync()
         if self.pods is None or not self.pods.has_synced.is_set():
             return
+        if self.options.extender:
+            return  # kube-scheduler binds, and writes its own events from our FailedNodes
         self.bind_placed()
         if now - self._events_at >= self.options.event_seconds:
             self._events_at = now

@@ -121,8 +121,6 @@ class Binder:
                     current = self.api.get_pod(row.namespace, row.name)
                     if pod_objects.node_of(current) != node:
                         raise BoundElsewhere(pod_objects.node_of(current) or "?") from exc
-            if self.complete_phase:
-                self.annotate(row, {pod_objects.BIND_PHASE: "success"})
         except PodGone:
             services.release_pod(row, Pod.DELETED)
             return BindResult(GONE, "the pod was deleted or replaced")
@@ -136,8 +134,15 @@ class Binder:
             self._mark_failed(row)
             requeue(row, f"binding to {node} failed: {exc}")
             return BindResult(FAILED, str(exc))
+        # Bound: from here on nothing is undone, whatever the last patch meets.
         services.mark_running(row)
         log.info("pod %s bound to %s (%s)", row.key, node, row.allocated)
+        if self.complete_phase:
+            try:
+                self.annotate(row, {pod_objects.BIND_PHASE: "success"})
+            except (ApiError, ApiUnavailable, PodGone, BoundElsewhere) as exc:
+                log.warning("pod %s is bound but bind-phase stays allocating: %s", row.key, exc)
+                return BindResult(BOUND, f"bind-phase not updated: {exc}")
         return BindResult(BOUND)
 
     def _mark_failed(self, row: Pod) -> None:

@@ -31,12 +31,14 @@ def always() -> bool:
 
 
 class PodSync(Handler):
-    """Pods of one scheduler name (or all pods, for extender mode's releases)."""
+    """Pods of one scheduler name, queued and released; or (`queue_pods` off, extender mode)
+    every pod, only released when it ends."""
 
     def __init__(self, api: KubeApi, scheduler_name: str, may_write: Callable[[], bool] = always,
-                 on_release: Callable[[str], None] | None = None):  # fmt: skip
+                 on_release: Callable[[str], None] | None = None, queue_pods: bool = True):  # fmt: skip
         self.api = api
         self.scheduler_name = scheduler_name
+        self.queue_pods = queue_pods
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
         #: One writer at a time per pod table in this process: the watch thread, the resync
@@ -113,7 +115,7 @@ class PodSync(Handler):
             return
         node = pod_objects.node_of(obj)
         if not node:
-            if pod_objects.scheduler_of(obj) == self.scheduler_name:
+            if self.queue_pods and pod_objects.scheduler_of(obj) == self.scheduler_name:
                 self.queue(obj)
             return
         row = self.row_for(obj)

@@ -208,12 +208,17 @@ def submission_warnings(pod: Pod, config) -> dict[str, list[str]]:
     create=extend_schema(
         tags=["pods"],
         request=s.PodSubmitDocSerializer,
-        responses={201: s.PodSubmittedSerializer, 400: ERRORS, 409: ERRORS, 413: ERRORS, 429: ERRORS, **REFUSED},
+        responses={
+            201: s.PodSubmittedSerializer,
+            200: OpenApiResponse(s.PodSubmittedSerializer, description="the pod existed: updated or unchanged"),
+            400: ERRORS, 413: ERRORS, 415: ERRORS, 429: ERRORS, **REFUSED,
+        },  # fmt: skip
         description=(
             "Submit a pod. Resources and annotations are validated as SPEC 2, 3 and 5 say; an "
             "invalid pod is refused with errors keyed by the field, e.g. "
             "`annotations.hami.io/device-scoring-weights`. Unknown chain names are accepted and "
-            "reported in `warnings`."
+            "reported in `warnings`. The same pod again changes nothing (200); a new spec re-queues "
+            "a waiting pod; a placed pod may change its annotations, not its containers."
         ),
     ),
     destroy=extend_schema(

@@ -228,3 +228,15 @@ def test_only_the_leader_writes(kube, apiserver):
         wait_until(lambda: follower.is_leader(), what="the takeover")
         wait_until(lambda: Pod.objects.filter(name="train").exists(), what="the new leader's sync")
     assert apiserver.get("leases", "hamiadmin", "kube-agent")["spec"]["holderIdentity"] == "", "released on stop"
+
+
+def test_a_failure_after_the_binding_undoes_nothing(kube, apiserver):
+    """The pod is on its node: a refused last patch must not release its cards."""
+    placed = place(apiserver)
+    apiserver.before("POST", "/pods/train/binding",
+                     lambda: apiserver.fail("PATCH", r"/pods/train$", 500, times=10))  # fmt: skip
+    result = Binder(kube).bind(placed)
+    assert result.outcome == BOUND and "bind-phase not updated" in result.detail
+    assert row("train").status == Pod.RUNNING
+    assert Card.objects.get(uuid="GPU-a-0").used_slots == 1
+    assert kube_pod(apiserver, "train")["spec"]["nodeName"] == "gpu-1"

@@ -179,8 +179,13 @@ def test_extender_mode_releases_pods_kube_scheduler_placed(kube, apiserver):
 
     apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
     created = apiserver.put("pods", pod_object("ext", gpu=1, mem=6000, scheduler="default-scheduler"))
-    with running(KubeAgent(kube, fast_options(extender=True))):
+    apiserver.put("pods", pod_object("named-for-us", gpu=1))  # kube-scheduler's business here
+    agent = KubeAgent(kube, fast_options(extender=True))
+    with running(agent):
         wait_until(lambda: Card.objects.filter(uuid="GPU-a-0").exists())
+        wait_until(lambda: agent.pods is not None and agent.pods.has_synced.is_set(), what="pods listed")
+        assert agent.pods.get("default", "named-for-us") is not None, "all pods are watched"
+        assert pod_row("named-for-us") is None, "extender mode queues nothing itself"
         assert filter_pod(created, ["gpu-1"]).chosen == "gpu-1"
         assert bind_pod(Binder(kube), "default", "ext", created["metadata"]["uid"], "gpu-1") == ""
         assert Card.objects.get(uuid="GPU-a-0").used_memory == 6000

@@ -71,6 +71,10 @@ def test_the_redis_lock_of_a_dead_worker_expires(redis_url, settings):
     time.sleep(0.6)
     with locks.cycle_lock() as held:
         assert held
+        for _ in range(3):  # a long run of cycles renews its lock and keeps it
+            time.sleep(0.3)
+            held.renew()
+        assert client.exists(locks.REDIS_LOCK_KEY)
     assert not client.exists(locks.REDIS_LOCK_KEY)
 
 
