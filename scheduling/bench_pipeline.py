@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,10 +63,10 @@ def admin_sql(url: str, *statements: str) -> str | None:
     return None
 
 
-def run_child(database_url: str, backend: str, nodes: int, pods: int) -> dict:
+def run_child(database_url: str, backend: str, nodes: int, pods: int, scratch: str) -> dict:
     env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL",)}
-    env.update({"DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "hamiadmin.settings", "LOG_LEVEL": "WARNING"})
-    env["HAMIADMIN_VAR_DIR"] = env.get("HAMIADMIN_VAR_DIR") or tempfile.mkdtemp(prefix="hamiadmin-bench-var-")
+    env.update({"DATABASE_URL": database_url, "DJANGO_SETTINGS_MODULE": "hamiadmin.settings", "LOG_LEVEL": "WARNING",
+                "HAMIADMIN_VAR_DIR": scratch})  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "scheduling.bench_pipeline", "--child", backend, "--nodes", str(nodes), "--pods", str(pods)],
         cwd=REPO, env=env, capture_output=True, text=True, check=False,
@@ -98,30 +99,37 @@ def print_table(rows: list[dict]) -> None:
 
 def main_parent(args) -> None:
     rows = []
-    for backend in args.backends.split(","):
-        for nodes in (int(n) for n in args.nodes.split(",")):
-            print(f"running {backend} with {nodes} nodes x 8 cards, {args.pods} pods ...", file=sys.stderr, flush=True)
-            if backend == "sqlite":
-                folder = tempfile.mkdtemp(prefix="hamiadmin-bench-")
-                rows.append(run_child(f"sqlite:///{folder}/bench.sqlite3", backend, nodes, args.pods))
-                for leftover in Path(folder).glob("*"):
-                    leftover.unlink()
-                Path(folder).rmdir()
-            elif backend == "postgresql":
-                server = postgres_server_url()
-                error = admin_sql(server, f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)",
-                                  f"CREATE DATABASE {BENCH_DATABASE}")  # fmt: skip
-                if error:
-                    rows.append({"backend": backend, "nodes": nodes, "skipped": f"skipped: PostgreSQL not reachable ({error})"})
-                    continue
-                try:
-                    rows.append(run_child(with_database(server, BENCH_DATABASE), backend, nodes, args.pods))
-                finally:
-                    admin_sql(server, f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
-            else:
-                raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
+    scratch = tempfile.mkdtemp(prefix="hamiadmin-bench-")
+    try:
+        for backend in args.backends.split(","):
+            for nodes in (int(n) for n in args.nodes.split(",")):
+                print(f"running {backend} with {nodes} nodes x 8 cards, {args.pods} pods ...", file=sys.stderr, flush=True)
+                rows.append(run_backend(backend, nodes, args.pods, scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     sys.stderr.flush()
     print_table(rows)
+
+
+def run_backend(backend: str, nodes: int, pods: int, scratch: str) -> dict:
+    if backend == "sqlite":
+        database = Path(scratch) / f"bench-{nodes}.sqlite3"
+        try:
+            return run_child(f"sqlite:///{database}", backend, nodes, pods, scratch)
+        finally:
+            for leftover in Path(scratch).glob(f"{database.name}*"):
+                leftover.unlink()
+    if backend == "postgresql":
+        server = postgres_server_url()
+        drop = f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)"
+        error = admin_sql(server, drop, f"CREATE DATABASE {BENCH_DATABASE}")
+        if error:
+            return {"backend": backend, "nodes": nodes, "skipped": f"skipped: PostgreSQL not reachable ({error})"}
+        try:
+            return run_child(with_database(server, BENCH_DATABASE), backend, nodes, pods, scratch)
+        finally:
+            admin_sql(server, drop)
+    raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
 
 
 # --- the child: one database, one cluster size ---------------------------------------------

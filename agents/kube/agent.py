@@ -66,7 +66,7 @@ class KubeAgent:
         name = self.options.scheduler_name
         self.events = EventRecorder(api, name, identity, self.options.event_refresh_seconds)
         self.binder = Binder(api, complete_phase=self.options.complete_bind_phase)
-        self.pod_sync = PodSync(api, name, self.is_leader, on_release=self.events.forget,
+        self.pod_sync = PodSync(api, name, self.is_leader, on_release=self.forget,
                                 queue_pods=not self.options.extender)  # fmt: skip
         self.node_sync = NodeSync(self.is_leader)
         self.pods: Informer | None = None
@@ -74,6 +74,11 @@ class KubeAgent:
         self.bind_retry_at: dict[str, tuple[int, float]] = {}  # uid -> (failures, not before)
         self._events_at = 0.0
         self._resynced_at = 0.0
+
+    def forget(self, uid: str) -> None:
+        """The pod ended: drop its event and back-off memory."""
+        self.events.forget(uid)
+        self.bind_retry_at.pop(uid, None)
 
     def is_leader(self) -> bool:
         return self.elector is None or self.elector.is_leader()

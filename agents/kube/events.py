@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,6 +52,7 @@ class EventRecorder:
         self.api, self.component, self.instance = api, component, instance
         self.refresh_seconds, self.clock = refresh_seconds, clock
         self.written: dict[tuple[str, str], Written] = {}
+        self.lock = threading.Lock()  # `forget` comes from the watch thread
 
     def failed_scheduling(self, pod: PodRef, message: str) -> bool:
         return self.record(pod, "Warning", "FailedScheduling", message)
@@ -63,8 +65,9 @@ class EventRecorder:
 
     def forget(self, uid: str) -> None:
         """The pod is gone or placed: drop what we remember of its events."""
-        for key in [key for key in self.written if key[0] == uid]:
-            del self.written[key]
+        with self.lock:
+            for key in [key for key in self.written if key[0] == uid]:
+                del self.written[key]
 
     def record(self, pod: PodRef, event_type: str, reason: str, message: str) -> bool:
         """Write (create or patch) unless the same text was written less than `refresh_seconds`
@@ -72,7 +75,8 @@ class EventRecorder:
         message = message[:MAX_MESSAGE]
         key = (pod.uid or f"{pod.namespace}/{pod.name}", reason)
         now = self.clock()
-        previous = self.written.get(key)
+        with self.lock:
+            previous = self.written.get(key)
         if previous and previous.message == message and now - previous.written_at < self.refresh_seconds:
             return False
         try:
@@ -83,16 +87,20 @@ class EventRecorder:
                         previous.name,
                         {"count": previous.count + 1, "message": message, "lastTimestamp": stamp(now)},
                     )
-                    self.written[key] = Written(previous.name, message, previous.count + 1, previous.first, now)
+                    self._remember(key, Written(previous.name, message, previous.count + 1, previous.first, now))
                     return True
                 except ApiError as exc:
                     if exc.status != 404:
                         raise
-            self.written[key] = self._create(pod, event_type, reason, message, now)
+            self._remember(key, self._create(pod, event_type, reason, message, now))
             return True
         except (ApiError, ApiUnavailable) as exc:
             log.warning("could not write event %s for %s/%s: %s", reason, pod.namespace, pod.name, exc)
             return False
+
+    def _remember(self, key: tuple[str, str], written: Written) -> None:
+        with self.lock:
+            self.written[key] = written
 
     def _create(self, pod: PodRef, event_type: str, reason: str, message: str, now: float) -> Written:
         name = f"{pod.name[:200]}.{secrets.token_hex(8)}"

@@ -32,6 +32,7 @@ from scheduling.snapshot import load_snapshot
 
 from . import pods as pod_objects
 from .binder import BOUND, Binder, requeue
+from .sync import release_earlier_incarnation
 
 log = logging.getLogger("hamiadmin.kube.extender")
 
@@ -59,6 +60,7 @@ def filter_pod(pod: dict, names: list[str]) -> FilterAnswer:
     if not pod_objects.asks_gpu(pod):
         return FilterAnswer(passthrough=True)
     arguments = pod_objects.submission(pod)
+    release_earlier_incarnation(arguments["namespace"], arguments["name"], arguments["uid"])
     for _ in range(ATTEMPTS):
         try:
             row = services.submit_pod(**arguments, validate=False)

@@ -30,6 +30,16 @@ def always() -> bool:
     return True
 
 
+def release_earlier_incarnation(namespace: str, name: str, uid: str) -> Pod | None:
+    """An active row of an earlier pod of this name (another uid: deleted unseen) gives its
+    cards back before the new pod is queued. The released row, or None."""
+    previous = Pod.objects.filter(namespace=namespace, name=name).first()
+    if previous is None or not previous.uid or not uid or previous.uid == uid or previous.status not in ACTIVE:
+        return None
+    log.info("pod %s: uid %s replaced by %s; releasing the earlier one", previous.key, previous.uid, uid)
+    return services.release_pod(previous, Pod.DELETED)
+
+
 class PodSync(Handler):
     """Pods of one scheduler name, queued and released; or (`queue_pods` off, extender mode)
     every pod, only released when it ends."""
@@ -131,10 +141,9 @@ class PodSync(Handler):
 
     def queue(self, obj: dict) -> None:
         arguments = pod_objects.submission(obj)
-        previous = Pod.objects.filter(namespace=arguments["namespace"], name=arguments["name"]).first()
-        if previous is not None and previous.uid and previous.uid != arguments["uid"]:
-            if previous.status in ACTIVE:  # an earlier pod of that name, deleted unseen
-                self._release_row(previous, Pod.DELETED)
+        released = release_earlier_incarnation(arguments["namespace"], arguments["name"], arguments["uid"])
+        if released is not None:
+            self.on_release(released.uid)
         try:
             services.submit_pod(**arguments, validate=False)
         except PodInvalid as exc:

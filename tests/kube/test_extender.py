@@ -205,3 +205,13 @@ def test_lower_case_keys_are_read_too(client, cluster):
     """Go's decoder is case-insensitive, so a hand-written config may send lower-case keys."""
     args = {"pod": gpu_pod("p", mem=1000), "nodenames": ["small"]}
     assert post(client, "filter", args).json()["NodeNames"] == ["small"]
+
+
+def test_a_pod_recreated_under_the_same_name_frees_the_earlier_reservation(client, cluster):
+    post(client, "filter", extender_args(gpu_pod("p", uid="first", mem=8000), ["small"], cache_capable=True))
+    again = post(client, "filter", extender_args(gpu_pod("p", uid="second", mem=8000), ["small"],
+                                                 cache_capable=True))  # fmt: skip
+    assert again.json()["NodeNames"] == ["small"]
+    assert Pod.objects.get(name="p").uid == "second"
+    assert Card.objects.get(uuid="S-0").used_memory == 8000
+    assert Allocation.objects.filter(active=True).count() == 1

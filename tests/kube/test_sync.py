@@ -192,3 +192,13 @@ def test_extender_mode_releases_pods_kube_scheduler_placed(kube, apiserver):
         apiserver.update("pods", "default", "ext", lambda pod: pod["status"].update(phase="Failed"))
         wait_until(lambda: pod_row("ext").status == Pod.FAILED, what="released when it ended")
         assert Card.objects.get(uuid="GPU-a-0").used_memory == 0
+
+
+def test_a_card_in_device_cordon_takes_no_new_pod(kube, apiserver):
+    """`hami.io/device-cordon` on the Node keeps GPU-a-0 free; the pod goes to GPU-a-1."""
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 2), **{"hami.io/device-cordon": "GPU-a-0"}))
+    apiserver.put("pods", pod_object("p", gpu=1, mem=1000))
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: pod_row("p") and Card.objects.filter(node__name="gpu-1").count() == 2)
+        (placed,) = run_cycle().placed
+        assert placed == ("default/p", "gpu-1", "GPU-a-1,NVIDIA,1000,0:;")
