@@ -28,6 +28,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m scheduling.engine.bench
+	$(BIN)/python -m scheduling.bench_pipeline
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

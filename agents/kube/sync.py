@@ -68,21 +68,21 @@ class PodSync(Handler):
                 self.apply(obj)
 
     def synced(self, objects: list[dict], listed: bool) -> None:
-        """Apply every pod whose row is missing or differs (one query tells); after a real
-        list, also release pods that vanished unseen."""
+        """Apply every pod that needs a write (one query tells which); after a real list,
+        also release pods that vanished unseen."""
         if not self.may_write():
             return
-        known = {
-            (namespace, name): (uid, digest, status)
-            for namespace, name, uid, digest, status in Pod.objects.values_list(
-                "namespace", "name", "uid", "spec_hash", "status"
+        active = {
+            (namespace, name): (uid, digest, status, node)
+            for namespace, name, uid, digest, status, node in Pod.objects.filter(status__in=ACTIVE).values_list(
+                "namespace", "name", "uid", "spec_hash", "status", "node__name"
             )
         }
         seen = set()
         for obj in objects:
             key = pod_objects.key_of(obj)
             seen.add(key)
-            if self.up_to_date(obj, known.get(key)):
+            if self.up_to_date(obj, active.get(key)):
                 continue
             try:
                 with self.lock:
@@ -94,14 +94,19 @@ class PodSync(Handler):
                 self.release_vanished(seen)
 
     def up_to_date(self, obj: dict, row: tuple | None) -> bool:
-        """A waiting pod whose row has its uid and spec: nothing to write."""
-        if row is None or pod_objects.node_of(obj) or pod_objects.final_status(obj):
-            return False
-        uid, digest, status = row
-        if status not in (Pod.PENDING, Pod.SCHEDULED, Pod.REJECTED) or uid != pod_objects.uid_of(obj):
+        """Whether `apply` would write nothing, judged from the pod and its active row (or None)."""
+        same_pod = row is not None and row[0] == pod_objects.uid_of(obj)
+        if pod_objects.final_status(obj):
+            return not same_pod  # nothing active to release
+        node = pod_objects.node_of(obj)
+        if node:
+            return not same_pod or row[2] not in Pod.BOUND or (row[2] == Pod.RUNNING and row[3] == node)
+        if not self.queue_pods or pod_objects.scheduler_of(obj) != self.scheduler_name:
+            return True
+        if not same_pod:
             return False
         wanted = pod_objects.submission(obj)
-        return digest == services.spec_hash(
+        return row[1] == services.spec_hash(
             wanted["annotations"], wanted["containers"], wanted["init_containers"], wanted["priority"]
         )
 
