@@ -1,10 +1,11 @@
 """`manage.py demo` (what `make run` starts): a working scheduler with nothing else installed.
 
-It migrates the database, makes the `admin` user, reports three demo nodes, starts the
-in-process scheduler loop, trickles demo pods (and completes them after a while, so that
-waiting pods get placed), and serves the web app. Three parts, kept apart so each can be
-replaced: `DemoInventory` (later: simulated NVML agents posting to the API),
-`DemoWorkload`, and the web server.
+It migrates the database, makes the `admin` user, starts one simulated NVML agent per demo
+node (`python -m agents.nvml --simulate deploy/demo/NODE.yaml`, each with its own agent
+token, reporting to this server's API like a real agent), starts the in-process scheduler
+loop, trickles demo pods (and completes them after a while, so that waiting pods get
+placed), and serves the web app. With `--no-serve` there is no API to report to, so the
+nodes are loaded through the same service the report endpoint calls (`DemoInventory`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -25,7 +28,8 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from scheduling import services
-from scheduling.models import Pod
+from scheduling.api.tokens import issue_agent_token
+from scheduling.models import Node, Pod
 from scheduling.pipeline.loop import SchedulerLoop
 
 log = logging.getLogger("scheduling.demo")
@@ -90,6 +94,51 @@ class DemoInventory:
             self.report()
 
 
+class SimulatedAgents:
+    """One `agents.nvml --simulate` process per demo node, reporting to this server's API."""
+
+    def __init__(self, api: str, interval: float = 15.0):
+        self.api = api
+        self.interval = interval
+        self.processes: list[subprocess.Popen] = []
+        self.files = demo_node_files()
+
+    def node_names(self) -> list[str]:
+        return [
+            document["name"]
+            for path in self.files
+            for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+            if isinstance(document, dict) and document.get("name")
+        ]
+
+    def start(self) -> None:
+        for path, node in zip(self.files, self.node_names(), strict=True):
+            # The key goes through the environment, not the command line (visible in `ps`).
+            env = {**os.environ, "HAMIADMIN_AGENT_TOKEN": issue_agent_token(node), "NODE_NAME": node}
+            command = [sys.executable, "-m", "agents.nvml", "--api", self.api, "--simulate", str(path),
+                       "--interval", str(self.interval), "--log-level", "WARNING"]  # fmt: skip
+            self.processes.append(subprocess.Popen(command, env=env, cwd=settings.BASE_DIR))
+
+    def wait_for_nodes(self, timeout: float = 30.0) -> bool:
+        """True once every demo node has reported through the API."""
+        names = set(self.node_names())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if set(Node.objects.filter(name__in=names).values_list("name", flat=True)) == names:
+                return True
+            time.sleep(0.25)
+        return False
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
 class DemoWorkload:
     """Submits a pod every `interval` seconds (at most `active` alive), marks placed pods
     running, and completes each after a lifetime of 15-45 s (one in ten fails)."""
@@ -106,19 +155,20 @@ class DemoWorkload:
         for pod in Pod.objects.filter(namespace=NAMESPACE).exclude(status__in=Pod.FINISHED):
             services.release_pod(pod, Pod.DELETED)
         for kind in ("v100-tenant", "v100-tenant", "mutex-v100"):
-            self.submit(kind)
+            self.submit(kind, priority=0)  # queue order = submission order: tenants first
         services.submit_pod(NAMESPACE, f"bad-weights-{self.counter}",
                             {"hami.io/device-scoring-weights": "slot=1,core=1"},
                             [{"name": "app", "resources": gpu(1, memory=1000)}], validate=False)  # fmt: skip
         services.submit_pod(NAMESPACE, f"sixteen-gpus-{self.counter}", {},
                             [{"name": "huge", "resources": gpu(16, memory=1000)}])  # fmt: skip
 
-    def submit(self, kind: str | None = None) -> None:
+    def submit(self, kind: str | None = None, priority: int | None = None) -> None:
         self.counter += 1
         prefix, annotations, containers = (
             next(k for k in POD_KINDS if k[0] == kind) if kind else POD_KINDS[self.counter % len(POD_KINDS)]
         )
-        priority = 5 if prefix.startswith("mutex") else self.counter % 3
+        if priority is None:
+            priority = 5 if prefix.startswith("mutex") else self.counter % 3
         services.submit_pod(NAMESPACE, f"{prefix}-{self.counter:04d}", annotations, containers, priority=priority)
 
     @staticmethod
@@ -138,13 +188,19 @@ class DemoWorkload:
             self.submit()
 
 
-def run_demo_feed(inventory: DemoInventory, workload: DemoWorkload, stopping: threading.Event) -> None:
+def run_demo_feed(inventory, workload, stopping: threading.Event, ready=None) -> None:
+    """Waits for the nodes (`ready()`), then keeps the workload (and any inventory) ticking."""
     from django.utils import timezone
 
+    if ready is not None and not ready():
+        log.error("the demo nodes did not report in time; demo pods start anyway")
+    close_old_connections()
+    workload.start_fresh()
     while not stopping.wait(workload.interval):
         close_old_connections()
         try:
-            inventory.tick()
+            if inventory is not None:
+                inventory.tick()
             workload.tick(timezone.now())
         except Exception:  # noqa: BLE001 - the demo keeps going
             log.exception("demo feed")
@@ -164,17 +220,28 @@ class Command(BaseCommand):
         (Path(settings.VAR_DIR)).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         self.ensure_admin()
-        inventory = DemoInventory()
-        inventory.report()
-        self.stdout.write(f"demo cluster: {', '.join(node['name'] for node in inventory.nodes)}")
+        address = f"{options['host']}:{options['port']}"
+        agent_host = "127.0.0.1" if options["host"] in ("0.0.0.0", "::") else options["host"]
+        agents = inventory = None
+        ready = None
+        if options["no_serve"]:
+            inventory = DemoInventory()
+            inventory.report()
+            names = [node["name"] for node in inventory.nodes]
+        else:
+            agents = SimulatedAgents(f"http://{agent_host}:{options['port']}")
+            agents.start()
+            ready = agents.wait_for_nodes
+            names = agents.node_names()
+        self.stdout.write(f"demo cluster: {', '.join(names)} ({'simulated NVML agents' if agents else 'loaded directly'})")
         loop = SchedulerLoop()
         loop.start()
         stopping = threading.Event()
         workload = _Idle() if options["no_pods"] else DemoWorkload()
-        workload.start_fresh()
-        feed = threading.Thread(target=run_demo_feed, args=(inventory, workload, stopping), daemon=True, name="demo-feed")
+        feed = threading.Thread(
+            target=run_demo_feed, args=(inventory, workload, stopping, ready), daemon=True, name="demo-feed"
+        )
         feed.start()
-        address = f"{options['host']}:{options['port']}"
         self.stdout.write(f"open http://{address}/ (pods and nodes) or http://{address}/admin/")
         try:
             if options["no_serve"]:
@@ -187,6 +254,8 @@ class Command(BaseCommand):
         finally:
             stopping.set()
             loop.stop()
+            if agents is not None:
+                agents.stop()
 
     def ensure_admin(self) -> None:
         """User `admin`: password from DEMO_PASSWORD, else generated and shown once."""
