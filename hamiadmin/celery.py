@@ -3,8 +3,11 @@ import os
 
 from celery import Celery
 
+from scheduling import celery_process
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hamiadmin.settings")
 
 app = Celery("hamiadmin")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+celery_process.install(app)  # heartbeat file for liveness probes, metrics port (docs/deploy.md)

@@ -172,9 +172,13 @@ HAMIADMIN = {
     "EXTENDER_TOKEN": os.environ.get("HAMI_EXTENDER_TOKEN", ""),
     "KUBECONFIG": os.environ.get("HAMI_KUBECONFIG", ""),
     "BIND_PHASE_SUCCESS": env_bool("HAMI_BIND_PHASE_SUCCESS", True),
+    # Observability (docs/deploy.md): a bearer token for /metrics, open when empty.
+    "METRICS_TOKEN": os.environ.get("HAMI_METRICS_TOKEN", ""),
 }
 
 # Celery beat: the safety cycle and housekeeping (scheduling/tasks.py).
+# The scheduler also touches beat's heartbeat file for its liveness probe (scheduling/liveness.py).
+CELERY_BEAT_SCHEDULER = "scheduling.celery_process:HeartbeatScheduler"
 CELERY_BEAT_SCHEDULE = {
     "safety-cycle": {
         "task": "scheduling.safety_cycle",
@@ -240,10 +244,15 @@ if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
+# JSON lines in production (or LOG_FORMAT=json), readable lines otherwise (hamiadmin/logging.py).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json" if PRODUCTION else "plain").strip().lower()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"()": "hamiadmin.logging.ReadableFormatter"},
+        "json": {"()": "hamiadmin.logging.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_FORMAT == "json" else "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -22,6 +23,7 @@ from scheduling.engine.scheduler import parse_pod
 from .models import Allocation, Card, Node, Pod, SchedulerConfig
 from .triggers import request_cycle
 
+ORIGIN_VALUES = tuple(value for value, _ in Pod.ORIGINS)
 CAPACITY_FIELDS = ("type", "slots", "memory", "cores", "numa", "health", "mode", "index", "links")
 
 
@@ -73,8 +75,9 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
     `devices` are SPEC 9 cards without `used` (usage is the scheduler's). Cards missing from
     the report are kept, marked absent: their tenants and history stay, they take no new pods.
     A card's `cordoned` is changed only when the report names it (else `cordon_card` rules).
-    Raises ScenarioError naming the field; then nothing is written. Asks for a cycle when
-    anything but the heartbeat changed.
+    Raises ScenarioError naming the field; then nothing is written. A valid report makes the
+    node ready and clears `not_ready_reason`. Asks for a cycle when anything but the
+    heartbeat changed.
     """
     devices = [] if devices is None else devices
     parsed, positions = _parse_report(node_name, labels, annotations, devices)
@@ -93,10 +96,11 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
             )
         else:
             changed = not node.ready or node.annotations != parsed.annotations or node.labels != parsed.labels
-            node.labels, node.annotations, node.ready, node.last_heartbeat = (
-                parsed.labels, parsed.annotations, True, now,
+            node.labels, node.annotations, node.ready, node.not_ready_reason, node.last_heartbeat = (
+                parsed.labels, parsed.annotations, True, "", now,
             )  # fmt: skip
-            node.save(update_fields=["labels", "annotations", "ready", "last_heartbeat", "updated_at"])
+            node.save(update_fields=["labels", "annotations", "ready", "not_ready_reason", "last_heartbeat",
+                                     "updated_at"])  # fmt: skip
         existing = {
             card.uuid: card
             for card in Card.objects.select_for_update(of=("self",))
@@ -245,6 +249,7 @@ def submit_pod(
     uid: str = "",
     *,
     validate: bool = True,
+    origin: str = Pod.API,
 ) -> Pod:
     """Queue a pod, or update a queued one.
 
@@ -254,11 +259,18 @@ def submit_pod(
 
     The same spec again changes nothing. A new spec re-queues a pod that waits (pending or
     rejected); a finished pod, or one with a new uid, starts over as a new incarnation. A
-    placed pod keeps its placement: new annotations are stored, new containers refused.
+    new uid means the earlier pod of this name is gone (deleted and created again, unseen):
+    its active allocations are released in the same transaction, so its cards never leak.
+    A placed pod keeps its placement: new annotations are stored, new containers refused.
+
+    `origin` (`Pod.ORIGINS`) records who submitted the incarnation: pipeline cycles never
+    place `extender` pods, and the kube agent's cleanup never touches `api` ones.
     """
     annotations = {} if annotations is None else annotations
     containers = [] if containers is None else containers
     init_containers = [] if init_containers is None else init_containers
+    if origin not in ORIGIN_VALUES:
+        raise ValueError(f"origin must be one of {', '.join(ORIGIN_VALUES)}, got {origin!r}")
     _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid)
     spec = PodSpec(name=name, namespace=namespace, annotations=annotations, containers=containers,
                    init_containers=init_containers, uid=uid)  # fmt: skip
@@ -270,12 +282,14 @@ def submit_pod(
         pod = Pod.objects.select_for_update().filter(namespace=namespace, name=name).first()
         if pod is None:
             pod = Pod.objects.create(
-                namespace=namespace, name=name, uid=uid, annotations=annotations, containers=containers,
-                init_containers=init_containers, priority=priority, spec_hash=digest, submitted_at=now,
+                namespace=namespace, name=name, uid=uid, origin=origin, annotations=annotations,
+                containers=containers, init_containers=init_containers, priority=priority, spec_hash=digest,
+                submitted_at=now,
             )  # fmt: skip
             request_cycle("pod submitted")
             return pod
-        new_incarnation = pod.status in Pod.FINISHED or (uid and pod.uid and uid != pod.uid)
+        replaced = bool(uid and pod.uid and uid != pod.uid)
+        new_incarnation = pod.status in Pod.FINISHED or replaced
         if not new_incarnation and pod.spec_hash == digest:
             if uid and not pod.uid:
                 pod.uid = uid
@@ -287,9 +301,12 @@ def submit_pod(
             pod.annotations, pod.spec_hash, pod.revision = annotations, digest, pod.revision + 1
             pod.save(update_fields=["annotations", "spec_hash", "revision", "updated_at"])
             return pod
+        freed = False
         if new_incarnation:
-            pod.submitted_at, pod.attempts, pod.node = now, 0, None
-            pod.scheduled_at = pod.finished_at = None
+            if pod.status not in Pod.FINISHED:
+                freed = _release_allocations(pod, now)
+            pod.submitted_at, pod.attempts, pod.node, pod.origin = now, 0, None, origin
+            pod.scheduled_at = pod.bound_at = pod.finished_at = None
             pod.allocated = ""
         pod.uid = uid or pod.uid
         pod.annotations, pod.containers, pod.init_containers = annotations, containers, init_containers
@@ -298,6 +315,8 @@ def submit_pod(
         pod.error = pod.error_field = pod.reason = ""
         pod.revision += 1
         pod.save()
+        if freed:
+            capacity_changed(f"released the replaced incarnation of {pod.key}")
         request_cycle("pod updated")
     return pod
 
@@ -316,70 +335,87 @@ def _pod_for_update(pod) -> Pod:
 FINAL_STATUSES = (Pod.DELETED, Pod.SUCCEEDED, Pod.FAILED)
 
 
-def release_pod(pod, final_status: str = Pod.DELETED) -> Pod:
+def _release_allocations(pod: Pod, now) -> bool:
+    """Give back the cards of `pod`'s active allocations: counters lowered, rows marked
+    released. The caller holds the pod row's lock (taken first); the cards are locked here,
+    in primary-key order, as every counter writer does. Whether anything was held."""
+    held = list(Allocation.objects.filter(pod=pod, active=True).values_list("pk", "card_id", "memory", "cores"))
+    if not held:
+        return False
+    freed: dict[int, list[int]] = {}
+    for _, card_id, memory, cores in held:
+        total = freed.setdefault(card_id, [0, 0, 0])
+        total[0] += 1
+        total[1] += memory
+        total[2] += cores
+    cards = list(Card.objects.select_for_update().filter(pk__in=sorted(freed)).order_by("pk"))
+    for card in cards:
+        slots, memory, cores = freed[card.pk]
+        card.used_slots -= slots
+        card.used_memory -= memory
+        card.used_cores -= cores
+    Card.objects.bulk_update(cards, ["used_slots", "used_memory", "used_cores"])
+    Allocation.objects.filter(pk__in=[pk for pk, *_ in held]).update(active=False, released_at=now)
+    return True
+
+
+def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None = None) -> Pod | None:
     """The pod finished, failed or was deleted: give back its cards and wake the scheduler.
-    Releasing a finished pod again changes nothing. Raises Pod.DoesNotExist, ValueError."""
+    Releasing a finished pod again changes nothing.
+
+    `expected_uid`: release only that incarnation. When the row now holds another uid (the
+    pod was deleted and created again meanwhile), nothing is written and None is returned,
+    so a late release meant for the old pod can never hit the new one.
+    Raises Pod.DoesNotExist, ValueError."""
     if final_status not in FINAL_STATUSES:
         raise ValueError(f"final_status must be one of {', '.join(FINAL_STATUSES)}, got {final_status!r}")
     now = timezone.now()
     with transaction.atomic():
         pod = _pod_for_update(pod)
+        if expected_uid is not None and pod.uid != expected_uid:
+            return None
         if pod.status in Pod.FINISHED:
             return pod
-        held = list(Allocation.objects.filter(pod=pod, active=True).values_list("pk", "card_id", "memory", "cores"))
-        if held:
-            freed: dict[int, list[int]] = {}
-            for _, card_id, memory, cores in held:
-                total = freed.setdefault(card_id, [0, 0, 0])
-                total[0] += 1
-                total[1] += memory
-                total[2] += cores
-            cards = list(Card.objects.select_for_update().filter(pk__in=sorted(freed)).order_by("pk"))
-            for card in cards:
-                slots, memory, cores = freed[card.pk]
-                card.used_slots -= slots
-                card.used_memory -= memory
-                card.used_cores -= cores
-            Card.objects.bulk_update(cards, ["used_slots", "used_memory", "used_cores"])
-            Allocation.objects.filter(pk__in=[pk for pk, *_ in held]).update(active=False, released_at=now)
+        freed = _release_allocations(pod, now)
         pod.status, pod.finished_at, pod.next_attempt_at = final_status, now, None
         pod.reason = f"{final_status} after {'running on ' + pod.node.name if pod.node_id else 'no placement'}"
         pod.revision += 1
         pod.save(update_fields=["status", "finished_at", "next_attempt_at", "reason", "revision", "updated_at"])
-        if held:
+        if freed:
             capacity_changed(f"released {pod.key}")
     return pod
 
 
-def mark_running(pod) -> Pod:
-    """The kubelet started the pod on its node (scheduled -> running)."""
+def mark_bound(pod, node: str, expected_uid: str | None = None) -> Pod | None:
+    """Kubernetes accepted the pod's Binding to `node` (or shows it there): scheduled ->
+    running, `bound_at` set. This is not the kubelet starting it; hamiadmin does not follow
+    that. A row that is not scheduled on `node` is left alone (already bound, released, or
+    placed again meanwhile). None when `expected_uid` is given and the row holds another
+    incarnation. Raises Pod.DoesNotExist."""
     with transaction.atomic():
         pod = _pod_for_update(pod)
-        if pod.status == Pod.SCHEDULED:
-            pod.status = Pod.RUNNING
+        if expected_uid is not None and pod.uid != expected_uid:
+            return None
+        if pod.status == Pod.SCHEDULED and pod.node_id is not None and pod.node.name == node:
+            pod.status, pod.bound_at = Pod.RUNNING, timezone.now()
             pod.revision += 1
-            pod.save(update_fields=["status", "revision", "updated_at"])
+            pod.save(update_fields=["status", "bound_at", "revision", "updated_at"])
     return pod
-
-
-NOT_READY_REASON = "hamiadmin.io/not-ready-reason"
 
 
 def mark_node_not_ready(node_name: str, reason: str) -> Node:
     """An agent cannot vouch for the node now (unreadable inventory, Kubernetes says NotReady,
     node deleted): it takes no new pods (`NodeNotReady`), its tenants stay. The reason is kept
-    in the node's annotations under NOT_READY_REASON; the next valid `report_inventory` makes
-    the node ready again and drops it. A node never seen before is created, not ready."""
+    in `not_ready_reason`; the next valid `report_inventory` makes the node ready again and
+    clears it. A node never seen before is created, not ready."""
     reason = str(reason)[:1000]
     with transaction.atomic():
         node = Node.objects.select_for_update().filter(name=node_name).first()
         if node is None:
-            return Node.objects.create(name=node_name, ready=False, annotations={NOT_READY_REASON: reason})
-        annotations = node.annotations if isinstance(node.annotations, dict) else {}
-        if node.ready or annotations.get(NOT_READY_REASON) != reason:
-            node.ready = False
-            node.annotations = {**annotations, NOT_READY_REASON: reason}
-            node.save(update_fields=["ready", "annotations", "updated_at"])
+            return Node.objects.create(name=node_name, ready=False, not_ready_reason=reason)
+        if node.ready or node.not_ready_reason != reason:
+            node.ready, node.not_ready_reason = False, reason
+            node.save(update_fields=["ready", "not_ready_reason", "updated_at"])
     return node
 
 
@@ -394,5 +430,36 @@ def requeue_pod(pod) -> Pod:
         pod.status, pod.parked, pod.next_attempt_at = Pod.PENDING, False, None
         pod.revision += 1
         pod.save(update_fields=["status", "parked", "next_attempt_at", "revision", "updated_at"])
+        request_cycle(f"requeue {pod.key}")
+    return pod
+
+
+def requeue_placed_pod(pod, retry_after: float = 0.0, reason: str = "",
+                       expected_uid: str | None = None) -> Pod | None:  # fmt: skip
+    """A placement that cannot be used (Kubernetes refused the Binding; kube-scheduler now
+    offers other nodes): give the cards back and put the same incarnation back in the queue,
+    not before `retry_after` seconds. Attempts, submission time (its place in the queue) and
+    origin are kept; the pod goes straight from `scheduled` to `pending`, never `failed`.
+
+    Only a `scheduled` pod is requeued; any other row is returned unchanged (a bound pod
+    keeps its cards). None when `expected_uid` is given and the row holds another
+    incarnation. Raises Pod.DoesNotExist."""
+    now = timezone.now()
+    with transaction.atomic():
+        pod = _pod_for_update(pod)
+        if expected_uid is not None and pod.uid != expected_uid:
+            return None
+        if pod.status != Pod.SCHEDULED:
+            return pod
+        freed = _release_allocations(pod, now)
+        if freed:
+            wake_pending_pods()  # the others; this pod's own delay is set below
+        pod.status, pod.node, pod.allocated = Pod.PENDING, None, ""
+        pod.scheduled_at = pod.bound_at = None
+        pod.next_attempt_at = now + timedelta(seconds=retry_after) if retry_after > 0 else None
+        pod.reason = (reason or "placement given back")[:1000]
+        pod.revision += 1
+        pod.save(update_fields=["status", "node", "allocated", "scheduled_at", "bound_at", "next_attempt_at",
+                                "reason", "revision", "updated_at"])  # fmt: skip
         request_cycle(f"requeue {pod.key}")
     return pod

@@ -94,10 +94,12 @@ POD_COLUMNS = ("id", "namespace", "name", "uid", "annotations", "containers", "i
 
 def due_pods(limit: int, now=None):
     """Pending pods in queue order (priority high to low, then submission), skipping parked
-    pods and pods still backing off. One query; rows as tuples of POD_COLUMNS."""
+    pods, pods still backing off, and extender pods (placed only when kube-scheduler's filter
+    call offers its nodes). One query; rows as tuples of POD_COLUMNS."""
     now = now or timezone.now()
     return list(
         Pod.objects.filter(status=Pod.PENDING, parked=False)
+        .exclude(origin=Pod.EXTENDER)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         .order_by("-priority", "submitted_at", "id")
         .values_list(*POD_COLUMNS)[:limit]

@@ -7,9 +7,13 @@ so it never lands on a pod that changed under it; on 409 the pod is read again, 
 again, and the patch re-applied.
 
 Outcomes: `bound`; `gone` (the pod was deleted or replaced: its cards are released);
-`failed` (the API refused: `bind-phase: failed`, cards released, the pod queued again);
+`failed` (the API refused: `bind-phase: failed`, cards released, the same pod queued again
+after `retry_after`; or bound elsewhere: released);
 `unavailable` (no answer: nothing is changed, the caller tries again later, because the
 Binding may or may not have happened and the next read will tell).
+
+Every write names the incarnation it means (`expected_uid=row.uid`), so a late outcome for a
+pod deleted and created again under the same name never touches the new one.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from scheduling import services
+from scheduling import metrics, services
 from scheduling.models import Pod
 
 from . import pods as pod_objects
@@ -49,14 +53,10 @@ class BindResult:
         return self.outcome == BOUND
 
 
-def requeue(row: Pod, why: str) -> None:
-    """Give the cards back and queue the pod again as a new attempt (same spec)."""
+def requeue(row: Pod, why: str, retry_after: float = 0.0) -> Pod | None:
+    """Give the cards back and queue the same pod again, not before `retry_after` seconds."""
     log.warning("pod %s: %s; releasing its cards and queueing it again", row.key, why)
-    row = services.release_pod(row, Pod.FAILED)
-    services.submit_pod(
-        row.namespace, row.name, row.annotations, row.containers, row.init_containers, row.priority, row.uid,
-        validate=False,
-    )  # fmt: skip
+    return services.requeue_placed_pod(row, retry_after, why, expected_uid=row.uid)
 
 
 class Binder:
@@ -106,8 +106,9 @@ class Binder:
                 log.info("pod %s changed while annotating (409); reading it again", row.key)
         raise ApiError(409, "Conflict", f"pod kept changing: {self.conflict_retries} patches refused")
 
-    def bind(self, row: Pod) -> BindResult:
-        """Annotate, bind, mark success; see the module docstring for the outcomes."""
+    def bind(self, row: Pod, retry_after: float = 0.0) -> BindResult:
+        """Annotate, bind, mark success; see the module docstring for the outcomes.
+        `retry_after`: how long a refused pod waits before the next cycle may place it."""
         node = row.node.name
         try:
             annotated = self.annotate(row, self.annotations(row, "allocating"))
@@ -122,20 +123,22 @@ class Binder:
                     if pod_objects.node_of(current) != node:
                         raise BoundElsewhere(pod_objects.node_of(current) or "?") from exc
         except PodGone:
-            services.release_pod(row, Pod.DELETED)
+            services.release_pod(row, Pod.DELETED, expected_uid=row.uid)
             return BindResult(GONE, "the pod was deleted or replaced")
         except BoundElsewhere as exc:
-            services.release_pod(row, Pod.FAILED)
+            metrics.bind_failed("bound_elsewhere")
+            services.release_pod(row, Pod.FAILED, expected_uid=row.uid)
             return BindResult(FAILED, str(exc))
         except ApiUnavailable as exc:
             log.warning("pod %s not bound yet, API server unavailable: %s", row.key, exc)
             return BindResult(UNAVAILABLE, str(exc))
         except ApiError as exc:
+            metrics.bind_failed("refused")
             self._mark_failed(row)
-            requeue(row, f"binding to {node} failed: {exc}")
+            requeue(row, f"binding to {node} failed: {exc}", retry_after)
             return BindResult(FAILED, str(exc))
         # Bound: from here on nothing is undone, whatever the last patch meets.
-        services.mark_running(row)
+        services.mark_bound(row, node, expected_uid=row.uid)
         log.info("pod %s bound to %s (%s)", row.key, node, row.allocated)
         if self.complete_phase:
             try:

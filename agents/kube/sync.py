@@ -4,12 +4,16 @@
 cards back when a pod ends (Succeeded/Failed) or is deleted. `NodeSync` turns HAMi's node
 annotations into inventory reports. Both only write while `may_write()` says so (this
 instance leads), and a bad object is logged and skipped, never fatal.
+
+The watch thread, the resync and the binder may act on the same pod at once. No lock in
+this process orders them: every write names the incarnation it means (`expected_uid`),
+and `submit_pod` itself releases an earlier incarnation's cards when a new uid arrives, so
+each write is checked against the row as locked in the database.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from scheduling import services
@@ -30,16 +34,6 @@ def always() -> bool:
     return True
 
 
-def release_earlier_incarnation(namespace: str, name: str, uid: str) -> Pod | None:
-    """An active row of an earlier pod of this name (another uid: deleted unseen) gives its
-    cards back before the new pod is queued. The released row, or None."""
-    previous = Pod.objects.filter(namespace=namespace, name=name).first()
-    if previous is None or not previous.uid or not uid or previous.uid == uid or previous.status not in ACTIVE:
-        return None
-    log.info("pod %s: uid %s replaced by %s; releasing the earlier one", previous.key, previous.uid, uid)
-    return services.release_pod(previous, Pod.DELETED)
-
-
 class PodSync(Handler):
     """Pods of one scheduler name, queued and released; or (`queue_pods` off, extender mode)
     every pod, only released when it ends."""
@@ -51,21 +45,16 @@ class PodSync(Handler):
         self.queue_pods = queue_pods
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
-        #: One writer at a time per pod table in this process: the watch thread, the resync
-        #: and the binder all read a row, then release or queue it; interleaved, a release
-        #: meant for an old incarnation could hit the new one.
-        self.lock = threading.RLock()
 
     # -- informer callbacks ---------------------------------------------------------------
 
     def changed(self, kind: str, obj: dict) -> None:
         if not self.may_write():
             return
-        with self.lock:
-            if kind == "DELETED":
-                self.release(obj, Pod.DELETED)
-            else:
-                self.apply(obj)
+        if kind == "DELETED":
+            self.release(obj, Pod.DELETED)
+        else:
+            self.apply(obj)
 
     def synced(self, objects: list[dict], listed: bool) -> None:
         """Apply every pod that needs a write (one query tells which); after a real list,
@@ -85,13 +74,11 @@ class PodSync(Handler):
             if self.up_to_date(obj, active.get(key)):
                 continue
             try:
-                with self.lock:
-                    self.apply(obj)
+                self.apply(obj)
             except Exception:  # noqa: BLE001 - one pod must not stop the others
                 log.exception("pod %s/%s could not be applied", *key)
         if listed:
-            with self.lock:
-                self.release_vanished(seen)
+            self.release_vanished(seen)
 
     def up_to_date(self, obj: dict, row: tuple | None) -> bool:
         """Whether `apply` would write nothing, judged from the pod and its active row (or None)."""
@@ -138,21 +125,27 @@ class PodSync(Handler):
             return
         if row.node is not None and row.node.name == node:
             if row.status == Pod.SCHEDULED:
-                services.mark_running(row)
+                services.mark_bound(row, node, expected_uid=row.uid)
         else:
             log.warning("pod %s is on node %s but its cards were placed on %s; giving them back",
                         row.key, node, row.node)  # fmt: skip
             self._release_row(row, Pod.FAILED)
 
     def queue(self, obj: dict) -> None:
+        """Queue (or update) the pod. A row holding another uid is an earlier pod of this name,
+        deleted unseen: `submit_pod` releases its cards as it starts the new incarnation."""
         arguments = pod_objects.submission(obj)
-        released = release_earlier_incarnation(arguments["namespace"], arguments["name"], arguments["uid"])
-        if released is not None:
-            self.on_release(released.uid)
+        namespace, name, uid = arguments["namespace"], arguments["name"], arguments["uid"]
+        earlier = Pod.objects.filter(namespace=namespace, name=name).values_list("uid", flat=True).first()
         try:
-            services.submit_pod(**arguments, validate=False)
+            services.submit_pod(**arguments, validate=False, origin=Pod.KUBERNETES)
         except PodInvalid as exc:
-            log.warning("pod %s/%s cannot be queued: %s", arguments["namespace"], arguments["name"], exc)
+            log.warning("pod %s/%s cannot be queued: %s", namespace, name, exc)
+            return
+        if earlier and uid and earlier != uid:
+            log.info("pod %s/%s: uid %s replaced by %s; the earlier one's cards are released",
+                     namespace, name, earlier, uid)  # fmt: skip
+            self.on_release(earlier)
 
     def release(self, obj: dict, final_status: str) -> None:
         row = self.row_for(obj)
@@ -160,16 +153,23 @@ class PodSync(Handler):
             self._release_row(row, final_status)
 
     def _release_row(self, row: Pod, final_status: str) -> None:
-        services.release_pod(row, final_status)
+        """Release this incarnation only: if the row has moved on to another uid meanwhile,
+        nothing is written."""
+        if services.release_pod(row, final_status, expected_uid=row.uid) is None:
+            log.info("pod %s: not released, the row now holds another pod of this name", row.key)
+            return
         log.info("pod %s %s: its cards are released", row.key, final_status)
         self.on_release(row.uid)
 
     def release_vanished(self, seen: set[tuple[str, str]]) -> None:
-        """Active rows of Kubernetes pods (they have a uid) missing from a full list: ask the
-        API server about each; release those that are gone, replaced or ended. A pod that
+        """Active rows of Kubernetes pods (origin `kubernetes` or `extender`) missing from a
+        full list: ask the API server about each; release those that are gone, replaced or
+        ended. Pods submitted through the REST API are never touched, uid or not; a pod that
         merely does not match this list's selector (another scheduler's) is left alone."""
         candidates = (
-            Pod.objects.filter(status__in=ACTIVE).exclude(uid="").values_list("namespace", "name", "uid")
+            Pod.objects.filter(status__in=ACTIVE, origin__in=(Pod.KUBERNETES, Pod.EXTENDER))
+            .exclude(uid="")
+            .values_list("namespace", "name", "uid")
         )
         for namespace, name, uid in candidates:
             if (namespace, name) in seen:

@@ -110,7 +110,12 @@ class ContainerVerdict:
 
 
 def evaluate_container(
-    node: Node, ask: ContainerAsk, policy: PodPolicy, overlay: list[list[int]], explain: bool = False
+    node: Node,
+    ask: ContainerAsk,
+    policy: PodPolicy,
+    overlay: list[list[int]],
+    explain: bool = False,
+    need_choice: bool = True,
 ) -> ContainerVerdict:
     """Check every card (so the reason counts are complete), then let the chain pick `ask.count`.
 
@@ -158,6 +163,10 @@ def evaluate_container(
             counts[R.ALLOCATED_INSUFFICIENT] = len(fitting)
         return ContainerVerdict(evals, [], counts, [], [])
 
+    if not need_choice and not explain and len({entry.memory for entry in fitting}) == 1:
+        # Every fitting card would take the same MiB, so which ones the chain picks cannot
+        # change the node score: stand-ins suffice, the chosen node is re-explained anyway.
+        return ContainerVerdict(evals, fitting[: ask.count], counts, [], [])
     if explain:
         ranked, decided_by = ranking_order(fitting, policy.sort_keys)
     else:
@@ -192,7 +201,9 @@ class NodeVerdict:
     score: float = 0.0
     counts: dict | None = None
     text: str = ""
-    grants: list | None = None  # per app container: list of (position, memory, cores), or None (no GPU)
+    # per app container: list of (position, memory, cores), or None (no GPU); only kept
+    # when the cards were really chosen (an explaining or multi-container evaluation)
+    grants: list | None = None
     containers: list | None = None  # per app container: ContainerVerdict (or None), kept for explaining
 
 
@@ -238,12 +249,14 @@ def evaluate_node(
     overlay = [[0, 0, 0] for _ in node.cards]
     grants: list = []
     containers: list = []
+    # With one GPU container, only its count and asks matter to the score, not its cards.
+    need_choice = explain or sum(ask is not None for ask in apps) > 1
     for ask in apps:
         if ask is None:
             grants.append(None)
             containers.append(None)
             continue
-        verdict = evaluate_container(node, ask, policy, overlay, explain)
+        verdict = evaluate_container(node, ask, policy, overlay, explain, need_choice)
         if not verdict.fits:
             return NodeVerdict(False, counts=verdict.counts, text=failure_text(verdict.counts, examined))
         mine = []
@@ -256,7 +269,10 @@ def evaluate_node(
         grants.append(mine)
         containers.append(verdict if explain else None)
     return NodeVerdict(
-        True, score=node_score(node, overlay), grants=grants, containers=containers if explain else None
+        True,
+        score=node_score(node, overlay),
+        grants=grants if need_choice else None,
+        containers=containers if explain else None,
     )
 
 

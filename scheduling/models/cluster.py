@@ -7,12 +7,14 @@ from django.db.models import F, Q
 
 
 class Node(models.Model):
-    """A machine with cards. `ready` turns off when its agent stops reporting (heartbeat)."""
+    """A machine with cards. `ready` turns off when its agent stops reporting (heartbeat) or
+    cannot vouch for it; `not_ready_reason` says why, until the next valid report."""
 
     name = models.CharField(max_length=253, unique=True)
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     ready = models.BooleanField(default=True)
+    not_ready_reason = models.TextField(blank=True, default="")
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

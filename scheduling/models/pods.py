@@ -17,6 +17,10 @@ class Pod(models.Model):
     `revision` grows with every write, so a cycle that decided on an older row can tell
     and leave the pod for the next cycle. `parked` marks a pod whose spec is invalid:
     cycles skip it until its spec changes.
+
+    `scheduled` is placed (cards held) but not yet bound; `running` is bound to its node
+    (Kubernetes accepted the Binding, `bound_at`): hamiadmin does not follow the kubelet,
+    so a running pod's containers may still be starting. It holds its cards until it ends.
     """
 
     PENDING = "pending"
@@ -38,9 +42,22 @@ class Pod(models.Model):
     BOUND = (SCHEDULED, RUNNING)
     FINISHED = (SUCCEEDED, FAILED, DELETED)
 
+    API = "api"
+    KUBERNETES = "kubernetes"
+    EXTENDER = "extender"
+    ORIGINS = [
+        (API, "REST API"),
+        (KUBERNETES, "Kubernetes watcher"),
+        (EXTENDER, "kube-scheduler extender"),
+    ]
+
     namespace = models.CharField(max_length=63, default="default")
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
+    origin = models.CharField(
+        max_length=16, choices=ORIGINS, default=API,
+        help_text="who submitted it: extender pods are placed only by kube-scheduler's filter calls",
+    )  # fmt: skip
     annotations = models.JSONField(default=dict, blank=True)
     containers = models.JSONField(default=list)
     init_containers = models.JSONField(default=list, blank=True)
@@ -49,6 +66,7 @@ class Pod(models.Model):
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="pods")
     submitted_at = models.DateTimeField(default=timezone.now)
     scheduled_at = models.DateTimeField(null=True, blank=True)
+    bound_at = models.DateTimeField(null=True, blank=True, help_text="Kubernetes accepted the Binding")
     finished_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     reason = models.TextField(blank=True, default="", help_text="the latest decision, in one line")

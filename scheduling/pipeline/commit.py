@@ -25,6 +25,7 @@ from scheduling.engine.scheduler import check_card
 
 from ..models import Allocation, Card, Cycle, Decision, Pod
 from .cycle import Attempt, CyclePlan, CycleReport
+from .observe import record_commit
 from .options import option
 
 POD_FIELDS = [
@@ -289,4 +290,5 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         )
     report.cycle_id = cycle.pk
     report.more = plan.full or conflicted
+    record_commit(plan, report, outcomes)
     return report

@@ -15,8 +15,11 @@ def mark_silent_nodes_not_ready(now=None) -> int:
     """Nodes whose agent has not reported for HEARTBEAT_TIMEOUT_SECONDS take no new pods
     (`NodeNotReady`); their tenants stay. Nodes never heard from (made by hand) are left alone."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=option("HEARTBEAT_TIMEOUT_SECONDS"))
-    return Node.objects.filter(ready=True, last_heartbeat__lt=cutoff).update(ready=False, updated_at=now)
+    timeout = option("HEARTBEAT_TIMEOUT_SECONDS")
+    cutoff = now - timedelta(seconds=timeout)
+    return Node.objects.filter(ready=True, last_heartbeat__lt=cutoff).update(
+        ready=False, not_ready_reason=f"no report for {timeout:g} s", updated_at=now
+    )
 
 
 def prune_decisions(keep: int | None = None) -> int:

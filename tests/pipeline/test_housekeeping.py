@@ -55,5 +55,5 @@ def test_placement_annotations_follow_spec_8():
     assert annotations["hami.io/vgpu-devices-allocated"] == "GPU-0,NVIDIA,1000,30:;"
     assert annotations["hami.io/vgpu-devices-to-allocate"] == "GPU-0,NVIDIA,1000,30:;"
     assert annotations["hami.io/bind-phase"] == "allocating"
-    services.mark_running(pod)
+    services.mark_bound(pod, "node1")
     assert reload(pod).placement_annotations()["hami.io/bind-phase"] == "success"

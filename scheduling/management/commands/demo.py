@@ -176,10 +176,10 @@ class DemoWorkload:
         return 15 + zlib.crc32(name.encode()) % 31
 
     def tick(self, now) -> None:
-        for pod in Pod.objects.filter(namespace=NAMESPACE, status__in=Pod.BOUND):
+        for pod in Pod.objects.select_related("node").filter(namespace=NAMESPACE, status__in=Pod.BOUND):
             age = (now - pod.scheduled_at).total_seconds() if pod.scheduled_at else 0
             if pod.status == Pod.SCHEDULED and age >= 1:
-                services.mark_running(pod)
+                services.mark_bound(pod, pod.node.name)
             if age >= self.lifetime(pod.name):
                 failed = zlib.crc32(pod.name.encode()) % 10 == 0
                 services.release_pod(pod, Pod.FAILED if failed else Pod.SUCCEEDED)

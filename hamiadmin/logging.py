@@ -1,0 +1,71 @@
+"""Log formatters: one JSON object per line in production, readable lines in development.
+
+Both carry the fields a caller passes with `extra={...}` (the decision lines of
+scheduling.pipeline.observe), so a log pipeline can filter by pod, node or outcome.
+Fields whose name looks like a credential are never written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import UTC, datetime
+
+#: Attributes every LogRecord has; anything else on a record came in through `extra`.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+_SECRET = re.compile(r"token|secret|password|passwd|authorization|api[_-]?key|cookie|credential", re.IGNORECASE)
+REDACTED = "[redacted]"
+
+
+def extra_fields(record: logging.LogRecord) -> dict:
+    """The `extra` fields of a record, credentials redacted."""
+    return {
+        key: REDACTED if _SECRET.search(key) else value
+        for key, value in vars(record).items()
+        if key not in _STANDARD and not key.startswith("_")
+    }
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"time", "level", "logger", "message", ...extra, "exception"}` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in extra_fields(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        entry.setdefault("process", record.process)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class ReadableFormatter(logging.Formatter):
+    """`time LEVEL logger message key=value ...` for a terminal."""
+
+    def __init__(self, fmt: str | None = None, datefmt: str | None = None, style: str = "%", **kwargs):
+        super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s %(message)s", datefmt, style, **kwargs)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields = extra_fields(record)
+        if not fields:
+            return text
+        pairs = " ".join(f"{key}={_short(value)}" for key, value in fields.items())
+        head, newline, rest = text.partition("\n")  # keep a traceback below the fields
+        return f"{head} [{pairs}]{newline}{rest}"
+
+
+def _short(value) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value) or "-"
+    if isinstance(value, dict):
+        return ",".join(f"{key}:{item}" for key, item in value.items()) or "-"
+    return "-" if value is None or value == "" else str(value)

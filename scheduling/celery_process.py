@@ -1,0 +1,92 @@
+"""What every Celery process adds for operations: heartbeat files and a metrics port.
+
+- Worker: a consumer bootstep touches the worker heartbeat file every
+  HEARTBEAT_SECONDS from the consumer's timer, which runs in the worker's main loop: a
+  loop that hangs, or a worker that lost its broker for good, stops touching it.
+- Beat: `HeartbeatScheduler` (settings CELERY_BEAT_SCHEDULER) touches the beat heartbeat
+  file on every tick; beat ticks at least every SAFETY_CYCLE_SECONDS here.
+- Metrics: with HAMI_METRICS_PORT set, the process that runs tasks serves its counters
+  and histograms there (scheduling.metrics.serve_from_env): the prefork child, or the
+  worker itself for the solo and thread pools.
+
+`python -m scheduling.liveness` reads the heartbeat files. Imported by hamiadmin.celery,
+before Django is set up: no model imports here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from celery import bootsteps
+from celery.beat import PersistentScheduler
+from celery.signals import worker_init, worker_process_init
+
+from . import liveness, metrics
+
+log = logging.getLogger("hamiadmin.liveness")
+
+HEARTBEAT_SECONDS = 10.0
+FORKING_POOLS = ("prefork", "processes")
+
+
+def _touch(role: str) -> None:
+    path = liveness.heartbeat_file(role)
+    try:
+        liveness.touch(path)
+    except OSError as exc:
+        log.warning("%s heartbeat file %s not touched: %s", role, path, exc.strerror or exc)
+
+
+class WorkerHeartbeat(bootsteps.StartStopStep):
+    """Touch the worker heartbeat file while the consumer runs."""
+
+    label = "hamiadmin heartbeat file"
+
+    def __init__(self, parent, **kwargs):
+        self.tref = None
+        super().__init__(parent, **kwargs)
+
+    def start(self, parent):
+        _touch("worker")
+        self.tref = parent.timer.call_repeatedly(HEARTBEAT_SECONDS, _touch, ("worker",), priority=10)
+
+    def stop(self, parent):
+        if self.tref is not None:
+            parent.timer.cancel(self.tref)
+            self.tref = None
+
+    shutdown = stop
+
+
+class HeartbeatScheduler(PersistentScheduler):
+    """Celery's persistent scheduler that also touches the beat heartbeat file on each tick."""
+
+    touched = 0.0
+
+    def tick(self, *args, **kwargs):
+        now = time.monotonic()
+        if now - self.touched >= 1.0:  # tick can run many times a second when tasks are due
+            self.touched = now
+            _touch("beat")
+        return super().tick(*args, **kwargs)
+
+
+@worker_init.connect
+def serve_worker_metrics(sender=None, **kwargs) -> None:
+    """Thread and green pools run tasks in this process: serve its metrics. A forking pool
+    runs them in its children, which serve theirs on worker_process_init instead."""
+    pool = getattr(sender, "pool_cls", None)
+    name = pool if isinstance(pool, str) else getattr(pool, "__module__", "") or ""
+    if not any(word in name for word in (*FORKING_POOLS, "solo")):
+        metrics.serve_from_env("worker")
+
+
+@worker_process_init.connect
+def serve_pool_process_metrics(**kwargs) -> None:
+    """A prefork child (or the solo pool, in the worker itself) runs the tasks: serve here."""
+    metrics.serve_from_env("worker process")
+
+
+def install(app) -> None:
+    app.steps["consumer"].add(WorkerHeartbeat)
