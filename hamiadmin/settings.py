@@ -253,6 +253,15 @@ LOGGING = {
         "plain": {"()": "hamiadmin.logging.ReadableFormatter"},
         "json": {"()": "hamiadmin.logging.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json" if LOG_FORMAT == "json" else "plain"}},
+    "filters": {"redact_paths": {"()": "hamiadmin.logging.RedactPathSecrets"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["redact_paths"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # The development server's access lines go through the same redaction.
+    "loggers": {"django.server": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }

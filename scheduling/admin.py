@@ -115,7 +115,8 @@ class NodeAdmin(WrittenByServices, admin.ModelAdmin):
     list_display = ("name", "readiness", "card_count", "last_heartbeat", "dashboard_link")
     list_filter = ("ready",)
     search_fields = ("name",)
-    fields = ("name", "ready", "last_heartbeat", "labels", "annotations", "created_at", "updated_at")
+    fields = ("name", "ready", "not_ready_reason", "last_heartbeat", "labels", "annotations", "created_at",
+              "updated_at")  # fmt: skip
     inlines = [CardInline]
 
     class Media:
@@ -247,13 +248,13 @@ class DecisionInline(admin.TabularInline):
 
 @admin.register(Pod)
 class PodAdmin(WrittenByServices, admin.ModelAdmin):
-    list_display = ("key", "status", "node", "priority", "attempts", "submitted_at", "short_reason")
-    list_filter = ("status", "parked", "namespace", "node")
+    list_display = ("key", "status", "origin", "node", "priority", "attempts", "submitted_at", "short_reason")
+    list_filter = ("status", "origin", "parked", "namespace", "node")
     search_fields = ("namespace", "name", "uid")
     list_select_related = ("node",)
     actions = ["requeue", "release", "mark_succeeded"]
-    fields = ("namespace", "name", "uid", "status", "node", "priority", "submitted_at", "scheduled_at",
-              "finished_at", "attempts", "reason", "error", "parked", "next_attempt_at", "allocated",
+    fields = ("namespace", "name", "uid", "origin", "status", "node", "priority", "submitted_at", "scheduled_at",
+              "bound_at", "finished_at", "attempts", "reason", "error", "parked", "next_attempt_at", "allocated",
               "annotations", "containers", "init_containers", "dashboard_link")  # fmt: skip
     readonly_fields = ("dashboard_link",)
     inlines = [AllocationInline, DecisionInline]

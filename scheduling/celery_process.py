@@ -1,10 +1,12 @@
 """What every Celery process adds for operations: heartbeat files and a metrics port.
 
 - Worker: a consumer bootstep touches the worker heartbeat file every
-  HEARTBEAT_SECONDS from the consumer's timer, which runs in the worker's main loop: a
-  loop that hangs, or a worker that lost its broker for good, stops touching it.
+  HAMI_WORKER_HEARTBEAT_SECONDS (10) from the consumer's timer, which runs in the
+  worker's main loop: a loop that hangs, or a worker that lost its broker, stops touching it.
 - Beat: `HeartbeatScheduler` (settings CELERY_BEAT_SCHEDULER) touches the beat heartbeat
   file on every tick; beat ticks at least every SAFETY_CYCLE_SECONDS here.
+- Logs: the project's LOGGING (JSON lines in production) instead of Celery's format;
+  LOG_LEVEL, when set, wins over `-l`.
 - Metrics: with HAMI_METRICS_PORT set, the process that runs tasks serves its counters
   and histograms there (scheduling.metrics.serve_from_env): the prefork child, or the
   worker itself for the solo and thread pools.
@@ -16,11 +18,13 @@ before Django is set up: no model imports here.
 from __future__ import annotations
 
 import logging
+import logging.config
+import os
 import time
 
 from celery import bootsteps
 from celery.beat import PersistentScheduler
-from celery.signals import worker_init, worker_process_init
+from celery.signals import setup_logging, worker_init, worker_process_init
 
 from . import liveness, metrics
 
@@ -28,6 +32,13 @@ log = logging.getLogger("hamiadmin.liveness")
 
 HEARTBEAT_SECONDS = 10.0
 FORKING_POOLS = ("prefork", "processes")
+
+
+def heartbeat_seconds() -> float:
+    try:
+        return max(0.05, float(os.environ.get("HAMI_WORKER_HEARTBEAT_SECONDS", "") or HEARTBEAT_SECONDS))
+    except ValueError:
+        return HEARTBEAT_SECONDS
 
 
 def _touch(role: str) -> None:
@@ -49,7 +60,7 @@ class WorkerHeartbeat(bootsteps.StartStopStep):
 
     def start(self, parent):
         _touch("worker")
-        self.tref = parent.timer.call_repeatedly(HEARTBEAT_SECONDS, _touch, ("worker",), priority=10)
+        self.tref = parent.timer.call_repeatedly(heartbeat_seconds(), _touch, ("worker",), priority=10)
 
     def stop(self, parent):
         if self.tref is not None:
@@ -70,6 +81,16 @@ class HeartbeatScheduler(PersistentScheduler):
             self.touched = now
             _touch("beat")
         return super().tick(*args, **kwargs)
+
+
+@setup_logging.connect
+def use_project_logging(loglevel=None, **kwargs) -> None:
+    """Connected, so Celery leaves the root logger to settings.LOGGING (worker and beat)."""
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    if loglevel and not os.environ.get("LOG_LEVEL"):
+        logging.getLogger().setLevel(loglevel)
 
 
 @worker_init.connect

@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         description="Exit 0 if the worker's or beat's heartbeat file is fresh, 1 if stale or missing.",
     )
     parser.add_argument("role", choices=sorted(ROLES), help="whose heartbeat file to check")
-    parser.add_argument("--max-age", type=float, default=60.0, help="seconds a heartbeat stays fresh (default 60)")
+    parser.add_argument(
+        "--max-age", type=float, default=60.0, help="seconds a heartbeat stays fresh (default 60)"
+    )
     parser.add_argument("--file", help="the heartbeat file (default: from the environment, see above)")
     try:
         args = parser.parse_args(argv)

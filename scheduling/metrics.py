@@ -23,15 +23,15 @@ import os
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client import start_http_server as _start_http_server
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from scheduling.engine import reasons as codes
 
 log = logging.getLogger(__name__)
 
 PORT_ENV = "HAMI_METRICS_PORT"
-DEFAULT_PORT = 9808  # the port the manifests set; unset or empty means no server
 MIB = 1024 * 1024
+#: The classic text format that generate_latest writes (every Prometheus 2 and 3 reads it).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 OUTCOMES = ("scheduled", "pending", "rejected", "conflict")
 #: SPEC 4 reason codes: the only reasons the engine writes into a decision's summary.
@@ -108,7 +108,9 @@ class ClusterStateCollector:
         from django.db import DatabaseError
         from django.utils import timezone
 
-        up = GaugeMetricFamily("hamiadmin_cluster_state_up", "1 if the cluster state below was read from the database.")
+        up = GaugeMetricFamily(
+            "hamiadmin_cluster_state_up", "1 if the cluster state below was read from the database."
+        )
         try:
             families = self._families(timezone.now())
         except DatabaseError as exc:
@@ -124,13 +126,17 @@ class ClusterStateCollector:
     def _families(now) -> list:
         from scheduling.models import Card, Node, Pod
 
-        pending = GaugeMetricFamily("hamiadmin_pending_pods", "Pods waiting for a placement (parked invalid pods included).")
+        pending = GaugeMetricFamily(
+            "hamiadmin_pending_pods", "Pods waiting for a placement (parked invalid pods included)."
+        )
         pending.add_metric([], Pod.objects.filter(status=Pod.PENDING).count())
 
         labels = ["node", "uuid", "type"]
         card_families = {
             "slots": GaugeMetricFamily("hamiadmin_card_slots", "vGPU slots a card offers.", labels=labels),
-            "used_slots": GaugeMetricFamily("hamiadmin_card_slots_used", "vGPU slots in use on a card.", labels=labels),
+            "used_slots": GaugeMetricFamily(
+                "hamiadmin_card_slots_used", "vGPU slots in use on a card.", labels=labels
+            ),
             "memory": GaugeMetricFamily("hamiadmin_card_memory_bytes", "Memory of a card.", labels=labels),
             "used_memory": GaugeMetricFamily(
                 "hamiadmin_card_memory_used_bytes", "Memory of a card granted to pods.", labels=labels
@@ -143,7 +149,15 @@ class ClusterStateCollector:
             ),
         }
         rows = Card.objects.order_by("node__name", "index", "uuid").values_list(
-            "node__name", "uuid", "type", "slots", "used_slots", "memory", "used_memory", "cores", "used_cores"
+            "node__name",
+            "uuid",
+            "type",
+            "slots",
+            "used_slots",
+            "memory",
+            "used_memory",
+            "cores",
+            "used_cores",
         )
         for node, uuid, card_type, slots, used_slots, memory, used_memory, cores, used_cores in rows:
             values = [node, uuid, card_type]
@@ -159,8 +173,12 @@ class ClusterStateCollector:
             "Seconds since a node's agent last reported (nodes that never reported are left out).",
             labels=["node"],
         )
-        ready = GaugeMetricFamily("hamiadmin_node_ready", "1 if the node takes new pods (its agent reports).", labels=["node"])
-        for name, is_ready, heartbeat in Node.objects.order_by("name").values_list("name", "ready", "last_heartbeat"):
+        ready = GaugeMetricFamily(
+            "hamiadmin_node_ready", "1 if the node takes new pods (its agent reports).", labels=["node"]
+        )
+        for name, is_ready, heartbeat in Node.objects.order_by("name").values_list(
+            "name", "ready", "last_heartbeat"
+        ):
             ready.add_metric([name], 1 if is_ready else 0)
             if heartbeat is not None:
                 age.add_metric([name], max(0.0, (now - heartbeat).total_seconds()))
@@ -177,7 +195,7 @@ def exposition() -> bytes:
 
 
 def metrics_token_problem(request) -> str:
-    """"" when the scrape may proceed; the token (HAMI_METRICS_TOKEN) is optional."""
+    """ "" when the scrape may proceed; the token (HAMI_METRICS_TOKEN) is optional."""
     from django.conf import settings
 
     expected = settings.HAMIADMIN.get("METRICS_TOKEN") or ""
@@ -201,7 +219,7 @@ def metrics_view(request):
         response = HttpResponse(problem + "\n", status=401, content_type="text/plain; charset=utf-8")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    response = HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)
+    response = HttpResponse(exposition(), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response
 
@@ -249,4 +267,3 @@ def serve_from_env(who: str = "process") -> int | None:
     _served[pid] = port
     log.info("metrics of %s %d served on port %d", who, pid, port)
     return port
-

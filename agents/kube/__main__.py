@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.conf import settings
 
+    from scheduling.metrics import serve_from_env as serve_metrics_from_env
+
     from .agent import AgentOptions, KubeAgent
     from .api import api_from_config
     from .leader import LeaderElector
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         complete_bind_phase=settings.HAMIADMIN.get("BIND_PHASE_SUCCESS", True),
     )
     agent = KubeAgent(api, options, elector, identity)
+    serve_metrics_from_env("kube agent")  # bind failures, on HAMI_METRICS_PORT when set
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

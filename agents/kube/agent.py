@@ -184,8 +184,15 @@ class KubeAgent:
         return obj
 
     def bind_placed(self) -> None:
+        """Bind the pods cycles placed for us. A refused Binding puts the pod back in the queue
+        for as long as its next back-off (2 s doubling to 2 min); `bind_retry_at` also holds
+        the Binding back that long should a wake (freed capacity) place the pod earlier."""
         now = self.clock()
-        rows = Pod.objects.select_related("node").filter(status=Pod.SCHEDULED).exclude(uid="")
+        rows = (
+            Pod.objects.select_related("node")
+            .filter(status=Pod.SCHEDULED, origin=Pod.KUBERNETES)
+            .exclude(uid="")
+        )
         for row in rows:
             if not self.is_leader():
                 return
@@ -194,11 +201,13 @@ class KubeAgent:
             failures, not_before = self.bind_retry_at.get(row.uid, (0, 0.0))
             if now < not_before:
                 continue
-            with self.pod_sync.lock:
-                row.refresh_from_db()
-                if row.status != Pod.SCHEDULED or self._ours_unbound(row) is None:
-                    continue
-                result = self.binder.bind(row)
+            row = Pod.objects.select_related("node").filter(pk=row.pk, uid=row.uid, status=Pod.SCHEDULED).first()
+            if row is None:
+                continue  # released or requeued since the query above
+            delay = Backoff(self.options.bind_backoff_base, self.options.bind_backoff_cap)
+            delay.failures = failures
+            retry_after = delay.next_delay()
+            result = self.binder.bind(row, retry_after=retry_after)
             ref = PodRef(row.namespace, row.name, row.uid)
             if result.outcome == BOUND:
                 self.bind_retry_at.pop(row.uid, None)
@@ -206,16 +215,14 @@ class KubeAgent:
                 cards = [uuid for container in _decode(row.allocated) for uuid in container]
                 self.events.scheduled(ref, row.node.name, cards)
             elif result.outcome == FAILED:
-                delay = Backoff(self.options.bind_backoff_base, self.options.bind_backoff_cap)
-                delay.failures = failures
-                self.bind_retry_at[row.uid] = (failures + 1, now + delay.next_delay())
+                self.bind_retry_at[row.uid] = (failures + 1, now + retry_after)
                 self.events.failed_scheduling(ref, f"binding to {row.node.name} failed: {result.detail}")
             elif result.outcome == GONE:
                 self.bind_retry_at.pop(row.uid, None)
                 self.events.forget(row.uid)
 
     def report_waiting(self) -> None:
-        rows = Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED)).exclude(uid="")
+        rows = Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED), origin=Pod.KUBERNETES).exclude(uid="")
         for namespace, name, uid, reason, error in rows.values_list("namespace", "name", "uid", "reason", "error"):
             if not self.is_leader():
                 return

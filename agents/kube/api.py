@@ -21,22 +21,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-#: (api group, resource, verb) for each call below: the ClusterRole/Role of the agent, and
-#: of the web Deployment in extender mode (which needs the pods, pods/binding rows only).
-RBAC_RULES: tuple[tuple[str, str, str], ...] = (
-    ("", "pods", "list"),
-    ("", "pods", "watch"),
-    ("", "pods", "get"),
-    ("", "pods", "patch"),
-    ("", "pods/binding", "create"),
-    ("", "nodes", "list"),
-    ("", "nodes", "watch"),
-    ("", "events", "create"),
-    ("", "events", "patch"),
-    ("coordination.k8s.io", "leases", "get"),
-    ("coordination.k8s.io", "leases", "create"),
-    ("coordination.k8s.io", "leases", "update"),
-)
+#: (api group, resource, verb): what Kubernetes authorizes a request by.
+Grant = tuple[str, str, str]
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -90,6 +76,17 @@ def read_json(response) -> dict:
         response.release_conn()
 
 
+def needs(grant: Grant):
+    """The RBAC grant a KubeApi method's request needs, declared on the method itself.
+    tests/kube checks each method against the requests it really sends."""
+
+    def declare(method):
+        method.grant = grant
+        return method
+
+    return declare
+
+
 class KubeApi:
     """The calls, each a few lines. `request_timeout` bounds every non-watch request."""
 
@@ -101,6 +98,7 @@ class KubeApi:
 
     # -- pods ---------------------------------------------------------------------------
 
+    @needs(("", "pods", "list"))
     def list_pods(self, field_selector: str = "") -> tuple[list[dict], str]:
         """Every pod (all namespaces) matching the selector, and the list's resourceVersion."""
         with translated():
@@ -113,12 +111,14 @@ class KubeApi:
             )
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
 
+    @needs(("", "pods", "watch"))
     def watch_pods(self, resource_version: str, field_selector: str = "", timeout_seconds: int = 60):
         """Pod events after `resource_version`: yields (type, object) until the server ends the watch."""
         return self._watch(
             self.core.list_pod_for_all_namespaces, resource_version, timeout_seconds, field_selector
         )
 
+    @needs(("", "pods", "get"))
     def get_pod(self, namespace: str, name: str) -> dict:
         with translated():
             return read_json(
@@ -127,6 +127,7 @@ class KubeApi:
                 )
             )
 
+    @needs(("", "pods", "patch"))
     def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch; a `metadata.resourceVersion` in it makes the server refuse (409)
         if the pod changed since that version."""
@@ -142,6 +143,7 @@ class KubeApi:
                 )
             )
 
+    @needs(("", "pods/binding", "create"))
     def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """POST pods/{name}/binding. The answer is a Status, not a Binding: it is not parsed."""
         body = client.V1Binding(
@@ -157,6 +159,7 @@ class KubeApi:
 
     # -- nodes --------------------------------------------------------------------------
 
+    @needs(("", "nodes", "list"))
     def list_nodes(self) -> tuple[list[dict], str]:
         with translated():
             body = read_json(
@@ -164,11 +167,13 @@ class KubeApi:
             )
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
 
+    @needs(("", "nodes", "watch"))
     def watch_nodes(self, resource_version: str, timeout_seconds: int = 60):
         return self._watch(self.core.list_node, resource_version, timeout_seconds)
 
     # -- events (core/v1) ---------------------------------------------------------------
 
+    @needs(("", "events", "create"))
     def create_event(self, namespace: str, event: dict) -> dict:
         with translated():
             return read_json(
@@ -177,6 +182,7 @@ class KubeApi:
                 )
             )
 
+    @needs(("", "events", "patch"))
     def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
         with translated():
             return read_json(
@@ -192,6 +198,7 @@ class KubeApi:
 
     # -- leases (coordination.k8s.io/v1) ------------------------------------------------
 
+    @needs(("coordination.k8s.io", "leases", "get"))
     def get_lease(self, namespace: str, name: str) -> dict | None:
         """The Lease, or None when it does not exist yet."""
         try:
@@ -206,6 +213,7 @@ class KubeApi:
                 return None
             raise
 
+    @needs(("coordination.k8s.io", "leases", "create"))
     def create_lease(self, namespace: str, lease: dict) -> dict:
         with translated():
             return read_json(
@@ -214,6 +222,7 @@ class KubeApi:
                 )
             )
 
+    @needs(("coordination.k8s.io", "leases", "update"))
     def replace_lease(self, namespace: str, name: str, lease: dict) -> dict:
         """PUT with the resourceVersion read before: 409 when someone else wrote in between."""
         with translated():
@@ -246,6 +255,39 @@ class KubeApi:
         with translated():
             response = list_call(**kwargs)
         return WatchStream(response)
+
+
+#: The calls each identity makes. Their grants are the RBAC rules deploy/k8s must give it,
+#: no more: tests/kube runs each identity's code against a stand-in API server and compares
+#: what it requested with these; tests/deploy compares the rendered Roles with them.
+WATCHER_AGENT_CALLS = (
+    KubeApi.list_pods, KubeApi.watch_pods, KubeApi.get_pod, KubeApi.patch_pod, KubeApi.bind_pod,
+    KubeApi.list_nodes, KubeApi.watch_nodes, KubeApi.create_event, KubeApi.patch_event,
+    KubeApi.get_lease, KubeApi.create_lease, KubeApi.replace_lease,
+)  # fmt: skip
+#: `--extender`: kube-scheduler binds; the agent reports nodes, releases pods that end, and
+#: GETs the rows a relist misses.
+EXTENDER_AGENT_CALLS = (
+    KubeApi.list_pods, KubeApi.watch_pods, KubeApi.get_pod, KubeApi.list_nodes, KubeApi.watch_nodes,
+    KubeApi.get_lease, KubeApi.create_lease, KubeApi.replace_lease,
+)  # fmt: skip
+#: The web app's `POST /extender/bind`: the Binder's annotations and Binding, nothing else.
+EXTENDER_WEB_CALLS = (KubeApi.get_pod, KubeApi.patch_pod, KubeApi.bind_pod)
+
+
+def rules_for(calls) -> tuple[Grant, ...]:
+    return tuple(dict.fromkeys(call.grant for call in calls))
+
+
+#: The kube agent in watcher mode (deploy/k8s/base/rbac.yaml).
+RBAC_RULES = rules_for(WATCHER_AGENT_CALLS)
+#: The kube agent with `--extender` (deploy/k8s/overlays/extender).
+EXTENDER_AGENT_RBAC_RULES = rules_for(EXTENDER_AGENT_CALLS)
+#: The web Deployment in extender mode (deploy/k8s/overlays/extender).
+EXTENDER_WEB_RBAC_RULES = rules_for(EXTENDER_WEB_CALLS)
+#: Resources granted in hamiadmin's own namespace only (a Role): the leader-election Lease.
+#: Everything else is cluster-wide (a ClusterRole): pods and events live in every namespace.
+OWN_NAMESPACE_RESOURCES = frozenset({("coordination.k8s.io", "leases")})
 
 
 class WatchStream:

@@ -10,6 +10,9 @@ filters already sees it. `bind` then writes the SPEC 8 annotations and the Bindi
 A reserved pod that kube-scheduler filters again (it failed elsewhere before binding) is
 answered from its reservation when that node is still offered, else released and
 placed again among the nodes offered now.
+
+Pods queued here have origin `extender`: scheduling cycles leave them alone, since only a
+filter call knows which nodes kube-scheduler allows (taints, affinity, its other filters).
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from scheduling.snapshot import load_snapshot
 
 from . import pods as pod_objects
 from .binder import BOUND, Binder, requeue
-from .sync import release_earlier_incarnation
 
 log = logging.getLogger("hamiadmin.kube.extender")
 
@@ -60,10 +62,10 @@ def filter_pod(pod: dict, names: list[str]) -> FilterAnswer:
     if not pod_objects.asks_gpu(pod):
         return FilterAnswer(passthrough=True)
     arguments = pod_objects.submission(pod)
-    release_earlier_incarnation(arguments["namespace"], arguments["name"], arguments["uid"])
     for _ in range(ATTEMPTS):
         try:
-            row = services.submit_pod(**arguments, validate=False)
+            # A new uid (recreated under the same name) releases the earlier reservation here.
+            row = services.submit_pod(**arguments, validate=False, origin=Pod.EXTENDER)
         except PodInvalid as exc:
             return FilterAnswer(unresolvable=dict.fromkeys(names, str(exc)))
         if row.status == Pod.SCHEDULED:

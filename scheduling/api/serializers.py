@@ -251,7 +251,7 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["name", "labels", "annotations", "ready", "last_heartbeat", "usage", "cards"]
+        fields = ["name", "labels", "annotations", "ready", "not_ready_reason", "last_heartbeat", "usage", "cards"]
         read_only_fields = fields
 
     @extend_schema_field(NodeUsageSerializer)
@@ -423,8 +423,8 @@ class PodSerializer(serializers.ModelSerializer):
     class Meta:
         model = Pod
         fields = [
-            "namespace", "name", "uid", "status", "node", "priority", "allocated", "reason", "error",
-            "error_field", "attempts", "submitted_at", "scheduled_at", "finished_at",
+            "namespace", "name", "uid", "origin", "status", "node", "priority", "allocated", "reason", "error",
+            "error_field", "attempts", "submitted_at", "scheduled_at", "bound_at", "finished_at",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -268,7 +268,7 @@ class PodViewSet(
             before = before.first()
             submitted = services.submit_pod(
                 pod["namespace"], pod["name"], pod["annotations"], pod["containers"],
-                pod["initContainers"], pod["priority"], uid=pod["uid"],
+                pod["initContainers"], pod["priority"], uid=pod["uid"], origin=Pod.API,
             )  # fmt: skip
         warnings = submission_warnings(submitted, SchedulerConfig.current())
         answer = s.PodSubmittedSerializer(submitted, context={"warnings": warnings, "request": request})

@@ -14,7 +14,7 @@ class Node(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     annotations = models.JSONField(default=dict, blank=True)
     ready = models.BooleanField(default=True)
-    not_ready_reason = models.TextField(blank=True, default="")
+    not_ready_reason = models.TextField(blank=True, default="", db_default="")
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -55,7 +55,7 @@ class Pod(models.Model):
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
     origin = models.CharField(
-        max_length=16, choices=ORIGINS, default=API,
+        max_length=16, choices=ORIGINS, default=API, db_default=API,
         help_text="who submitted it: extender pods are placed only by kube-scheduler's filter calls",
     )  # fmt: skip
     annotations = models.JSONField(default=dict, blank=True)

@@ -290,5 +290,5 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         )
     report.cycle_id = cycle.pk
     report.more = plan.full or conflicted
-    record_commit(plan, report, outcomes)
+    record_commit(report, outcomes)
     return report

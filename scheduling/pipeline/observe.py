@@ -30,10 +30,11 @@ def attempt_reasons(outcome: str, decision, why: str) -> list[str]:
     if outcome == PENDING:
         return sorted({metrics.reason_code(code) for code in decision.reasons}) or [metrics.NO_NODES]
     if outcome == REJECTED:
-        error = decision.error or ""
-        if error.startswith("scheduler error:"):
+        if (decision.error or "").startswith("scheduler error:"):  # cycle.unexpected_failure
             return [metrics.SCHEDULER_ERROR]
-        if decision.error_field == "containers" and "no GPU" in error:
+        from .commit import asks_no_gpu  # commit imports this module
+
+        if asks_no_gpu(decision):
             return [metrics.NO_GPU]
         return [metrics.INVALID]
     # conflict: `why` is "<uuid> <code>" when a card check failed, else a sentence
@@ -48,7 +49,7 @@ def summary(outcome: str, decision, why: str) -> str | None:
     return decision.reason_text()
 
 
-def record_commit(plan, report, outcomes) -> None:
+def record_commit(report, outcomes) -> None:
     """Metrics and log lines for the committed `outcomes`: (attempt, outcome, conflict text).
 
     Never raises: the cycle is committed, and reporting on it must not look like a failure.
@@ -56,7 +57,9 @@ def record_commit(plan, report, outcomes) -> None:
     try:
         _record(report, outcomes)
     except Exception:  # noqa: BLE001
-        logging.getLogger(__name__).exception("recording cycle %s for metrics and logs failed", report.cycle_id)
+        logging.getLogger(__name__).exception(
+            "recording cycle %s for metrics and logs failed", report.cycle_id
+        )
 
 
 def _record(report, outcomes) -> None:
@@ -73,7 +76,9 @@ def log_decision(attempt, outcome: str, why: str, cycle_id) -> None:
     decision = attempt.decision
     placed = outcome in (SCHEDULED, CONFLICT)
     node = decision.node if placed else None
-    cards = [device.uuid for container in decision.containers for device in container.devices] if placed else []
+    cards = (
+        [device.uuid for container in decision.containers for device in container.devices] if placed else []
+    )
     reason = summary(outcome, decision, why)
     fields = {
         "pod": attempt.key,

@@ -112,3 +112,13 @@ def test_allocations_filter_by_node_card_and_namespace(cluster, operator, viewer
     assert len(results(viewer.get("/api/v1/allocations/?pod=team-b/b"))) == 2
     operator.delete("/api/v1/pods/team-b/b/")
     assert [a["pod"] for a in results(viewer.get("/api/v1/allocations/"))] == ["team-a/a"]
+
+
+def test_a_node_that_is_not_ready_says_why(cluster, viewer):
+    from scheduling import services
+
+    assert viewer.get("/api/v1/nodes/node1/").json()["not_ready_reason"] == ""
+    services.mark_node_not_ready("node1", "Kubernetes reports the node NotReady")
+    body = viewer.get("/api/v1/nodes/node1/").json()
+    assert (body["ready"], body["not_ready_reason"]) == (False, "Kubernetes reports the node NotReady")
+    assert "hamiadmin.io/not-ready-reason" not in body["annotations"]

@@ -272,3 +272,26 @@ def test_nul_characters_are_refused_naming_the_place(operator, change, field):
 def test_nul_in_a_path_is_404(operator):
     assert operator.get("/api/v1/pods/default/p%00/").status_code == 404
     assert operator.post("/api/v1/cards/G%00/cordon/").status_code == 404
+
+
+def test_origin_is_api_shown_and_cannot_be_claimed_by_a_client(operator, viewer):
+    """Only the kube agent and the extender mark pods as theirs: a client saying otherwise
+    still submits an `api` pod, which cycles place and the kube agent's cleanup never touches."""
+    answer = submit(operator, {**gpu_pod("p", mem=1000), "origin": "extender"})
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["origin"] == "api"
+    assert Pod.objects.get(name="p").origin == Pod.API
+    listed = viewer.get("/api/v1/pods/").json()["results"]
+    assert [(pod["name"], pod["origin"], pod["bound_at"]) for pod in listed] == [("p", "api", None)]
+
+
+def test_bound_at_is_shown_once_the_pod_is_bound(cluster, operator, viewer):
+    from scheduling import services
+
+    submit(operator, gpu_pod("p", mem=1000))
+    run_cycle()
+    assert viewer.get("/api/v1/pods/default/p/").json()["bound_at"] is None
+    pod = Pod.objects.select_related("node").get(name="p")
+    services.mark_bound(pod, pod.node.name)
+    body = viewer.get("/api/v1/pods/default/p/").json()
+    assert body["status"] == "running" and body["bound_at"] is not None

@@ -276,3 +276,13 @@ def test_pages_carry_the_version_they_were_drawn_at(viewer_client):
     version = viewer_client.get(reverse("live")).json()["version"]
     html = viewer_client.get(reverse("pending")).content.decode()
     assert f'data-version="{version}"' in html
+
+
+def test_node_page_says_why_a_node_is_not_ready(viewer_client):
+    report_demo_cluster()
+    url = reverse("node", args=["t4-node"])
+    assert 'data-testid="not-ready-reason"' not in viewer_client.get(url).content.decode()
+    services.mark_node_not_ready("t4-node", "malformed hami.io/node-nvidia-register[1]: memory")
+    html = viewer_client.get(url).content.decode()
+    assert 'data-testid="not-ready-reason">malformed hami.io/node-nvidia-register[1]: memory<' in html
+    assert "malformed hami.io/node-nvidia-register[1]" in viewer_client.get(reverse("home")).content.decode()

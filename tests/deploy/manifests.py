@@ -1,8 +1,9 @@
 """Render the Kustomize overlays and read facts back from the rendered objects.
 
 The deploy tests use this module, and so can later checks that hold the code against the
-manifests: `kube_agent_rbac_rules("production")` is the machine-readable list of what the
-Kubernetes integration may do, read from the rendered ClusterRole/Role and their bindings.
+manifests: `rbac_rules(overlay, service_account)` is the machine-readable list of what an
+identity may do, read from the rendered ClusterRoles/Roles and their bindings
+(tests/deploy/test_rbac.py compares it with agents/kube/api.py).
 """
 
 from __future__ import annotations
@@ -21,9 +22,22 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-OVERLAYS = ("dev", "production")
+OVERLAYS = ("dev", "production", "extender")
+#: Overlays built on production: secrets out of band, images from a registry.
+PRODUCTION_OVERLAYS = ("production", "extender")
 NAMESPACE = "hamiadmin"
 KUBE_AGENT_SERVICE_ACCOUNT = "hamiadmin-kube"
+EXTENDER_WEB_SERVICE_ACCOUNT = "hamiadmin-extender"
+#: The workloads that call the Kubernetes API, per overlay, and the ServiceAccount each uses.
+#: Every other pod runs without a token.
+API_CALLERS = {
+    "dev": {"hamiadmin-kube-agent": KUBE_AGENT_SERVICE_ACCOUNT},
+    "production": {"hamiadmin-kube-agent": KUBE_AGENT_SERVICE_ACCOUNT},
+    "extender": {
+        "hamiadmin-kube-agent": KUBE_AGENT_SERVICE_ACCOUNT,
+        "hamiadmin-web": EXTENDER_WEB_SERVICE_ACCOUNT,
+    },
+}
 CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", "RuntimeClass"}
 POD_OWNER_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
 # Secrets production expects to be created out of band (docs/deploy.md), with their keys.
@@ -165,6 +179,11 @@ def is_django_container(container: dict) -> bool:
 
 def kube_agent_rbac_rules(overlay: str = "production") -> set[RbacGrant]:
     """Every (api group, resource, verb, scope) bound to the kube agent's ServiceAccount."""
+    return rbac_rules(overlay, KUBE_AGENT_SERVICE_ACCOUNT)
+
+
+def rbac_rules(overlay: str, service_account: str) -> set[RbacGrant]:
+    """Every (api group, resource, verb, scope) bound to `service_account` in NAMESPACE."""
     objects = render_overlay(overlay)
     roles = {
         (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
@@ -177,7 +196,7 @@ def kube_agent_rbac_rules(overlay: str = "production") -> set[RbacGrant]:
             continue
         bound = any(
             s["kind"] == "ServiceAccount"
-            and s["name"] == KUBE_AGENT_SERVICE_ACCOUNT
+            and s["name"] == service_account
             and s.get("namespace") == NAMESPACE
             for s in binding.get("subjects", [])
         )

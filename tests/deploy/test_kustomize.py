@@ -12,18 +12,18 @@ import kubernetes_validate
 import pytest
 
 from .manifests import (
+    API_CALLERS,
     CLUSTER_SCOPED_KINDS,
-    KUBE_AGENT_SERVICE_ACCOUNT,
+    EXTENDER_WEB_SERVICE_ACCOUNT,
     NAMESPACE,
     OUT_OF_BAND_SECRETS,
     OVERLAYS,
-    RbacGrant,
+    PRODUCTION_OVERLAYS,
     command_of,
     containers,
     find,
     invocations,
     is_django_container,
-    kube_agent_rbac_rules,
     lookup,
     pod_specs,
     render_overlay,
@@ -194,7 +194,7 @@ def test_nvml_agent_daemonset_runs_on_gpu_nodes_with_nvml_access_and_its_node_to
     secret_name = token_volume["secret"]["secretName"]
     assert secret_name.startswith("hamiadmin-agent-tokens")
     assert "items" not in token_volume["secret"], "every node's key must be projected"
-    if overlay == "production":
+    if overlay in PRODUCTION_OVERLAYS:
         assert spec["runtimeClassName"] == "nvidia"
         assert secret_name == "hamiadmin-agent-tokens"
 
@@ -214,31 +214,43 @@ def test_nvml_agent_is_root_only_without_privileges_and_everything_else_is_non_r
                 assert non_root is True, where
 
 
-def test_kube_agent_rbac_grants_exactly_what_the_integration_uses():
-    expected = {
-        *(RbacGrant("", "pods", verb, "cluster") for verb in ("get", "list", "watch", "patch")),
-        RbacGrant("", "pods/binding", "create", "cluster"),
-        *(RbacGrant("", "nodes", verb, "cluster") for verb in ("get", "list", "watch")),
-        *(RbacGrant("", "events", verb, "cluster") for verb in ("create", "patch")),
-        *(
-            RbacGrant("coordination.k8s.io", "leases", verb, NAMESPACE)
-            for verb in ("get", "create", "update")
-        ),
-    }
-    for overlay in OVERLAYS:
-        assert kube_agent_rbac_rules(overlay) == expected, overlay
+# The grants themselves are compared with the code in test_rbac.py.
 
 
-def test_only_the_kube_agent_carries_a_kubernetes_api_token(objects):
-    find(objects, "ServiceAccount", KUBE_AGENT_SERVICE_ACCOUNT)
+def test_only_the_kubernetes_api_callers_carry_a_token(objects, overlay):
+    """The kube agent everywhere, and the web pods in extender mode (/extender/bind)."""
+    callers = API_CALLERS[overlay]
+    for service_account in callers.values():
+        account = find(objects, "ServiceAccount", service_account)
+        assert account.get("automountServiceAccountToken", True) is True, service_account
     for owner, spec in pod_specs(objects):
         name = owner["metadata"]["name"]
-        if name == "hamiadmin-kube-agent":
-            assert spec["serviceAccountName"] == KUBE_AGENT_SERVICE_ACCOUNT
-            assert spec.get("automountServiceAccountToken", True) is True
+        if name in callers:
+            assert spec["serviceAccountName"] == callers[name], name
+            assert spec.get("automountServiceAccountToken", True) is True, name
         else:
-            assert spec.get("serviceAccountName") != KUBE_AGENT_SERVICE_ACCOUNT, name
+            assert spec.get("serviceAccountName") not in set(callers.values()), name
             assert spec.get("automountServiceAccountToken") is False, name
+
+
+def test_the_extender_overlay_is_production_with_the_agent_in_extender_mode():
+    production, extender = render_overlay("production"), render_overlay("extender")
+    agent = find(extender, "Deployment", "hamiadmin-kube-agent")["spec"]["template"]["spec"]
+    [container] = agent["containers"]
+    assert command_of(container) == ["python", "-m", "agents.kube", "--extender"]
+    for base in (production, render_overlay("dev")):
+        [watcher] = find(base, "Deployment", "hamiadmin-kube-agent")["spec"]["template"]["spec"]["containers"]
+        assert "--extender" not in command_of(watcher)
+    web = find(extender, "Deployment", "hamiadmin-web")["spec"]["template"]["spec"]
+    assert web["serviceAccountName"] == EXTENDER_WEB_SERVICE_ACCOUNT
+    # Apart from the identities, the same objects as production: same replicas, images, config.
+    same = {(o["kind"], o["metadata"]["name"]) for o in production}
+    added = {(o["kind"], o["metadata"]["name"]) for o in extender} - same
+    assert added == {("ServiceAccount", EXTENDER_WEB_SERVICE_ACCOUNT), ("ClusterRole", "hamiadmin-extender"),
+                     ("ClusterRoleBinding", "hamiadmin-extender")}  # fmt: skip
+    for kind, name in same - {("Deployment", "hamiadmin-web"), ("Deployment", "hamiadmin-kube-agent"),
+                              ("ClusterRole", "hamiadmin-kube")}:  # fmt: skip
+        assert find(extender, kind, name) == find(production, kind, name), f"{kind}/{name}"
 
 
 def test_scheduler_defaults_reach_every_django_process_from_the_configmap(objects):
@@ -284,7 +296,7 @@ def test_every_hamiadmin_process_runs_one_image(objects, overlay):
     [image] = images
     name, _, tag = image.rpartition(":")
     assert name and tag, f"{image} has no tag"
-    if overlay == "production":
+    if overlay in PRODUCTION_OVERLAYS:
         assert "/" in name, "production pulls from a registry"
 
 
@@ -306,14 +318,15 @@ def test_every_reference_to_a_configmap_or_secret_resolves(objects, overlay):
                     if overlay == "dev":
                         assert key_ref["key"] in lookup(objects, "Secret", key_ref["name"])["data"], where
         for name in secret_refs:
-            if overlay == "production":
+            if overlay in PRODUCTION_OVERLAYS:
                 assert name in OUT_OF_BAND_SECRETS, f"{where} uses unknown Secret {name}"
             else:
                 assert lookup(objects, "Secret", name), f"{where}: Secret {name} is not rendered"
 
 
-def test_production_renders_no_secret_and_inlines_no_credential():
-    objects = render_overlay("production")
+@pytest.mark.parametrize("overlay", PRODUCTION_OVERLAYS)
+def test_production_renders_no_secret_and_inlines_no_credential(overlay):
+    objects = render_overlay(overlay)
     assert [o["metadata"]["name"] for o in objects if o["kind"] == "Secret"] == []
     for config_map in (o for o in objects if o["kind"] == "ConfigMap"):
         assert not SECRET_SETTINGS & set(config_map.get("data", {})), config_map["metadata"]["name"]
@@ -325,8 +338,9 @@ def test_production_renders_no_secret_and_inlines_no_credential():
                 )
 
 
-def test_production_runs_every_django_process_with_debug_off():
-    objects = render_overlay("production")
+@pytest.mark.parametrize("overlay", PRODUCTION_OVERLAYS)
+def test_production_runs_every_django_process_with_debug_off(overlay):
+    objects = render_overlay(overlay)
     checked = 0
     for owner, spec in pod_specs(objects):
         for container in containers(spec):

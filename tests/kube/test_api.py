@@ -4,31 +4,50 @@ from __future__ import annotations
 
 import pytest
 
-from agents.kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone
+from agents.kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone, KubeApi
 
 from .conftest import node_object, pod_object
 
 
-def exercise_every_call(kube, apiserver):
-    """Call each method of KubeApi once, the way the agent does."""
+def every_call(kube, apiserver):
+    """Each method of KubeApi with a call the way the agent makes it, in an order that works."""
     apiserver.put("pods", pod_object("p1"))
     apiserver.put("nodes", node_object("n1"))
-    pods, version = kube.list_pods("spec.schedulerName=hami-scheduler")
-    list(kube.watch_pods(version, "spec.schedulerName=hami-scheduler", timeout_seconds=1))
-    nodes, node_version = kube.list_nodes()
-    list(kube.watch_nodes(node_version, timeout_seconds=1))
-    pod = kube.get_pod("default", "p1")
-    kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}})
-    kube.bind_pod("default", "p1", pod["metadata"]["uid"], "n1")
-    kube.create_event("default", {"metadata": {"name": "p1.e"}, "involvedObject": {"kind": "Pod", "name": "p1"}})
-    kube.patch_event("default", "p1.e", {"count": 2})
-    assert kube.get_lease("ns", "lease") is None
-    lease = kube.create_lease("ns", {"metadata": {"name": "lease"}, "spec": {"holderIdentity": "a"}})
-    kube.replace_lease("ns", "lease", lease)
+    found = {}
+    return [
+        (KubeApi.list_pods, lambda: found.update(pods=kube.list_pods("spec.schedulerName=hami-scheduler")[1])),
+        (KubeApi.watch_pods,
+         lambda: list(kube.watch_pods(found["pods"], "spec.schedulerName=hami-scheduler", timeout_seconds=1))),
+        (KubeApi.list_nodes, lambda: found.update(nodes=kube.list_nodes()[1])),
+        (KubeApi.watch_nodes, lambda: list(kube.watch_nodes(found["nodes"], timeout_seconds=1))),
+        (KubeApi.get_pod, lambda: found.update(pod=kube.get_pod("default", "p1"))),
+        (KubeApi.patch_pod, lambda: kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}})),
+        (KubeApi.bind_pod, lambda: kube.bind_pod("default", "p1", found["pod"]["metadata"]["uid"], "n1")),
+        (KubeApi.create_event, lambda: kube.create_event(
+            "default", {"metadata": {"name": "p1.e"}, "involvedObject": {"kind": "Pod", "name": "p1"}})),
+        (KubeApi.patch_event, lambda: kube.patch_event("default", "p1.e", {"count": 2})),
+        (KubeApi.get_lease, lambda: kube.get_lease("ns", "lease")),
+        (KubeApi.create_lease, lambda: found.update(lease=kube.create_lease(
+            "ns", {"metadata": {"name": "lease"}, "spec": {"holderIdentity": "a"}}))),
+        (KubeApi.replace_lease, lambda: kube.replace_lease("ns", "lease", found["lease"])),
+    ]  # fmt: skip
+
+
+def test_each_call_sends_exactly_the_request_its_declared_grant_allows(kube, apiserver):
+    """The grant on each KubeApi method is what the API server authorizes its request by."""
+    calls = every_call(kube, apiserver)
+    public = {name for name, value in vars(KubeApi).items() if callable(value) and not name.startswith("_")}
+    assert {method.__name__ for method, _ in calls} == public, "every public call is exercised"
+    for method, call in calls:
+        before = len(apiserver.requests)
+        call()
+        sent = {(group, resource, verb) for _, _, group, resource, verb in apiserver.requests[before:]}
+        assert sent == {method.grant}, f"{method.__name__} declares {method.grant} but sent {sent}"
 
 
 def test_every_call_is_covered_by_the_rbac_rules_and_every_rule_is_used(kube, apiserver):
-    exercise_every_call(kube, apiserver)
+    for _, call in every_call(kube, apiserver):
+        call()
     used = apiserver.grants_used()
     assert used <= set(RBAC_RULES), f"calls without an RBAC rule: {used - set(RBAC_RULES)}"
     assert set(RBAC_RULES) <= used, f"rules no call needs: {set(RBAC_RULES) - used}"

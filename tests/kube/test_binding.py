@@ -240,3 +240,39 @@ def test_a_failure_after_the_binding_undoes_nothing(kube, apiserver):
     assert row("train").status == Pod.RUNNING
     assert Card.objects.get(uuid="GPU-a-0").used_slots == 1
     assert kube_pod(apiserver, "train")["spec"]["nodeName"] == "gpu-1"
+
+
+def test_a_refused_binding_requeues_the_same_pod_after_the_delay_never_failed(kube, apiserver):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    placed = place(apiserver)
+    apiserver.fail("POST", r"/pods/train/binding$", 422, reason="Invalid")
+    before = timezone.now()
+    assert Binder(kube).bind(placed, retry_after=60).outcome == FAILED
+    again = row("train")
+    assert (again.status, again.uid, again.attempts, again.submitted_at, again.finished_at) == (
+        Pod.PENDING, placed.uid, placed.attempts, placed.submitted_at, None,
+    )  # fmt: skip
+    assert before + timedelta(seconds=59) < again.next_attempt_at <= timezone.now() + timedelta(seconds=60)
+    assert "binding to gpu-1 failed: 422" in again.reason
+    assert Card.objects.get(uuid="GPU-a-0").used_slots == 0
+    assert run_cycle().placed == [], "not before its delay"
+    assert kube_pod(apiserver, "train")["metadata"]["annotations"]["hami.io/bind-phase"] == "failed"
+
+
+def test_a_late_outcome_for_a_replaced_pod_leaves_the_new_one_alone(kube, apiserver):
+    """The pod was deleted and created again while it was being bound, and the watch already
+    queued the new one: the binder's release is meant for the old uid and writes nothing."""
+    placed = place(apiserver)
+    apiserver.delete("pods", "default", "train")
+    fresh = apiserver.put("pods", pod_object("train", gpu=1, mem=1000))
+    services.submit_pod("default", "train", {}, [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1,
+                        "nvidia.com/gpumem": 1000}}}], [], 0, fresh["metadata"]["uid"],
+                        origin=Pod.KUBERNETES)  # fmt: skip
+    assert Card.objects.get(uuid="GPU-a-0").used_slots == 0, "the new uid released the old cards"
+    assert Binder(kube).bind(placed).outcome == GONE
+    current = row("train")
+    assert (current.uid, current.status) == (fresh["metadata"]["uid"], Pod.PENDING)
+    assert run_cycle().placed, "the new pod is placed as usual"

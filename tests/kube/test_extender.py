@@ -215,3 +215,19 @@ def test_a_pod_recreated_under_the_same_name_frees_the_earlier_reservation(clien
     assert Pod.objects.get(name="p").uid == "second"
     assert Card.objects.get(uuid="S-0").used_memory == 8000
     assert Allocation.objects.filter(active=True).count() == 1
+
+
+def test_a_pod_waiting_after_a_filter_call_is_not_placed_by_cycles(client, cluster):
+    """It may only go where kube-scheduler allows: a cycle must not pick a node the filter
+    call did not offer, even once one has room."""
+    from scheduling.pipeline import run_cycle
+
+    answer = post(client, "filter", extender_args(gpu_pod("p", mem=10000), ["small"], cache_capable=True)).json()
+    assert answer["NodeNames"] == [] and answer["FailedNodes"] == {"small": "1/1 CardInsufficientMemory"}
+    row = Pod.objects.get(name="p")
+    assert (row.origin, row.status) == (Pod.EXTENDER, Pod.PENDING)
+    Pod.objects.filter(pk=row.pk).update(next_attempt_at=None)
+    assert run_cycle().placed == [], "big has room, but kube-scheduler did not offer it"
+    assert Pod.objects.get(name="p").status == Pod.PENDING
+    assert post(client, "filter", extender_args(gpu_pod("p", mem=10000), ["big"],
+                                                cache_capable=True)).json()["NodeNames"] == ["big"]  # fmt: skip

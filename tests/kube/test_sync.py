@@ -10,7 +10,6 @@ import pytest
 from agents.kube.agent import KubeAgent
 from scheduling.models import Card, Node, Pod
 from scheduling.pipeline import run_cycle
-from scheduling.services import NOT_READY_REASON
 
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
 
@@ -104,13 +103,13 @@ def test_a_malformed_node_annotation_marks_that_node_not_ready_and_the_loop_goes
         wait_until(lambda: Node.objects.filter(name="broken").exists() and Card.objects.filter(uuid="GPU-g-0"))
         broken = Node.objects.get(name="broken")
         assert not broken.ready
-        assert "hami.io/node-nvidia-register[0]" in broken.annotations[NOT_READY_REASON]
+        assert "hami.io/node-nvidia-register[0]" in broken.not_ready_reason
         assert Node.objects.get(name="good").ready
         # The loop keeps going: a fixed annotation makes the node ready, with its cards.
         apiserver.update("nodes", "", "broken", lambda node: node["metadata"]["annotations"].update(
             {"hami.io/node-nvidia-register": t4_register("GPU-b", 1)}))  # fmt: skip
         wait_until(lambda: Node.objects.get(name="broken").ready, what="the fixed node")
-        assert NOT_READY_REASON not in Node.objects.get(name="broken").annotations
+        assert Node.objects.get(name="broken").not_ready_reason == ""
         assert Card.objects.filter(node__name="broken", uuid="GPU-b-0").exists()
     assert "malformed hami.io/node-nvidia-register[0]" in caplog.text
 
@@ -131,7 +130,7 @@ def test_node_reported_not_ready_by_kubernetes(kube, apiserver):
         apiserver.update("nodes", "", "gpu-1", lambda node: node["status"].update(
             conditions=[{"type": "Ready", "status": "False"}]))  # fmt: skip
         wait_until(lambda: not Node.objects.get(name="gpu-1").ready, what="not ready")
-        assert Node.objects.get(name="gpu-1").annotations[NOT_READY_REASON] == "Kubernetes reports the node NotReady"
+        assert Node.objects.get(name="gpu-1").not_ready_reason == "Kubernetes reports the node NotReady"
         assert Card.objects.filter(node__name="gpu-1", present=True).count() == 1, "cards kept"
 
 
@@ -202,3 +201,27 @@ def test_a_card_in_device_cordon_takes_no_new_pod(kube, apiserver):
         wait_until(lambda: pod_row("p") and Card.objects.filter(node__name="gpu-1").count() == 2)
         (placed,) = run_cycle().placed
         assert placed == ("default/p", "gpu-1", "GPU-a-1,NVIDIA,1000,0:;")
+
+
+def test_a_relist_never_touches_pods_submitted_through_the_api(kube, apiserver):
+    """An API pod with a uid is unknown to Kubernetes: the cleanup after a relist leaves it
+    placed, and does not even ask the API server about it; a watched pod gone unseen is released."""
+    from scheduling import services
+
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 2)))
+    apiserver.put("pods", pod_object("watched", gpu=1, mem=1000))
+    agent = KubeAgent(kube, fast_options(watch_timeout=30))
+    with running(agent):
+        wait_until(lambda: pod_row("watched") and Card.objects.filter(node__name="gpu-1").count() == 2)
+        services.submit_pod("default", "from-api", {}, [{"name": "main", "resources": {"limits": {
+            "nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}}}], uid="api-given-uid")  # fmt: skip
+        assert {pod for pod, _, _ in run_cycle().placed} == {"default/watched", "default/from-api"}
+        wait_until(lambda: pod_row("watched").status == Pod.RUNNING, what="bound")
+        apiserver.delete("pods", "default", "watched", silent=True)
+        apiserver.expire_history()
+        wait_until(lambda: pod_row("watched").status == Pod.DELETED, what="the watched pod released")
+    assert pod_row("watched").origin == Pod.KUBERNETES
+    api_pod = pod_row("from-api")
+    assert (api_pod.origin, api_pod.status) == (Pod.API, Pod.SCHEDULED)
+    assert Card.objects.filter(used_memory=2000).count() == 1
+    assert apiserver.calls("GET", "/pods/from-api") == []

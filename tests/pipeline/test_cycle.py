@@ -115,13 +115,26 @@ def test_a_silent_node_is_not_ready_and_its_cards_take_no_new_pods():
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0), card("GPU-1", 1)])
     Node.objects.update(last_heartbeat=timezone.now() - timedelta(hours=1))
     assert mark_silent_nodes_not_ready() == 1
+    assert Node.objects.get(name="node1").not_ready_reason.startswith("no report for ")
     pod = submit("p", gpu=1, mem=100)
     run_cycle()
     pod = reload(pod)
     assert pod.status == Pod.PENDING and pod.decisions.get().failed_nodes == {"node1": "2/2 NodeNotReady"}
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0), card("GPU-1", 1)])
+    assert Node.objects.get(name="node1").not_ready_reason == ""
     run_cycle()
     assert reload(pod).status == Pod.SCHEDULED
+
+
+def test_extender_pods_are_placed_only_by_filter_calls_never_by_cycles():
+    """Only kube-scheduler's filter call knows which nodes such a pod may use."""
+    services.report_inventory("node1", {}, {}, [card("GPU-0", 0)])
+    extender = submit("ext", gpu=1, mem=100, uid="e", origin=Pod.EXTENDER)
+    watched = submit("kube", gpu=1, mem=100, uid="k", origin=Pod.KUBERNETES)
+    report = run_cycle()
+    assert [pod for pod, _, _ in report.placed] == ["default/kube"]
+    assert (reload(extender).status, extender.attempts, extender.decisions.count()) == (Pod.PENDING, 0, 0)
+    assert reload(watched).status == Pod.SCHEDULED
 
 
 def test_cordoned_cards_take_no_new_pods_until_uncordoned():

@@ -9,6 +9,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling.locks import cycle_lock
+from scheduling.metrics import serve_from_env
 from scheduling.models import Pod
 from scheduling.pipeline import run_cycle
 from scheduling.pipeline.cycle import CycleReport
@@ -58,6 +59,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  rejected  {key}: {error}")
 
     def loop(self, poll):
+        serve_from_env("manage.py schedule")  # counters and histograms on HAMI_METRICS_PORT, if set
         loop = SchedulerLoop(poll=poll, on_cycle=self.print_report)
         loop.start()
         self.stdout.write(f"scheduling in-process (poll {loop.poll}s); Ctrl-C to stop")

@@ -1,0 +1,91 @@
+"""The RBAC rules in agents/kube/api.py are what each identity's code really requests.
+
+Each test runs one identity's real code (the agent's loop with leader election, or the web
+app's /extender/ views) through a scenario that takes every path it has to Kubernetes, and
+compares the (api group, resource, verb) of every request the stand-in API server received
+with that identity's rules: a call the rules miss fails, and so does a rule nothing calls.
+tests/deploy/test_rbac.py then holds the rendered manifests to the same rules.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.kube import views
+from agents.kube.agent import KubeAgent
+from agents.kube.api import EXTENDER_AGENT_RBAC_RULES, EXTENDER_WEB_RBAC_RULES, RBAC_RULES
+from agents.kube.extender import filter_pod
+from agents.kube.leader import LeaderElector
+from scheduling import services
+from scheduling.models import Card, Pod
+from scheduling.pipeline import run_cycle
+
+from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE = ("coordination.k8s.io", "leases", "update")
+
+
+def pod_row(name: str) -> Pod | None:
+    return Pod.objects.filter(namespace="default", name=name).first()
+
+
+def elector(kube) -> LeaderElector:
+    return LeaderElector(kube, "hamiadmin", "kube-agent", "me", lease_duration=1, renew_deadline=0.5,
+                         retry_period=0.1)  # fmt: skip
+
+
+def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
+    """Lead, list and watch, bind one pod (get, patch, binding), report one that waits
+    (event created, then refreshed: patched), renew the Lease."""
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    apiserver.put("pods", pod_object("fits", gpu=1, mem=1000))
+    apiserver.put("pods", pod_object("waits", gpu=5))
+    agent = KubeAgent(kube, fast_options(event_refresh_seconds=0.1), elector=elector(kube))
+    with running(agent):
+        wait_until(lambda: pod_row("fits") and pod_row("waits") and Card.objects.exists(), what="queued")
+        assert [pod for pod, _, _ in run_cycle().placed] == ["default/fits"]
+        wait_until(lambda: pod_row("fits").status == Pod.RUNNING, what="bound")
+        wait_until(lambda: apiserver.calls("PATCH", "/events/"), what="the waiting pod's event refreshed")
+        wait_until(lambda: LEASE in apiserver.grants_used(), what="a Lease renewal")
+    assert apiserver.grants_used() == set(RBAC_RULES)
+
+
+def test_the_extender_mode_agent_requests_exactly_its_rules(kube, apiserver):
+    """Lead, list and watch every pod and the nodes; a reserved pod deleted unseen is found
+    by the relist and checked with a GET before its cards are released."""
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
+    created = apiserver.put("pods", pod_object("ext", gpu=1, mem=1000, scheduler="default-scheduler"))
+    agent = KubeAgent(kube, fast_options(extender=True, watch_timeout=30), elector=elector(kube))
+    with running(agent):
+        wait_until(lambda: Card.objects.exists() and agent.pods is not None and agent.pods.has_synced.is_set())
+        assert filter_pod(created, ["gpu-1"]).chosen == "gpu-1"
+        apiserver.delete("pods", "default", "ext", silent=True)
+        apiserver.expire_history()
+        wait_until(lambda: pod_row("ext").status == Pod.DELETED, what="released after the relist")
+        wait_until(lambda: LEASE in apiserver.grants_used(), what="a Lease renewal")
+    assert Card.objects.get(uuid="GPU-a-0").used_memory == 0
+    assert apiserver.grants_used() == set(EXTENDER_AGENT_RBAC_RULES)
+
+
+def test_the_extender_web_requests_exactly_its_rules(client, kube, apiserver):
+    """kube-scheduler filters, then binds: the web app annotates the pod and creates the Binding."""
+    views.use_api(kube)
+    try:
+        apiserver.put("nodes", node_object("gpu-1"))
+        pod = apiserver.put("pods", pod_object("train", gpu=1, mem=1000, scheduler="default-scheduler"))
+        services.report_inventory("gpu-1", {}, {}, [{"uuid": "GPU-a-0", "index": 0, "memory": 15360}])
+        filtered = client.post("/extender/filter", json.dumps({"Pod": pod, "NodeNames": ["gpu-1"]}),
+                               content_type="application/json")  # fmt: skip
+        assert filtered.json()["NodeNames"] == ["gpu-1"]
+        bound = client.post("/extender/bind", json.dumps({"PodName": "train", "PodNamespace": "default",
+                            "PodUID": pod["metadata"]["uid"], "Node": "gpu-1"}),
+                            content_type="application/json")  # fmt: skip
+        assert bound.json() == {"Error": ""}
+    finally:
+        views.use_api(None)
+    assert apiserver.get("pods", "default", "train")["spec"]["nodeName"] == "gpu-1"
+    assert apiserver.grants_used() == set(EXTENDER_WEB_RBAC_RULES)
