@@ -13,7 +13,11 @@ from scheduling.models import Card, Node, Pod
 
 pytestmark = pytest.mark.django_db
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2].parent / "shared" / "examples").glob("*.json"))
+_ROOT = Path(__file__).resolve().parents[2]
+# The shared examples beside the checkout, else the copy the Simulator page offers.
+EXAMPLES = sorted((_ROOT.parent / "shared" / "examples").glob("*.json")) or sorted(
+    (_ROOT / "static" / "scheduling" / "examples").glob("*.json")
+)
 SCENARIO = {
     "config": {"node_scheduler_policy": "spread", "gpu_scheduler_policy": "binpack"},
     "nodes": [

@@ -13,8 +13,8 @@ from .builders import ask, card, node, pod, scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = Path("/work/shared/examples")
-if not EXAMPLES.is_dir():  # a checkout elsewhere keeps the stories beside the docs
-    EXAMPLES = ROOT / "docs" / "examples"
+if not EXAMPLES.is_dir():  # a checkout elsewhere: the copy the Simulator page offers
+    EXAMPLES = ROOT / "static" / "scheduling" / "examples"
 
 
 def simulate(path: Path, *args: str) -> subprocess.CompletedProcess:
