@@ -21,7 +21,7 @@ EXPLANATIONS = {
     CARD_TYPE_MISMATCH: "{n} of {m} cards on {node} are not of the type the pod asks for (use/nouse-gputype)",
     CARD_UUID_MISMATCH: "{n} of {m} cards on {node} are excluded by UUID (use/nouse-gpuuuid)",
     CARD_SLOTS_EXHAUSTED: "{n} of {m} cards on {node} have every vGPU slot taken",
-    EXCLUSIVE_CONFLICT: "{n} of {m} cards on {node} already have tenants (mutex or a whole-card ask)",
+    EXCLUSIVE_CONFLICT: "{n} of {m} cards on {node} already have tenants and the pod asks for whole cards (100 cores)",
     CARD_INSUFFICIENT_MEMORY: "{n} of {m} cards on {node} lack the free memory asked",
     CARD_INSUFFICIENT_CORE: "{n} of {m} cards on {node} lack the free cores asked",
     CARD_COMPUTE_EXHAUSTED: "{n} of {m} cards on {node} have all compute taken",
@@ -30,3 +30,17 @@ EXPLANATIONS = {
     ALLOCATED_INSUFFICIENT: "only {n} of {m} cards on {node} fit, fewer than asked",
     NODE_NOT_READY: "{node} is not ready (its agent stopped reporting)",
 }
+
+#: Check 6 (mutex) runs before check 9 (whole-card ask), so with `mutex` in the chain every
+#: ExclusiveDeviceAllocateConflict comes from mutex, and without it none does.
+MUTEX_EXPLANATION = "{n} of {m} cards on {node} already have tenants (mutex)"
+
+
+def explain(code: str, n: int, m: int, node: str, chain_has_mutex: bool = False) -> str:
+    """Operator words for `n/m code` on `node`."""
+    if code == EXCLUSIVE_CONFLICT and chain_has_mutex:
+        return MUTEX_EXPLANATION.format(n=n, m=m, node=node)
+    template = EXPLANATIONS.get(code)
+    if template is None:
+        return f"{n} of {m} cards on {node}: {code}"
+    return template.format(n=n, m=m, node=node)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from django import template
 
-from scheduling.engine.reasons import EXPLANATIONS
+from scheduling.engine.reasons import explain
 
 register = template.Library()
 
@@ -52,18 +52,16 @@ class ReasonLine:
     n: int
     m: int
     code: str
+    mutex: bool = False  # the pod's chain has mutex: it, not a whole-card ask, removed busy cards
 
     @property
     def words(self) -> str:
-        template_text = EXPLANATIONS.get(self.code)
-        if template_text is None:
-            return f"{self.n} of {self.m} cards on {self.node}: {self.code}"
-        return template_text.format(n=self.n, m=self.m, node=self.node)
+        return explain(self.code, self.n, self.m, self.node, self.mutex)
 
 
-def node_reasons(node: str, text: str) -> list[ReasonLine]:
+def node_reasons(node: str, text: str, mutex: bool = False) -> list[ReasonLine]:
     """Parse `2/4 CardInsufficientMemory, 2/4 ExclusiveDeviceAllocateConflict` for one node."""
-    return [ReasonLine(node, int(n), int(m), code) for n, m, code in _NODE_REASON.findall(text or "")]
+    return [ReasonLine(node, int(n), int(m), code, mutex) for n, m, code in _NODE_REASON.findall(text or "")]
 
 
 #: Reasons that only say the pod itself excluded the card; listed after the ones about capacity.
@@ -75,7 +73,8 @@ def waiting_reasons(payload: dict) -> list[ReasonLine]:
     mutex, health), then the cards it excluded itself; by node name within each (JSON objects
     lose their order in PostgreSQL)."""
     failed = payload.get("failed_nodes") or {}
-    lines = [line for node in sorted(failed) for line in node_reasons(node, failed[node])]
+    mutex = "mutex" in ((payload.get("policy") or {}).get("filters") or [])
+    lines = [line for node in sorted(failed) for line in node_reasons(node, failed[node], mutex)]
     return sorted(lines, key=lambda line: line.code in SELF_EXCLUDED)
 
 

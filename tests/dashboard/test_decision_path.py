@@ -77,12 +77,27 @@ def test_node_bars_follow_the_node_policy_whatever_the_stored_key_order():
 
 
 def test_why_it_waits_puts_capacity_before_cards_the_pod_excluded():
-    payload = {"failed_nodes": {"a100": "4/4 CardTypeMismatch", "v100": "2/2 ExclusiveDeviceAllocateConflict"}}
+    payload = {
+        "failed_nodes": {"a100": "4/4 CardTypeMismatch", "v100": "2/2 ExclusiveDeviceAllocateConflict"},
+        "policy": {"filters": ["mutex"]},
+    }
     lines = waiting_reasons(payload)
     assert [line.words for line in lines] == [
-        "2 of 2 cards on v100 already have tenants (mutex or a whole-card ask)",
+        "2 of 2 cards on v100 already have tenants (mutex)",
         "4 of 4 cards on a100 are not of the type the pod asks for (use/nouse-gputype)",
     ]
+
+
+def test_without_mutex_in_the_chain_a_busy_card_conflicts_with_a_whole_card_ask():
+    """SPEC 4 checks 6 then 9: with no mutex in the chain, only a 100-core ask can fail this way."""
+    busy = card("A", 0, used={"slots": 1, "memory": 1000})
+    whole = scenario([busy], "binpack", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000, "nvidia.com/gpucores": 100})
+    assert whole["status"] == "pending"
+    assert [line.words for line in waiting_reasons(whole)] == [
+        "1 of 1 cards on n1 already have tenants and the pod asks for whole cards (100 cores)"
+    ]
+    mutex = scenario([busy], "mutex", {"nvidia.com/gpumem": 10})
+    assert [line.words for line in waiting_reasons(mutex)] == ["1 of 1 cards on n1 already have tenants (mutex)"]
 
 
 def test_a_pending_pod_renders_its_reasons_and_a_rejected_pod_its_error():
