@@ -326,6 +326,24 @@ class ParsedPod:
             p.numa_bind,
         )
 
+    @property
+    def fit_shape(self) -> tuple:
+        """The shape without what only ranks cards (sort keys, weights, topology): enough when
+        which cards the chain picks cannot change the node's verdict (see `Scheduler`)."""
+        p = self.policy
+        strip = lambda a: None if a is None else (a.count, a.memory, a.memory_percentage, a.cores)  # noqa: E731
+        return (
+            "fit",
+            tuple(strip(a) for a in self.inits),
+            tuple(strip(a) for a in self.apps),
+            p.mutex,
+            p.use_uuids,
+            p.nouse_uuids,
+            p.use_types,
+            p.nouse_types,
+            p.numa_bind,
+        )
+
 
 def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
     """Validate a pod (SPEC 2, 3, 5). Raises PodInvalid naming the field; also for a pod asking no GPU."""
@@ -342,20 +360,24 @@ def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
     return ParsedPod(policy, tuple(inits), tuple(apps), names)
 
 
-def _order_nodes(fitting: list[tuple[str, float]], policy: str) -> list[tuple[str, float]]:
-    """Policy order (binpack: high first; spread: low first); scores within 1e-9 tie, by name."""
-    sign = -1.0 if policy == "binpack" else 1.0
-    ordered = sorted(fitting, key=lambda item: (sign * item[1], item[0]))
-    out: list[tuple[str, float]] = []
-    start = 0
-    for i in range(1, len(ordered) + 1):
-        if i == len(ordered) or abs(ordered[i][1] - ordered[start][1]) >= TOLERANCE:
-            group = ordered[start:i]
-            if len(group) > 1:
-                group.sort(key=lambda item: item[0])
-            out.extend(group)
-            start = i
-    return out
+def _order_nodes(keyed: list[tuple[float, str, float]]) -> list[tuple[str, float]]:
+    """Policy order from `(sign x score, name, score)` entries (sign -1 for binpack: high first);
+    scores within 1e-9 tie and go by name.
+
+    Sorting on exact values is right unless two neighbours differ by less than the
+    tolerance without being equal; only such runs are re-sorted by name.
+    """
+    keyed.sort()
+    near = [i for i in range(1, len(keyed)) if 0 < keyed[i][0] - keyed[i - 1][0] < TOLERANCE]
+    if near:
+        start = 0
+        out: list[tuple[float, str, float]] = []
+        for i in range(1, len(keyed) + 1):
+            if i == len(keyed) or keyed[i][0] - keyed[start][0] >= TOLERANCE:
+                out.extend(sorted(keyed[start:i], key=lambda item: item[1]))
+                start = i
+        keyed = out
+    return [(name, score) for _, name, score in keyed]
 
 
 class Scheduler:
@@ -373,6 +395,16 @@ class Scheduler:
         if cached_shapes is None:
             cached_shapes = max(16, self.CACHE_ENTRIES // max(1, len(cluster.nodes)))
         self._cached_shapes = cached_shapes
+        self._uniform_memory = all(len({card.memory for card in node.cards}) <= 1 for node in cluster.nodes)
+
+    def _shape_key(self, parsed: ParsedPod) -> tuple:
+        """With one GPU container whose MiB per card is the same on every card of a node, the
+        node's verdict (fit and score) does not depend on which cards are picked, so pods that
+        differ only in how they rank cards share cached verdicts."""
+        gpu = [ask for ask in parsed.apps if ask is not None]
+        if len(gpu) == 1 and (gpu[0].memory is not None or self._uniform_memory):
+            return parsed.fit_shape
+        return parsed.shape
 
     def _verdicts_for(self, shape: tuple) -> dict[str, tuple[int, NodeVerdict]]:
         table = self._verdicts.get(shape)
@@ -405,11 +437,13 @@ class Scheduler:
 
     def _decide_parsed(self, pod: PodSpec, parsed: ParsedPod) -> Decision:
         policy = parsed.policy
-        table = self._verdicts_for(parsed.shape)
+        table = self._verdicts_for(self._shape_key(parsed))
         inits, apps = list(parsed.inits), list(parsed.apps)
-        fitting: list[tuple[str, float]] = []
+        sign = -1.0 if policy.node_policy == "binpack" else 1.0
+        fitting: list[tuple[float, str, float]] = []
         failed: list[tuple[str, str]] = []
-        reasons: dict[str, int] = {}
+        texts: dict[str, int] = {}  # failure text -> how many nodes gave it
+        counts_of: dict[str, dict[str, int]] = {}
         for node in self.cluster.nodes:
             cached = table.get(node.name)
             if cached is not None and cached[0] == node.version:
@@ -418,12 +452,21 @@ class Scheduler:
                 verdict = evaluate_node(node, inits, apps, policy)
                 table[node.name] = (node.version, verdict)
             if verdict.fits:
-                fitting.append((node.name, verdict.score))
+                fitting.append((sign * verdict.score, node.name, verdict.score))
             else:
-                failed.append((node.name, verdict.text))
-                for reason, n in verdict.counts.items():
-                    reasons[reason] = reasons.get(reason, 0) + n
-        ranking = _order_nodes(fitting, policy.node_policy)
+                text = verdict.text
+                failed.append((node.name, text))
+                if text in texts:
+                    texts[text] += 1
+                else:
+                    texts[text] = 1
+                    counts_of[text] = verdict.counts
+        # Many nodes fail the same way: sum each distinct text's counts once, times its nodes.
+        reasons: dict[str, int] = {}
+        for text, nodes in texts.items():
+            for reason, n in counts_of[text].items():
+                reasons[reason] = reasons.get(reason, 0) + n * nodes
+        ranking = _order_nodes(fitting)
         decision = Decision(
             name=pod.name,
             namespace=pod.namespace,
