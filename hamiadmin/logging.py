@@ -3,13 +3,18 @@
 Both carry the fields a caller passes with `extra={...}` (the decision lines of
 scheduling.pipeline.observe), so a log pipeline can filter by pod, node or outcome.
 Fields whose name looks like a credential are never written.
+
+No Django here: the agents' command lines call `configure` too, and the NVML agent
+imports no Django.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import sys
 from datetime import UTC, datetime
 
 #: Attributes every LogRecord has; anything else on a record came in through `extra`.
@@ -91,3 +96,41 @@ class RedactPathSecrets(logging.Filter):
         if "/extender/key/" in message:
             record.msg, record.args = _PATH_SECRET.sub(r"\1" + REDACTED, message), ()
         return True
+
+
+FORMATS = ("plain", "json")
+
+
+def format_from_env(environ=None) -> str:
+    """LOG_FORMAT, else `json` when HAMIADMIN_ENV=production, else `plain`: the rule of
+    hamiadmin/settings.py, for processes that run without Django settings."""
+    environ = os.environ if environ is None else environ
+    production = environ.get("HAMIADMIN_ENV", "development").strip().lower() == "production"
+    return environ.get("LOG_FORMAT", "json" if production else "plain").strip().lower()
+
+
+def configure(
+    level: str | int = "INFO",
+    fmt: str | None = None,
+    *,
+    logger: logging.Logger | None = None,
+    plain: str | None = None,
+) -> logging.Handler:
+    """Sends `logger`'s records (the root's by default) to stderr as JSON lines or readable
+    lines, path secrets redacted, replacing the handlers it had; returns the new handler.
+
+    `fmt` defaults to `format_from_env()`; like the settings, anything but `json` is plain,
+    with a warning naming LOG_FORMAT when it is neither. `plain` is the readable line's
+    format string."""
+    fmt = format_from_env() if fmt is None else fmt.strip().lower()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else ReadableFormatter(plain))
+    handler.addFilter(RedactPathSecrets())
+    target = logging.getLogger() if logger is None else logger
+    for old in target.handlers[:]:
+        target.removeHandler(old)
+    target.addHandler(handler)
+    target.setLevel(level)
+    if fmt not in FORMATS:
+        target.warning("LOG_FORMAT: expected one of %s, got %r; using plain", ", ".join(FORMATS), fmt)
+    return handler

@@ -49,10 +49,11 @@ class PodFilterSet(filters.FilterSet):
     status = filters.MultipleChoiceFilter(choices=Pod.STATUSES)
     namespace = filters.CharFilter()
     node = filters.CharFilter(field_name="node__name", help_text="node name")
+    origin = filters.MultipleChoiceFilter(choices=Pod.ORIGINS, help_text="who submitted the pod")
 
     class Meta:
         model = Pod
-        fields = ["status", "namespace", "node"]
+        fields = ["status", "namespace", "node", "origin"]
 
 
 class PodKeyFilter(filters.CharFilter):

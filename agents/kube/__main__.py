@@ -4,7 +4,8 @@
                           [--namespace NS] [--lease-name NAME] [--identity ID] [--extender]
 
 In-cluster configuration (the pod's service account) unless --kubeconfig is given.
-Stops cleanly on SIGTERM/SIGINT, releasing the Lease. Exit codes: 0 stopped,
+Stops cleanly on SIGTERM/SIGINT, releasing the Lease. Logs go to stderr as JSON lines
+with LOG_FORMAT=json (the default when HAMIADMIN_ENV=production). Exit codes: 0 stopped,
 2 bad flags or no usable Kubernetes configuration.
 """
 
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.conf import settings
 
+    from hamiadmin.logging import configure
     from scheduling.metrics import serve_from_env as serve_metrics_from_env
 
     from .agent import AgentOptions, KubeAgent
@@ -71,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from .leader import LeaderElector
 
     args = build_parser(settings.HAMIADMIN.get("SCHEDULER_NAME", "hami-scheduler")).parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s",
-                        stream=sys.stderr, force=True)  # fmt: skip
+    configure(args.log_level, settings.LOG_FORMAT)  # JSON lines in production, like the web
     if args.watch_timeout < 1:
         print("--watch-timeout: must be at least 1 second", file=sys.stderr)
         return EXIT_USAGE

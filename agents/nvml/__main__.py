@@ -4,6 +4,9 @@
     python -m agents.nvml --once                       # print this node's report, send nothing
     python -m agents.nvml --simulate FILE [--once]     # a node described in a file, no NVML
 
+Logs go to stderr: JSON lines with LOG_FORMAT=json (the default when
+HAMIADMIN_ENV=production), readable lines otherwise (hamiadmin.logging).
+
 Exit codes: 0 done (``--once``, or stopped by SIGTERM/SIGINT), 2 bad flags,
 configuration or node file, 3 NVML unavailable or unable to list the cards.
 """
@@ -26,6 +29,7 @@ from agents.nvml.inventory import InventoryError, NvmlInventory, NvmlUnavailable
 from agents.nvml.report import build_report, unmatched_exclusions
 from agents.nvml.reporter import ApiReporter, TokenError, report_forever, token_source
 from agents.nvml.simulation import load_node_file
+from hamiadmin.logging import configure
 
 PROGRAM = "hamiadmin-agent"
 EXIT_USAGE = 2
@@ -77,16 +81,15 @@ def load_library():
 def main(argv: list[str] | None = None, *, library=None, sysfs_root: str = "/sys") -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{PROGRAM}: %(levelname)s: %(message)s"))
-    level, propagate = log.level, log.propagate
-    log.addHandler(handler)
-    log.setLevel(args.log_level)
+    level, propagate, handlers = log.level, log.propagate, log.handlers[:]
     log.propagate = False
+    handler = configure(args.log_level, logger=log, plain=f"{PROGRAM}: %(levelname)s: %(message)s")
     try:
         return run(parser, args, library, sysfs_root)
     finally:
         log.removeHandler(handler)
+        for old in handlers:
+            log.addHandler(old)
         log.setLevel(level)
         log.propagate = propagate
 

@@ -66,6 +66,7 @@ def test_cards_filter(cluster, client_for, operator, viewer, query, uuids):
         ("decisions/?cycle=abc", "cycle"),
         ("decisions/?outcome=lucky", "outcome"),
         ("pods/?status=sleeping", "status"),
+        ("pods/?origin=scheduler", "origin"),
     ],
 )
 def test_bad_filter_values_are_400_naming_the_filter(viewer, query, field):

@@ -285,6 +285,25 @@ def test_origin_is_api_shown_and_cannot_be_claimed_by_a_client(operator, viewer)
     assert [(pod["name"], pod["origin"], pod["bound_at"]) for pod in listed] == [("p", "api", None)]
 
 
+def test_list_filters_by_origin(operator, viewer):
+    from scheduling import services
+
+    submit(operator, gpu_pod("by-client", mem=1000))
+    services.submit_pod("default", "watched", containers=gpu_pod("watched", mem=1000)["containers"],
+                        uid="u-1", origin=Pod.KUBERNETES)  # fmt: skip
+
+    def names(query):
+        answer = viewer.get(f"/api/v1/pods/?{query}")
+        assert answer.status_code == 200, answer.content
+        return sorted(pod["name"] for pod in answer.json()["results"])
+
+    assert names("origin=api") == ["by-client"]
+    assert names("origin=kubernetes") == ["watched"]
+    assert names("origin=extender") == []
+    assert names("origin=api&origin=kubernetes") == ["by-client", "watched"]
+    # a bad value: tests/api/test_cluster.py::test_bad_filter_values_are_400_naming_the_filter
+
+
 def test_bound_at_is_shown_once_the_pod_is_bound(cluster, operator, viewer):
     from scheduling import services
 

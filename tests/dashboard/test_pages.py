@@ -187,6 +187,31 @@ def test_pod_page_shows_the_attempt_history_and_an_older_path(viewer_client):
     assert "Why it waits" in older and "NodeInsufficientDevice" in older
 
 
+def facts(html: str) -> dict[str, str]:
+    """The pod page's header facts by data-testid, tags stripped."""
+    return {
+        key: re.sub(r"<[^>]+>", "", value).strip()
+        for key, value in re.findall(r'<dd data-testid="pod-(\w+)"[^>]*>(.*?)</dd>', html)
+    }
+
+
+def test_pod_page_shows_who_submitted_the_pod_and_when_it_was_bound(viewer_client):
+    report_demo_cluster()
+    submit("by-client", mem=1000)
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}
+    services.submit_pod("default", "watched", {}, [{"name": "main", "resources": {"limits": limits}}],
+                        uid="u-1", origin=Pod.KUBERNETES)  # fmt: skip
+    cycle()
+    watched = Pod.objects.select_related("node").get(name="watched")
+    services.mark_bound(watched, watched.node.name)
+
+    by_client = facts(viewer_client.get(reverse("pod", args=["default", "by-client"])).content.decode())
+    assert by_client["origin"] == "REST API" and "bound" not in by_client
+    shown = facts(viewer_client.get(reverse("pod", args=["default", "watched"])).content.decode())
+    assert shown["origin"] == "Kubernetes watcher"
+    assert shown["bound"].endswith(" ago")
+
+
 def test_node_page_lists_tenants_per_card_and_the_pair_matrix(viewer_client):
     report_demo_cluster()
     submit("t4-a", mem=3000, cores=25, annotations={"nvidia.com/use-gpuuuid": "GPU-t4-2"})

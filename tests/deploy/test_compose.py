@@ -1,15 +1,20 @@
 """deploy/docker-compose.yml, read as data: no Docker engine runs here, so nothing is started.
 
 What is checked is what the bring-up relies on: the services exist, workers can be scaled,
-web migrates before serving, every agent's token is the one web registers for its node,
-and every required variable is documented in deploy/.env.example.
+web migrates before serving, worker and beat are health-checked by the liveness command,
+every agent's token is the one web registers for its node, and every required variable is
+documented in deploy/.env.example.
 """
 
+import os
 import re
 import shlex
+import time
 
 import pytest
 import yaml
+
+from scheduling import liveness
 
 from .manifests import DEPLOY, REPO, invocations
 
@@ -88,6 +93,34 @@ def test_web_migrates_then_serves_with_gunicorn_and_is_health_checked(services):
     assert "/healthz" in " ".join(web["healthcheck"]["test"])
     for dependency in ("postgres", "redis"):
         assert web["depends_on"][dependency]["condition"] == "service_healthy"
+
+
+def seconds(duration: str) -> float:
+    """A compose duration such as `20s`, `1m30s` or `500ms`."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, f"not a compose duration: {duration}"
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
+@pytest.mark.parametrize("role", ["worker", "beat"])
+def test_worker_and_beat_are_health_checked_by_their_heartbeat_file(services, role, tmp_path, monkeypatch):
+    """The healthcheck as written runs here, as the k8s liveness probe does: fresh file 0, stale 1."""
+    check = services[role]["healthcheck"]
+    assert check["test"][0] == "CMD"
+    command = check["test"][1:]
+    assert command[:4] == ["python", "-m", "scheduling.liveness", role]
+    heartbeat = tmp_path / role
+    monkeypatch.setenv(liveness.ROLES[role][0], str(heartbeat))
+    liveness.touch(heartbeat)
+    assert liveness.main(command[3:]) == 0
+    old = time.time() - 3600
+    os.utime(heartbeat, (old, old))
+    assert liveness.main(command[3:]) == 1
+    max_age = float(command[command.index("--max-age") + 1])
+    assert max_age >= 3 * 10 and seconds(check["interval"]) <= max_age  # several 10 s heartbeats fit
+    assert seconds(check["timeout"]) < seconds(check["interval"])
+    assert check["retries"] >= 1 and seconds(check["start_period"]) > 0
 
 
 def test_each_agent_reads_the_token_web_registers_for_its_node(compose, services):

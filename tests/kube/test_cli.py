@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -42,8 +43,8 @@ def kubeconfig(tmp_path: Path, server: str) -> Path:
     return path
 
 
-def agent_process(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONPATH": str(REPO), "REDIS_URL": ""}
+def agent_process(*args: str, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONPATH": str(REPO), "REDIS_URL": "", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "agents.kube", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
@@ -73,3 +74,25 @@ def test_no_usable_configuration_exits_2(tmp_path):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 2
     assert "no usable Kubernetes configuration" in stderr
+
+
+def test_with_log_format_json_every_line_is_a_json_object_without_the_token(apiserver, tmp_path):
+    apiserver.put("pods", pod_object("train", gpu=1, scheduler="gpu-sched"))
+    process = agent_process("--kubeconfig", str(kubeconfig(tmp_path, apiserver.url)), "--scheduler-name",
+                            "gpu-sched", "--namespace", "hamiadmin", "--identity", "replica-1",
+                            "--watch-timeout", "2", env={"LOG_FORMAT": "json"})  # fmt: skip
+    try:
+        wait_until(lambda: Pod.objects.filter(name="train").exists(), timeout=30, what="the agent's sync")
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.returncode == 0, stderr
+    entries = [json.loads(line) for line in stderr.splitlines()]
+    assert all({"time", "level", "logger", "message"} <= set(entry) for entry in entries)
+    assert any(entry["logger"] == "hamiadmin.kube" and entry["message"].startswith("kube agent replica-1: ")
+               for entry in entries)  # fmt: skip
+    assert any("released the lease" in entry["message"] for entry in entries)
+    assert "test-token" not in stderr

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from hamiadmin.logging import REDACTED, JsonFormatter, ReadableFormatter
+from hamiadmin.logging import REDACTED, JsonFormatter, ReadableFormatter, configure, format_from_env
 from scheduling import services
 from scheduling.models import Allocation, Decision, Pod
 from scheduling.pipeline import run_cycle
@@ -148,3 +148,45 @@ def test_production_settings_log_json_and_development_readable_lines(tmp_path):
 
     forced = log_through_settings(LOG_FORMAT="json", HAMIADMIN_VAR_DIR=str(tmp_path))
     assert json.loads(forced)["message"] == "pod default/p scheduled"
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, "plain"),
+        ({"HAMIADMIN_ENV": "production"}, "json"),
+        ({"HAMIADMIN_ENV": " Production ", "LOG_FORMAT": "plain"}, "plain"),
+        ({"LOG_FORMAT": " JSON "}, "json"),
+    ],
+)
+def test_processes_without_settings_choose_the_format_by_the_settings_rule(env, expected):
+    assert format_from_env(env) == expected
+
+
+@pytest.fixture
+def agent_logger():
+    logger = logging.getLogger("tests.agent")
+    logger.propagate = False
+    yield logger
+    for handler in logger.handlers[:]:
+        logger.removeHandler(handler)
+    logger.propagate = True
+
+
+def test_configure_replaces_the_handlers_and_redacts_path_secrets(agent_logger, capsys):
+    configure("INFO", "json", logger=agent_logger)
+    configure("INFO", "json", logger=agent_logger)
+
+    agent_logger.info("GET /extender/key/s3cret/filter", extra={"node": "node1", "token": "t0k"})
+    agent_logger.debug("not at INFO")
+
+    [line] = capsys.readouterr().err.splitlines()
+    entry = json.loads(line)
+    assert entry["message"] == f"GET /extender/key/{REDACTED}/filter"
+    assert (entry["level"], entry["logger"], entry["node"], entry["token"]) == ("INFO", "tests.agent", "node1", REDACTED)
+
+
+def test_an_unknown_format_is_named_and_gives_readable_lines(agent_logger, capsys):
+    configure("INFO", "xml", logger=agent_logger, plain="%(levelname)s: %(message)s")
+
+    assert capsys.readouterr().err == "WARNING: LOG_FORMAT: expected one of plain, json, got 'xml'; using plain\n"
