@@ -6,17 +6,13 @@ shows the allocations and decisions that the engine's simulator gives for the sa
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 import time
 
 import pytest
 
-from scheduling import triggers
 from scheduling.engine.scenario import run_scenario
-from scheduling.locks import REDIS_LOCK_KEY, redis_client
 from scheduling.models import Pod
-from tests.pipeline.conftest import REPO, worker_env
+from tests.pipeline.conftest import celery_worker_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -70,21 +66,8 @@ PODS = [
 @pytest.fixture
 def celery_worker(redis_url, settings, require_postgres):
     settings.REDIS_URL = redis_url
-    redis_client().delete(triggers.REQUESTED_KEY, triggers.QUEUED_KEY, REDIS_LOCK_KEY)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "hamiadmin", "worker", "--pool=solo", "--loglevel=WARNING",
-         "--without-gossip", "--without-mingle", "--without-heartbeat"],  # fmt: skip
-        cwd=REPO, env=worker_env(REDIS_URL=redis_url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
+    with celery_worker_process(redis_url) as process:
         yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def wait_for(predicate, timeout, worker):

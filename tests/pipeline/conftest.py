@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -88,6 +89,34 @@ def start_worker(*args: str, **env) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@contextmanager
+def celery_worker_process(redis_url: str, loglevel: str = "WARNING"):
+    """A real `celery -A hamiadmin worker` (solo pool) on the test database and `redis_url`,
+    with the trigger flags and the cycle lock cleared first; terminated on exit."""
+    from scheduling import triggers
+    from scheduling.locks import REDIS_LOCK_KEY, redis_client
+
+    redis_client().delete(triggers.REQUESTED_KEY, triggers.QUEUED_KEY, REDIS_LOCK_KEY)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "hamiadmin", "worker", "--pool=solo", f"--loglevel={loglevel}",
+         "--without-gossip", "--without-mingle", "--without-heartbeat"],  # fmt: skip
+        cwd=REPO,
+        env=worker_env(REDIS_URL=redis_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
 
 
 def stop(process: subprocess.Popen) -> None:

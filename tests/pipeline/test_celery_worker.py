@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
-from scheduling import services, triggers
-from scheduling.locks import REDIS_LOCK_KEY, redis_client
+from scheduling import services
 from scheduling.models import Cycle, Pod
 
-from .conftest import REPO, assert_consistent, card, submit, worker_env
+from .conftest import assert_consistent, card, celery_worker_process, submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -36,26 +34,8 @@ def wait_for(predicate, timeout: float, worker: subprocess.Popen) -> float:
 @pytest.fixture
 def worker(redis_url, settings):
     settings.REDIS_URL = redis_url
-    client = redis_client()
-    client.delete(triggers.REQUESTED_KEY, triggers.QUEUED_KEY, REDIS_LOCK_KEY)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "hamiadmin", "worker", "--pool=solo", "--loglevel=INFO",
-         "--without-gossip", "--without-mingle", "--without-heartbeat"],  # fmt: skip
-        cwd=REPO,
-        env=worker_env(REDIS_URL=redis_url),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with celery_worker_process(redis_url, loglevel="INFO") as process:
         yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
 
 
 def test_the_worker_places_submitted_pods_and_a_release_wakes_it(worker):
