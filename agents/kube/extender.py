@@ -26,8 +26,6 @@ from django.utils import timezone
 from scheduling import services
 from scheduling.engine import Cluster, PodInvalid, Scheduler
 from scheduling.engine import Node as EngineNode
-from scheduling.engine.decision import SCHEDULED
-from scheduling.engine.scheduler import parse_pod
 from scheduling.models import Pod
 from scheduling.pipeline.commit import commit_plan
 from scheduling.pipeline.cycle import Attempt, CyclePlan, unexpected_failure, worker_name
@@ -90,8 +88,7 @@ def place(row: Pod, names: list[str]) -> FilterAnswer | None:
     scheduler = Scheduler(restricted(snapshot, names), snapshot.config)
     spec = row.as_spec()
     try:
-        decision = scheduler.decide(spec)
-        parsed = parse_pod(spec, snapshot.config) if decision.status == SCHEDULED else None
+        decision, parsed = scheduler.decide_parsed(spec)
     except Exception as exc:  # noqa: BLE001 - one odd pod must not fail the request
         log.exception("deciding %s failed", row.key)
         decision, parsed = unexpected_failure(spec, snapshot.config, exc), None

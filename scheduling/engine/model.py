@@ -8,6 +8,12 @@ VENDOR = "NVIDIA"
 CORDON_ANNOTATION = "hami.io/device-cordon"
 
 
+def cordoned_uuids(annotations) -> set[str]:
+    """The card UUIDs a node's `hami.io/device-cordon` annotation keeps from new pods."""
+    value = annotations.get(CORDON_ANNOTATION, "") if isinstance(annotations, dict) else ""
+    return {uuid.strip() for uuid in str(value or "").split(",") if uuid.strip()}
+
+
 @dataclass(slots=True)
 class Card:
     """One physical GPU. Capacities are fixed; `used_*` is what its tenants hold now."""
@@ -50,8 +56,7 @@ class Node:
 
     def __post_init__(self):
         self.cards.sort(key=lambda card: card.index)
-        cordon = self.annotations.get(CORDON_ANNOTATION, "") or ""
-        cordoned = {uuid.strip() for uuid in cordon.split(",") if uuid.strip()}
+        cordoned = cordoned_uuids(self.annotations)
         for card in self.cards:
             if card.uuid in cordoned:
                 card.cordoned = True

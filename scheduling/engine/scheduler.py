@@ -418,11 +418,16 @@ class Scheduler:
 
     def decide(self, pod: PodSpec) -> Decision:
         """Where `pod` would go on the snapshot as it is now. Does not change the snapshot."""
+        return self.decide_parsed(pod)[0]
+
+    def decide_parsed(self, pod: PodSpec) -> tuple[Decision, ParsedPod | None]:
+        """`decide`, plus the pod as read (None when it is invalid), for callers that
+        re-check the placement later with the same asks (the pipeline's commit)."""
         started = time.perf_counter()
         try:
             parsed = parse_pod(pod, self.config)
         except PodInvalid as exc:
-            return Decision(
+            decision = Decision(
                 name=pod.name,
                 namespace=pod.namespace,
                 status=REJECTED,
@@ -431,9 +436,10 @@ class Scheduler:
                 error_field=exc.field,
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
+            return decision, None
         decision = self._decide_parsed(pod, parsed)
         decision.duration_ms = (time.perf_counter() - started) * 1000
-        return decision
+        return decision, parsed
 
     def _decide_parsed(self, pod: PodSpec, parsed: ParsedPod) -> Decision:
         policy = parsed.policy

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
-from scheduling.engine.model import CORDON_ANNOTATION
+from scheduling.engine.model import cordoned_uuids
 from scheduling.engine.scheduler import check_card
 
 from ..models import Allocation, Card, Cycle, Decision, Pod
@@ -64,8 +64,7 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
     cards = {}
     for (pk, uuid, index, card_type, slots, memory, cores, numa, health, mode, cordoned, present,
          used_slots, used_memory, used_cores, node, ready, node_annotations) in rows:  # fmt: skip
-        cordon = node_annotations.get(CORDON_ANNOTATION, "") if isinstance(node_annotations, dict) else ""
-        cordoned = cordoned or uuid in {item.strip() for item in str(cordon or "").split(",")}
+        cordoned = cordoned or uuid in cordoned_uuids(node_annotations)
         engine = EngineCard(
             uuid=uuid, index=index, memory=memory, type=card_type, slots=slots, cores=cores, numa=numa,
             health=health, cordoned=cordoned, mode=mode,

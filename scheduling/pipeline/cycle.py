@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from scheduling.engine import Decision as EngineDecision
 from scheduling.engine import PodSpec, Scheduler
-from scheduling.engine.decision import REJECTED, SCHEDULED
-from scheduling.engine.scheduler import ParsedPod, describe_policy, parse_pod
+from scheduling.engine.decision import REJECTED
+from scheduling.engine.scheduler import ParsedPod, describe_policy
 
 from ..snapshot import Snapshot, due_pods, load_snapshot
 from .options import option
@@ -104,8 +104,7 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
             init_containers=inits, uid=uid,
         )  # fmt: skip
         try:
-            decision = scheduler.decide(spec)
-            parsed = parse_pod(spec, snapshot.config) if decision.status == SCHEDULED else None
+            decision, parsed = scheduler.decide_parsed(spec)
             scheduler.assume(decision)
         except Exception as exc:  # noqa: BLE001 - one odd pod must not stop the others
             log.exception("deciding %s/%s failed", namespace, name)
