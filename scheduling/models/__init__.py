@@ -6,7 +6,8 @@ equal to that sum, written only in the transaction that writes the allocations.
 
 from .cluster import Card, Node
 from .config import SchedulerConfig
+from .events import Event, record_event
 from .history import Cycle, Decision
 from .pods import Allocation, Pod
 
-__all__ = ["Allocation", "Card", "Cycle", "Decision", "Node", "Pod", "SchedulerConfig"]
+__all__ = ["Allocation", "Card", "Cycle", "Decision", "Event", "Node", "Pod", "SchedulerConfig", "record_event"]

@@ -49,6 +49,10 @@ class Card(models.Model):
     used_slots = models.IntegerField(default=0)
     used_memory = models.IntegerField(default=0)
     used_cores = models.IntegerField(default=0)
+    over_capacity = models.CharField(
+        max_length=300, blank=True, default="", db_default="",
+        help_text="set when a report shrank the card under its tenants: which dimension, by how much",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
