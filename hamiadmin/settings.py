@@ -153,7 +153,10 @@ HAMIADMIN = {
     "SAFETY_CYCLE_SECONDS": float(os.environ.get("HAMI_SAFETY_CYCLE_SECONDS", "5")),
     "HEARTBEAT_TIMEOUT_SECONDS": float(os.environ.get("HAMI_HEARTBEAT_TIMEOUT_SECONDS", "60")),
     "DECISIONS_PER_POD": int(os.environ.get("HAMI_DECISIONS_PER_POD", "20")),
-    "CYCLE_LOCK_TIMEOUT_SECONDS": float(os.environ.get("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "60")),
+    # Single-flight (scheduling/locks.py): auto = PostgreSQL advisory lock on PostgreSQL, else a
+    # Redis lease (renewed by its holder every third of the timeout), else process-local.
+    "CYCLE_LOCK": os.environ.get("HAMI_CYCLE_LOCK", "auto"),
+    "CYCLE_LOCK_TIMEOUT_SECONDS": float(os.environ.get("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "3")),
     "SCHEDULER_NAME": os.environ.get("HAMI_SCHEDULER_NAME", "hami-scheduler"),
     # Pipeline (scheduling/pipeline): cycle size, back-off, triggers, history bounds.
     "SINGLE_FLIGHT": env_bool("HAMI_SINGLE_FLIGHT", True),

@@ -1,21 +1,33 @@
 """Single-flight for scheduling cycles: at most one cycle runs at a time across all workers.
 
 The lock is an optimisation, not the safety net: commits re-check capacity under row locks,
-so overlapping cycles (the lock disabled, or expired under a stalled worker) waste work
-but never over-commit. Each kind of lock ends by itself when its holder dies: a Redis key
-expires after CYCLE_LOCK_TIMEOUT_SECONDS, a PostgreSQL advisory lock ends with the session,
-and the process-local lock ends with the process.
+so overlapping cycles (the lock disabled, or lost under a stalled worker) waste work but
+never over-commit. What matters is that a dead holder never stops scheduling for long:
+
+- On PostgreSQL the lock is a session advisory lock, even when Redis is configured: it
+  dies with the holder's connection, so a killed worker's lock is gone as soon as the
+  server sees the socket close (well under a second).
+- Elsewhere, with Redis, it is a short lease (CYCLE_LOCK_TIMEOUT_SECONDS, 3 s) that a
+  thread of the holder renews every third of it; a killed holder's lease runs out within
+  the timeout. With Redis unreachable, the process-local lock stands in, so cycles still
+  run (beat and the loops keep calling); overlapping workers are then merely wasteful.
+- Without either, a process-local lock (SQLite, where BEGIN IMMEDIATE serialises commits).
+
+CYCLE_LOCK (auto, advisory, redis, local) picks one by hand; SINGLE_FLIGHT off takes none.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from functools import cache
 
+import redis
 from django.conf import settings
 from django.db import connection
+from redis.exceptions import LockError, RedisError
 
 from .pipeline.options import option
 
@@ -23,6 +35,7 @@ log = logging.getLogger(__name__)
 
 REDIS_LOCK_KEY = "hamiadmin:cycle-lock"
 ADVISORY_LOCK_KEY = 0x68616D69  # "hami"
+KINDS = ("auto", "advisory", "redis", "local")
 _local_lock = threading.Lock()
 
 
@@ -33,90 +46,109 @@ def redis_client():
 
 @cache
 def _client_for(url: str):
-    import redis
-
     return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
 
 
 def lock_kind() -> str:
-    """Which lock `cycle_lock` takes here: none, redis, advisory (PostgreSQL) or local."""
+    """Which lock `cycle_lock` takes here: none, advisory (PostgreSQL), redis or local."""
     if not option("SINGLE_FLIGHT"):
         return "none"
-    if settings.REDIS_URL:
-        return "redis"
-    if connection.vendor == "postgresql":
-        return "advisory"
-    return "local"
+    chosen = option("CYCLE_LOCK")
+    if chosen not in KINDS:
+        raise ValueError(f"CYCLE_LOCK must be one of {', '.join(KINDS)}, got {chosen!r}")
+    if chosen == "auto":
+        if connection.vendor == "postgresql":
+            return "advisory"
+        return "redis" if settings.REDIS_URL else "local"
+    return chosen
 
 
 class Held:
-    """What `cycle_lock` yields: true when this caller holds the lock. `renew()` pushes a
-    Redis lock's expiry back, so a long run of cycles keeps it (a no-op for the others)."""
+    """What `cycle_lock` yields: true when this caller holds the lock (a Redis lease renews
+    itself while held, however long the holder runs)."""
 
-    def __init__(self, held: bool, renew=None):
+    def __init__(self, held: bool):
         self.held = held
-        self._renew = renew
 
     def __bool__(self) -> bool:
         return self.held
-
-    def renew(self) -> None:
-        if self.held and self._renew is not None:
-            self._renew()
 
 
 @contextmanager
 def cycle_lock(wait: float = 0):
     """Yield a true `Held` when this caller holds the cycle lock, a false one when someone
-    else does. `wait` is how long to wait for it (0: do not wait).
-    """
+    else does. `wait` is how long to wait for it (0: do not wait)."""
     kind = lock_kind()
     if kind == "none":
         yield Held(True)
     elif kind == "redis":
         with _redis_lock(wait) as held:
-            yield held
+            yield Held(held)
     elif kind == "advisory":
         with _advisory_lock(wait) as held:
             yield Held(held)
     else:
-        held = _local_lock.acquire(timeout=wait) if wait else _local_lock.acquire(blocking=False)
-        try:
+        with _process_lock(wait) as held:
             yield Held(held)
-        finally:
-            if held:
-                _local_lock.release()
+
+
+@contextmanager
+def _process_lock(wait: float):
+    held = _local_lock.acquire(timeout=wait) if wait else _local_lock.acquire(blocking=False)
+    try:
+        yield held
+    finally:
+        if held:
+            _local_lock.release()
+
+
+class _Renewer(threading.Thread):
+    """Pushes the holder's Redis lease back every third of its timeout until stopped."""
+
+    def __init__(self, lock, every: float):
+        super().__init__(name="cycle-lock-renewer", daemon=True)
+        self.lock, self.every, self.stopped = lock, every, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.every):
+            try:
+                self.lock.reacquire()
+            except LockError:
+                log.warning("the cycle lease expired under this worker; commits stay safe, cycles may overlap")
+                return
+            except RedisError as exc:
+                log.warning("could not renew the cycle lease: %s", exc)
 
 
 @contextmanager
 def _redis_lock(wait: float):
-    from redis.exceptions import LockError
-
-    lock = redis_client().lock(
-        REDIS_LOCK_KEY, timeout=option("CYCLE_LOCK_TIMEOUT_SECONDS"), blocking=bool(wait), blocking_timeout=wait or None
-    )
-    held = lock.acquire()
-
-    def renew() -> None:
-        try:
-            lock.reacquire()
-        except LockError:
-            log.warning("the cycle lock expired under this worker; commits stay safe, cycles may overlap")
-
+    timeout = option("CYCLE_LOCK_TIMEOUT_SECONDS")
+    lock = redis_client().lock(REDIS_LOCK_KEY, timeout=timeout, blocking=bool(wait), blocking_timeout=wait or None,
+                               thread_local=False)  # fmt: skip
     try:
-        yield Held(held, renew)
+        held = lock.acquire()
+    except RedisError as exc:
+        log.warning("Redis unreachable for the cycle lock (%s); using the process-local lock", exc)
+        with _process_lock(wait) as local:
+            yield local
+        return
+    renewer = _Renewer(lock, timeout / 3) if held else None
+    if renewer is not None:
+        renewer.start()
+    try:
+        yield held
     finally:
-        if held:
+        if renewer is not None:
+            renewer.stopped.set()
+            renewer.join(timeout)
             try:
                 lock.release()
-            except LockError:
-                pass  # expired while we worked: someone else may hold it now, and that is fine
+            except (LockError, RedisError):
+                pass  # expired or unreachable: the lease runs out by itself
 
 
 @contextmanager
 def _advisory_lock(wait: float):
-    import time
-
     deadline = time.monotonic() + wait
     with connection.cursor() as cursor:
         while True:

@@ -67,6 +67,20 @@ BIND_FAILURES = Counter(
     ["reason"],
 )
 BIND_REASONS = ("refused", "bound_elsewhere")
+DB_RETRIES = Counter(
+    "hamiadmin_db_retries",
+    "Transactions run again because PostgreSQL aborted them as a deadlock victim ('deadlock') "
+    "or for a serialization failure ('serialization'). The lock order should keep this at 0.",
+    ["kind"],
+)
+CARD_CLAIMS_REFUSED = Counter(
+    "hamiadmin_card_claims_refused",
+    "Cards an agent reported that belong to another node; refused card by card (see the events).",
+)
+
+
+def count_claim_refused() -> None:
+    CARD_CLAIMS_REFUSED.inc()
 
 
 def _initialise_series() -> None:
@@ -80,6 +94,8 @@ def _initialise_series() -> None:
         DECISION_DURATION.labels(outcome)
     for reason in BIND_REASONS:
         BIND_FAILURES.labels(reason)
+    for kind in ("deadlock", "serialization"):
+        DB_RETRIES.labels(kind)
 
 
 _initialise_series()
@@ -182,7 +198,12 @@ class ClusterStateCollector:
             ready.add_metric([name], 1 if is_ready else 0)
             if heartbeat is not None:
                 age.add_metric([name], max(0.0, (now - heartbeat).total_seconds()))
-        return [pending, *card_families.values(), age, ready]
+        over = GaugeMetricFamily(
+            "hamiadmin_cards_over_capacity",
+            "Cards whose latest report is smaller than what their tenants hold (Card.over_capacity).",
+        )
+        over.add_metric([], Card.objects.exclude(over_capacity="").count())
+        return [pending, *card_families.values(), age, ready, over]
 
 
 CLUSTER_STATE = CollectorRegistry(auto_describe=False)

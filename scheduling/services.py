@@ -2,17 +2,23 @@
 the cluster and the pods. Each validates before it writes (errors name the field and
 nothing is written), writes in one transaction, and asks for a cycle on commit.
 
-Lock order everywhere: pods, then the node, then cards by primary key; the cycle commit
-uses the same order, so these writes and commits cannot deadlock.
+Lock order everywhere (docs/architecture.md, "Lock order"): pods by primary key, then the
+node, then cards by primary key; rows are locked FOR NO KEY UPDATE, since no write here
+changes a key, so the key-share locks that foreign-key checks take never wait on them.
+Waking backed-off pods locks pods, so it runs after the commit that freed capacity, in its
+own transaction, never while card locks are held. Every write is retried from the start
+if PostgreSQL still picks it as a deadlock victim (`dbretry`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from datetime import timedelta
+from functools import partial
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -20,23 +26,37 @@ from scheduling.engine import PodInvalid, PodSpec, ScenarioError
 from scheduling.engine.scenario import parse_config, parse_node
 from scheduling.engine.scheduler import parse_pod
 
-from .models import Allocation, Card, Node, Pod, SchedulerConfig
+from .dbretry import retry_on_conflict
+from .metrics import count_claim_refused
+from .models import Allocation, Card, Event, Node, Pod, SchedulerConfig, record_event
 from .triggers import request_cycle
+
+log = logging.getLogger(__name__)
 
 ORIGIN_VALUES = tuple(value for value, _ in Pod.ORIGINS)
 CAPACITY_FIELDS = ("type", "slots", "memory", "cores", "numa", "health", "mode", "index", "links")
 
 
-def wake_pending_pods() -> int:
-    """Capacity changed: every backed-off pending pod may be tried at once."""
-    return Pod.objects.filter(status=Pod.PENDING, parked=False, next_attempt_at__isnull=False).update(
-        next_attempt_at=None
-    )
+@retry_on_conflict
+def wake_pending_pods(but: int | None = None) -> int:
+    """Capacity changed: every backed-off pending pod may be tried at once.
+
+    Its own transaction, holding nothing else: the pods are locked in primary-key order,
+    as the cycle commit locks them, so a wake and a commit wait for each other at worst."""
+    with transaction.atomic():
+        backed_off = Pod.objects.filter(status=Pod.PENDING, parked=False, next_attempt_at__isnull=False)
+        if but is not None:
+            backed_off = backed_off.exclude(pk=but)
+        pks = list(backed_off.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
+        if not pks:
+            return 0
+        return backed_off.filter(pk__in=pks).update(next_attempt_at=None)
 
 
 def capacity_changed(reason: str) -> None:
-    """Wake backed-off pods and ask for a cycle after the commit."""
-    wake_pending_pods()
+    """After the commit: wake backed-off pods, then ask for a cycle. Never inside the
+    writer's transaction, which holds card or node locks (see the lock order above)."""
+    transaction.on_commit(wake_pending_pods, robust=True)
     request_cycle(reason)
 
 
@@ -69,6 +89,7 @@ def _parse_report(node_name, labels, annotations, devices):
     return parsed, positions
 
 
+@retry_on_conflict
 def report_inventory(node_name: str, labels=None, annotations=None, devices=None) -> Node:
     """An agent's report of its node: upsert the node and its cards, and beat its heart.
 
@@ -78,17 +99,23 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
     Raises ScenarioError naming the field; then nothing is written. A valid report makes the
     node ready and clears `not_ready_reason`. Asks for a cycle when anything but the
     heartbeat changed.
+
+    A card belongs to the node that first reported it, ready or not, until an operator
+    moves it (`reassign_card`). A report naming another node's card is refused for that
+    card only: the rest of the report is taken, the claim is recorded as an Event and
+    listed on the returned node as `refused` ([{"field", "uuid", "message"}]), so a token
+    of one node can never take another's cards, nor lock the rightful agent out.
+
+    A report that shrinks a card below what its tenants hold keeps the tenants (they run),
+    sets `Card.over_capacity` saying by how much, and records an Event; the card takes no
+    new pods until it fits again (`over_capacity` is cleared then).
     """
     devices = [] if devices is None else devices
     parsed, positions = _parse_report(node_name, labels, annotations, devices)
-    links: dict[str, dict[str, int]] = {card.uuid: {} for card in parsed.cards}
-    for pair, score in parsed.links.items():
-        first, second = sorted(pair)
-        links[first][second] = score
-        links[second][first] = score
     now = timezone.now()
+    refused: list[dict] = []
     with transaction.atomic():
-        node = Node.objects.select_for_update().filter(name=parsed.name).first()
+        node = Node.objects.select_for_update(no_key=True).filter(name=parsed.name).first()
         if node is None:
             changed = True
             node = Node.objects.create(
@@ -103,14 +130,20 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
                                      "updated_at"])  # fmt: skip
         existing = {
             card.uuid: card
-            for card in Card.objects.select_for_update(of=("self",))
+            for card in Card.objects.select_for_update(of=("self",), no_key=True)
             .select_related("node")
             .filter(Q(node=node) | Q(uuid__in=list(positions)))
             .order_by("pk")
         }
-        creates, updates = [], []
+        foreign = {uuid for uuid, row in existing.items() if row.node_id != node.id}
+        links = _symmetric_links(parsed, foreign)
+        creates, updates, shrunk = [], [], []
         for card in parsed.cards:
             device = devices[positions[card.uuid]]
+            row = existing.get(card.uuid)
+            if card.uuid in foreign:
+                refused.append(_refuse_claim(node.name, row, positions[card.uuid]))
+                continue
             values = {
                 "index": card.index, "type": card.type, "slots": card.slots, "memory": card.memory,
                 "cores": card.cores, "numa": card.numa, "health": card.health, "mode": card.mode[:64],
@@ -118,16 +151,13 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
             }  # fmt: skip
             if "cordoned" in device:
                 values["cordoned"] = device["cordoned"]
-            row = existing.get(card.uuid)
             if row is None:
                 creates.append(Card(uuid=card.uuid, node=node, **values))
                 continue
-            if row.node_id != node.id:
-                if (row.present and row.node.ready) or row.used_slots:
-                    raise ScenarioError(
-                        f"devices[{positions[card.uuid]}].uuid", f"card {card.uuid} belongs to node {row.node.name}"
-                    )
-                values["node"] = node
+            values["over_capacity"] = over_capacity_text(row.used_slots, row.used_memory, row.used_cores,
+                                                         card.slots, card.memory, card.cores)  # fmt: skip
+            if values["over_capacity"] and values["over_capacity"] != row.over_capacity:
+                shrunk.append((row, values["over_capacity"]))
             differs = {name: value for name, value in values.items() if getattr(row, name) != value}
             if differs:
                 for name, value in differs.items():
@@ -140,17 +170,81 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
         if creates:
             Card.objects.bulk_create(creates)
         if updates:
-            Card.objects.bulk_update(updates, ["node", "present", "cordoned", *CAPACITY_FIELDS, "updated_at"])
+            Card.objects.bulk_update(updates, ["present", "cordoned", "over_capacity", *CAPACITY_FIELDS, "updated_at"])
+        for row, text in shrunk:
+            log.warning("card %s of %s reported smaller than its tenants hold: %s", row.uuid, node.name, text)
+            record_event(Event.CARD_OVERCOMMITTED, f"card/{row.uuid}", "ShrunkUnderTenants",
+                         f"node {node.name} reported card {row.uuid} smaller than its tenants hold: {text}; "
+                         "the tenants keep running, the card takes no new pods until it fits again",
+                         actor=f"agent:{node.name}")  # fmt: skip
         if changed or creates or updates:
             capacity_changed(f"inventory {node.name}")
+    node.refused = refused
     return node
 
 
+def _symmetric_links(parsed, left_out: set[str]) -> dict[str, dict[str, int]]:
+    """Each reported card's pair scores as {other uuid: score}, both ways, leaving out the
+    cards whose claim is refused."""
+    links: dict[str, dict[str, int]] = {card.uuid: {} for card in parsed.cards}
+    for pair, score in parsed.links.items():
+        first, second = sorted(pair)
+        if first in left_out or second in left_out:
+            continue
+        links[first][second] = score
+        links[second][first] = score
+    return links
+
+
+def _refuse_claim(claimant: str, row: Card, position: int) -> dict:
+    """Record a refused claim on another node's card, and say it to the reporter."""
+    message = (f"card {row.uuid} belongs to node {row.node.name}; this report of node {claimant} is refused for "
+               "this card only (an operator can reassign it)")  # fmt: skip
+    log.warning("%s", message)
+    record_event(Event.CARD_CLAIM_REFUSED, f"card/{row.uuid}", "ClaimedByAnotherNode", message,
+                 actor=f"agent:{claimant}")  # fmt: skip
+    count_claim_refused()
+    return {"field": f"devices[{position}].uuid", "uuid": row.uuid, "message": message}
+
+
+def over_capacity_text(used_slots, used_memory, used_cores, slots, memory, cores) -> str:
+    """'' when the tenants fit the capacity, else what is held beyond it, per dimension."""
+    parts = [
+        f"{name} {used} held, {capacity} reported"
+        for name, used, capacity in (("slots", used_slots, slots), ("memory MiB", used_memory, memory),
+                                     ("cores %", used_cores, cores))  # fmt: skip
+        if used > capacity
+    ]
+    return "; ".join(parts)[:300]
+
+
+@retry_on_conflict
+def reassign_card(uuid: str, node_name: str, by: str = "") -> Card:
+    """An operator moves a card to another node (it was physically moved, or its node was
+    rebuilt under another name). Refused while the card has tenants: release them first.
+    Audited as an Event. Raises Card.DoesNotExist, Node.DoesNotExist, ValueError."""
+    with transaction.atomic():
+        target = Node.objects.select_for_update(no_key=True).get(name=node_name)
+        card = Card.objects.select_for_update(no_key=True).select_related("node").get(uuid=uuid)
+        if card.node_id == target.id:
+            return card
+        if card.used_slots:
+            raise ValueError(f"card {uuid} has {card.used_slots} tenant(s) on {card.node.name}; release them first")
+        before = card.node.name
+        card.node, card.present = target, False  # until the new node's agent reports it
+        card.links = {}
+        card.save(update_fields=["node", "present", "links", "updated_at"])
+        record_event(Event.CARD_REASSIGNED, f"card/{uuid}", "Reassigned", f"card {uuid} moved from node {before} to "
+                     f"node {node_name}", actor=by or "operator", severity=Event.NORMAL)  # fmt: skip
+    return card
+
+
+@retry_on_conflict
 def cordon_card(uuid: str, on: bool, by: str = "") -> Card:
     """Keep a card from new allocations (on) or give it back (off). Tenants are untouched.
     Raises Card.DoesNotExist for an unknown UUID."""
     with transaction.atomic():
-        card = Card.objects.select_for_update().get(uuid=uuid)
+        card = Card.objects.select_for_update(no_key=True).get(uuid=uuid)
         if card.cordoned != bool(on):
             card.cordoned = bool(on)
             card.save(update_fields=["cordoned", "updated_at"])
@@ -159,6 +253,7 @@ def cordon_card(uuid: str, on: bool, by: str = "") -> Card:
     return card
 
 
+@retry_on_conflict
 def set_config(
     node_scheduler_policy: str | None = None,
     gpu_scheduler_policy: str | None = None,
@@ -239,6 +334,7 @@ def _check_envelope(namespace, name, annotations, containers, init_containers, p
         raise PodInvalid("containers", f"must be plain JSON: {exc}") from None
 
 
+@retry_on_conflict
 def submit_pod(
     namespace: str,
     name: str,
@@ -279,15 +375,21 @@ def submit_pod(
     digest = spec_hash(annotations, containers, init_containers, priority)
     now = timezone.now()
     with transaction.atomic():
-        pod = Pod.objects.select_for_update().filter(namespace=namespace, name=name).first()
+        row = Pod.objects.select_for_update(no_key=True).filter(namespace=namespace, name=name)
+        pod = row.first()
         if pod is None:
-            pod = Pod.objects.create(
-                namespace=namespace, name=name, uid=uid, origin=origin, annotations=annotations,
-                containers=containers, init_containers=init_containers, priority=priority, spec_hash=digest,
-                submitted_at=now,
-            )  # fmt: skip
-            request_cycle("pod submitted")
-            return pod
+            try:
+                with transaction.atomic():
+                    pod = Pod.objects.create(
+                        namespace=namespace, name=name, uid=uid, origin=origin, annotations=annotations,
+                        containers=containers, init_containers=init_containers, priority=priority,
+                        spec_hash=digest, submitted_at=now,
+                    )  # fmt: skip
+            except IntegrityError:  # a concurrent submission of this name created it first
+                pod = row.get()
+            else:
+                request_cycle("pod submitted")
+                return pod
         replaced = bool(uid and pod.uid and uid != pod.uid)
         new_incarnation = pod.status in Pod.FINISHED or replaced
         if not new_incarnation and pod.spec_hash == digest:
@@ -323,7 +425,7 @@ def submit_pod(
 
 def _pod_for_update(pod) -> Pod:
     """`pod` as a Pod, a primary key, or "namespace/name"; locked."""
-    queryset = Pod.objects.select_for_update()
+    queryset = Pod.objects.select_for_update(no_key=True)
     if isinstance(pod, Pod):
         return queryset.get(pk=pod.pk)
     if isinstance(pod, str):
@@ -348,17 +450,21 @@ def _release_allocations(pod: Pod, now) -> bool:
         total[0] += 1
         total[1] += memory
         total[2] += cores
-    cards = list(Card.objects.select_for_update().filter(pk__in=sorted(freed)).order_by("pk"))
+    cards = list(Card.objects.select_for_update(no_key=True).filter(pk__in=sorted(freed)).order_by("pk"))
     for card in cards:
         slots, memory, cores = freed[card.pk]
         card.used_slots -= slots
         card.used_memory -= memory
         card.used_cores -= cores
-    Card.objects.bulk_update(cards, ["used_slots", "used_memory", "used_cores"])
+        if card.over_capacity:
+            card.over_capacity = over_capacity_text(card.used_slots, card.used_memory, card.used_cores, card.slots,
+                                                    card.memory, card.cores)  # fmt: skip
+    Card.objects.bulk_update(cards, ["used_slots", "used_memory", "used_cores", "over_capacity"])
     Allocation.objects.filter(pk__in=[pk for pk, *_ in held]).update(active=False, released_at=now)
     return True
 
 
+@retry_on_conflict
 def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None = None) -> Pod | None:
     """The pod finished, failed or was deleted: give back its cards and wake the scheduler.
     Releasing a finished pod again changes nothing.
@@ -386,6 +492,7 @@ def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None =
     return pod
 
 
+@retry_on_conflict
 def mark_bound(pod, node: str, expected_uid: str | None = None) -> Pod | None:
     """Kubernetes accepted the pod's Binding to `node` (or shows it there): scheduled ->
     running, `bound_at` set. This is not the kubelet starting it; hamiadmin does not follow
@@ -403,6 +510,7 @@ def mark_bound(pod, node: str, expected_uid: str | None = None) -> Pod | None:
     return pod
 
 
+@retry_on_conflict
 def mark_node_not_ready(node_name: str, reason: str) -> Node:
     """An agent cannot vouch for the node now (unreadable inventory, Kubernetes says NotReady,
     node deleted): it takes no new pods (`NodeNotReady`), its tenants stay. The reason is kept
@@ -410,7 +518,7 @@ def mark_node_not_ready(node_name: str, reason: str) -> Node:
     clears it. A node never seen before is created, not ready."""
     reason = str(reason)[:1000]
     with transaction.atomic():
-        node = Node.objects.select_for_update().filter(name=node_name).first()
+        node = Node.objects.select_for_update(no_key=True).filter(name=node_name).first()
         if node is None:
             return Node.objects.create(name=node_name, ready=False, not_ready_reason=reason)
         if node.ready or node.not_ready_reason != reason:
@@ -419,6 +527,7 @@ def mark_node_not_ready(node_name: str, reason: str) -> Node:
     return node
 
 
+@retry_on_conflict
 def requeue_pod(pod) -> Pod:
     """Try a waiting pod in the next cycle: clear its back-off and un-park it, so an invalid
     spec is read again (it parks again if still invalid). Placed and finished pods are left
@@ -434,6 +543,7 @@ def requeue_pod(pod) -> Pod:
     return pod
 
 
+@retry_on_conflict
 def requeue_placed_pod(pod, retry_after: float = 0.0, reason: str = "",
                        expected_uid: str | None = None) -> Pod | None:  # fmt: skip
     """A placement that cannot be used (Kubernetes refused the Binding; kube-scheduler now
@@ -451,9 +561,8 @@ def requeue_placed_pod(pod, retry_after: float = 0.0, reason: str = "",
             return None
         if pod.status != Pod.SCHEDULED:
             return pod
-        freed = _release_allocations(pod, now)
-        if freed:
-            wake_pending_pods()  # the others; this pod's own delay is set below
+        if _release_allocations(pod, now):
+            transaction.on_commit(partial(wake_pending_pods, but=pod.pk), robust=True)  # the others: this pod waits
         pod.status, pod.node, pod.allocated = Pod.PENDING, None, ""
         pod.scheduled_at = pod.bound_at = None
         pod.next_attempt_at = now + timedelta(seconds=retry_after) if retry_after > 0 else None

@@ -75,6 +75,7 @@ class Delivery:
     status: int | None
     retry_soon: bool
     detail: str
+    refused: tuple[str, ...] = ()  # the server's words for each card it refused to take from us
 
     @property
     def accepted(self) -> bool:
@@ -115,7 +116,8 @@ class ApiReporter:
         )
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
-                return Delivery(response.status, False, _excerpt(response.read()))
+                raw = response.read()
+                return Delivery(response.status, False, _excerpt(raw), _refused(raw))
         except urllib.error.HTTPError as error:
             text = _excerpt(error.read())
             if 300 <= error.code < 400:
@@ -127,6 +129,18 @@ class ApiReporter:
             return Delivery(None, True, f"cannot reach {self.url}: {error.reason}")
         except (OSError, http.client.HTTPException) as error:
             return Delivery(None, True, f"cannot reach {self.url}: {error}")
+
+
+def _refused(raw: bytes) -> tuple[str, ...]:
+    """The `refused` messages of an accepted report's answer (cards of another node)."""
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        return ()
+    refused = answer.get("refused") if isinstance(answer, dict) else None
+    if not isinstance(refused, list):
+        return ()
+    return tuple(str(item.get("message", item)) if isinstance(item, dict) else str(item) for item in refused)
 
 
 def _excerpt(raw: bytes) -> str:
@@ -177,6 +191,8 @@ def report_forever(
         else:
             delivery = reporter.send(body)
             if delivery.accepted:
+                for message in delivery.refused:
+                    log.warning("the API refused one card of this report: %s", message)
                 if failures:
                     log.info("report accepted again after %d failed attempt(s)", failures)
                 failures = 0

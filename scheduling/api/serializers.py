@@ -213,7 +213,7 @@ class CardSerializer(serializers.ModelSerializer):
         model = Card
         fields = [
             "uuid", "node", "index", "type", "slots", "memory", "cores", "numa", "health", "mode",
-            "cordoned", "present", "links", "used", "free", "tenants", "updated_at",
+            "cordoned", "present", "over_capacity", "links", "used", "free", "tenants", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -308,11 +308,24 @@ class AgentReportDocSerializer(AgentReportSerializer):
         ref_name = "AgentReport"
 
 
+class CardReassignSerializer(serializers.Serializer):
+    node = serializers.CharField(max_length=253, help_text="the node the card now belongs to")
+
+
+class RefusedCardSerializer(serializers.Serializer):
+    field = serializers.CharField(help_text="where in the report, e.g. devices[1].uuid")
+    uuid = serializers.CharField()
+    message = serializers.CharField()
+
+
 class AgentReportResultSerializer(serializers.Serializer):
     node = serializers.CharField()
     cards = serializers.IntegerField(help_text="cards in this report")
     absent = serializers.ListField(
         child=serializers.CharField(), help_text="cards of this node missing from the report (kept, take no pods)"
+    )
+    refused = RefusedCardSerializer(
+        many=True, help_text="cards of another node named in this report: refused card by card, the rest was taken"
     )
     heartbeat = serializers.DateTimeField()
 

@@ -5,7 +5,6 @@ request writes nothing.
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.db.models import OuterRef, Prefetch, Subquery
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -26,7 +25,7 @@ from scheduling.models import Allocation, Card, Cycle, Decision, Node, Pod, Sche
 
 from . import serializers as s
 from .errors import field_error
-from .permissions import ADMIN, OPERATOR, VIEWER, ReportsOwnNode, RoleRequired, agent_node
+from .permissions import ADMIN, OPERATOR, VIEWER, ReportsOwnNode, RoleRequired, agent_node, has_role
 
 
 class Conflict(APIException):
@@ -103,10 +102,7 @@ class AgentReportView(APIView):
         body.is_valid(raise_exception=True)
         report = body.validated_data
         try:
-            with transaction.atomic():
-                node = services.report_inventory(
-                    report["node"], report["labels"], report["annotations"], report["devices"]
-                )
+            node = services.report_inventory(report["node"], report["labels"], report["annotations"], report["devices"])
         except ScenarioError as exc:
             where = "node" if exc.where == "name" else exc.where
             raise field_error(where, exc.message) from None
@@ -115,6 +111,7 @@ class AgentReportView(APIView):
             "node": node.name,
             "cards": len(report["devices"]),
             "absent": list(absent),
+            "refused": node.refused,
             "heartbeat": node.last_heartbeat,
         }
         return Response(s.AgentReportResultSerializer(result).data)
@@ -157,8 +154,7 @@ class CardViewSet(RoleView, viewsets.ReadOnlyModelViewSet):
 
     def _cordon(self, on: bool) -> Response:
         card = self.get_object()
-        with transaction.atomic():
-            services.cordon_card(card.uuid, on)
+        services.cordon_card(card.uuid, on)  # its own transaction, retried on a deadlock
         return Response(s.CardSerializer(cards_with_tenants().get(pk=card.pk)).data)
 
     @extend_schema(
@@ -176,6 +172,28 @@ class CardViewSet(RoleView, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def uncordon(self, request, uuid=None):
         return self._cordon(False)
+
+    @extend_schema(
+        tags=["cluster"], request=s.CardReassignSerializer,
+        responses={200: s.CardSerializer, 400: ERRORS, 404: ERRORS, 409: ERRORS, **REFUSED},
+        description="Admins only: move the card to another node (it was moved physically, or its node was "
+        "rebuilt under another name). A card belongs to the node that first reported it; no agent can move it. "
+        "Refused (409) while the card has tenants. Recorded as an event.",
+    )  # fmt: skip
+    @action(detail=True, methods=["post"])
+    def reassign(self, request, uuid=None):
+        if not has_role(request.user, ADMIN):
+            raise PermissionDenied("only an admin can reassign a card")
+        card = self.get_object()
+        body = s.CardReassignSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            services.reassign_card(card.uuid, body.validated_data["node"], by=request.user.get_username())
+        except Node.DoesNotExist:
+            raise field_error("node", f"no node {body.validated_data['node']!r}") from None
+        except ValueError as exc:
+            raise Conflict(str(exc)) from None
+        return Response(s.CardSerializer(cards_with_tenants().get(pk=card.pk)).data)
 
 
 # --- pods ----------------------------------------------------------------------------------
@@ -263,13 +281,12 @@ class PodViewSet(
         body = s.PodSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         pod = body.validated_data
-        with transaction.atomic():
-            before = Pod.objects.filter(namespace=pod["namespace"], name=pod["name"]).values_list("status", flat=True)
-            before = before.first()
-            submitted = services.submit_pod(
-                pod["namespace"], pod["name"], pod["annotations"], pod["containers"],
-                pod["initContainers"], pod["priority"], uid=pod["uid"], origin=Pod.API,
-            )  # fmt: skip
+        before = Pod.objects.filter(namespace=pod["namespace"], name=pod["name"]).values_list("status", flat=True)
+        before = before.first()
+        submitted = services.submit_pod(
+            pod["namespace"], pod["name"], pod["annotations"], pod["containers"],
+            pod["initContainers"], pod["priority"], uid=pod["uid"], origin=Pod.API,
+        )  # fmt: skip
         warnings = submission_warnings(submitted, SchedulerConfig.current())
         answer = s.PodSubmittedSerializer(submitted, context={"warnings": warnings, "request": request})
         created = before is None or before in Pod.FINISHED
@@ -286,8 +303,7 @@ class PodViewSet(
         pod = self.get_object()
         if final_status == Pod.SUCCEEDED and pod.status not in Pod.BOUND:
             raise Conflict(f"pod {pod.key} is {pod.status}: only a scheduled or running pod can complete")
-        with transaction.atomic():
-            services.release_pod(pod, final_status)
+        services.release_pod(pod, final_status)  # its own transaction, retried on a deadlock
         pod.refresh_from_db()
         return Response(s.PodDetailSerializer(pod, context={"request": self.request}).data)
 
@@ -425,15 +441,14 @@ class ConfigView(RoleView, APIView):
         change = body.validated_data
         resources = change.get("resources", {})
         try:
-            with transaction.atomic():
-                services.set_config(
-                    node_scheduler_policy=change.get("node_scheduler_policy"),
-                    gpu_scheduler_policy=change.get("gpu_scheduler_policy"),
-                    memory_percentage=resources.get("memory_percentage"),
-                    default_cores=resources.get("cores"),
-                    exclusive_cores=resources.get("exclusive_cores"),
-                    changed_by=request.user.get_username(),
-                )
+            services.set_config(
+                node_scheduler_policy=change.get("node_scheduler_policy"),
+                gpu_scheduler_policy=change.get("gpu_scheduler_policy"),
+                memory_percentage=resources.get("memory_percentage"),
+                default_cores=resources.get("cores"),
+                exclusive_cores=resources.get("exclusive_cores"),
+                changed_by=request.user.get_username(),
+            )
         except ScenarioError as exc:
             raise field_error(exc.where.removeprefix("config."), exc.message) from None
         return Response(s.ConfigSerializer(config_view()).data)

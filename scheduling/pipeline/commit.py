@@ -1,7 +1,11 @@
 """The commit of a cycle: one short transaction that re-checks every placement under lock.
 
-Rows are locked in a fixed order, pods then cards, each by primary key, so concurrent
-commits (and the service writes, which lock in the same order) cannot deadlock. Each
+Rows are locked in a fixed order, pods then cards, each by primary key and FOR NO KEY
+UPDATE, so concurrent commits (and the service writes, which lock in the same order)
+cannot deadlock; the node rows are only key-share locked by the pods' foreign key, which
+a report's NO KEY UPDATE lock on its node does not block (docs/architecture.md, "Lock
+order"). Should PostgreSQL still abort the commit as a deadlock victim, the whole commit
+runs again (`dbretry`): it re-checks under lock, so a retry is always safe. Each
 placement is re-checked in queue order with the engine's own `check_card` against the
 locked counters plus what this commit already added: the rules are the engine's, the
 numbers are the database's. A placement that no longer fits is not written; its pod
@@ -23,6 +27,7 @@ from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
 from scheduling.engine.model import cordoned_uuids
 from scheduling.engine.scheduler import check_card
 
+from ..dbretry import retry_on_conflict
 from ..models import Allocation, Card, Cycle, Decision, Pod
 from .cycle import Attempt, CyclePlan, CycleReport
 from .observe import record_commit
@@ -52,7 +57,7 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
     if not pks:
         return {}
     rows = (
-        Card.objects.select_for_update(of=("self",))
+        Card.objects.select_for_update(of=("self",), no_key=True)
         .filter(pk__in=pks)
         .order_by("pk")
         .values_list(
@@ -164,6 +169,7 @@ def pause_for_fault_test() -> None:
         time.sleep(pause)
 
 
+@retry_on_conflict
 def commit_plan(plan: CyclePlan) -> CycleReport:
     """Write the plan in one transaction: allocations, counters, pods, decisions, the cycle."""
     commit_started = time.perf_counter()
@@ -174,7 +180,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
     with transaction.atomic():
         locked = {
             pk: (status, parked, revision, attempts)
-            for pk, status, parked, revision, attempts in Pod.objects.select_for_update()
+            for pk, status, parked, revision, attempts in Pod.objects.select_for_update(no_key=True)
             .filter(pk__in=sorted(a.pod_id for a in plan.attempts))
             .order_by("pk")
             .values_list("pk", "status", "parked", "revision", "attempts")

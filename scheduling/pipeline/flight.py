@@ -39,7 +39,6 @@ def run_requested_cycles(trigger: str = "requested", worker: str = "", max_cycle
                 trigger = "follow-up"
                 if not (report.more or triggers.take_request()):
                     break
-                held.renew()
         if not triggers.request_pending():
             break
     return reports

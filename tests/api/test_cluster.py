@@ -10,6 +10,8 @@ from scheduling.pipeline import run_cycle
 from .conftest import gpu_pod
 
 pytestmark = pytest.mark.django_db
+#: Wakes run after the commit that freed capacity, so these tests need real commits.
+AFTER_COMMIT = pytest.mark.django_db(transaction=True)
 
 
 def results(answer) -> list[dict]:
@@ -74,6 +76,7 @@ def test_bad_filter_values_are_400_naming_the_filter(viewer, query, field):
     assert answer.status_code == 400 and field in answer.json()
 
 
+@AFTER_COMMIT
 def test_cordon_keeps_new_pods_off_and_tenants_on(cluster, operator):
     operator.post("/api/v1/pods/", gpu_pod("tenant", mem=1000, annotations={"nvidia.com/use-gpuuuid": "GPU-1-0"}),
                   format="json")  # fmt: skip

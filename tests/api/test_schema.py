@@ -33,6 +33,7 @@ ENDPOINTS = {
     "/api/v1/cards/{uuid}/": {"get"},
     "/api/v1/cards/{uuid}/cordon/": {"post"},
     "/api/v1/cards/{uuid}/uncordon/": {"post"},
+    "/api/v1/cards/{uuid}/reassign/": {"post"},
     "/api/v1/pods/": {"get", "post"},
     "/api/v1/pods/{namespace}/{name}/": {"get", "delete"},
     "/api/v1/pods/{namespace}/{name}/complete/": {"post"},

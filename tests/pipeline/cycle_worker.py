@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--limits", default="5,20,60,150", help="cycle sizes to pick from")
     parser.add_argument("--deadline", type=float, default=120)
     parser.add_argument("--once", action="store_true")
+    parser.add_argument("--until-deadline", action="store_true", help="keep polling when idle")
     parser.add_argument("--shuffle", action="store_true", help="take a random sample of the due pods")
     args = parser.parse_args()
 
@@ -62,10 +63,13 @@ def main() -> None:
         if args.once:
             break
         idle = 0 if considered else idle + 1
-        if idle >= 3:
+        if idle >= 3 and not args.until_deadline:
             break
         if not considered:
             time.sleep(0.1)
+    from scheduling import dbretry
+
+    totals["retries"] = dict(dbretry.RETRIES)
     print(json.dumps(totals), flush=True)
 
 

@@ -17,12 +17,15 @@ from scheduling.snapshot import load_snapshot
 from .conftest import assert_consistent, card, limits, reload, submit, t4
 
 pytestmark = pytest.mark.django_db
+#: Wakes run after the commit that freed capacity, so these tests need real commits.
+AFTER_COMMIT = pytest.mark.django_db(transaction=True)
 
 
 def one_slot_card():
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0, slots=1)])
 
 
+@AFTER_COMMIT
 def test_the_queue_goes_by_priority_then_submission_time():
     one_slot_card()
     early = submit("early", gpu=1, mem=100)
@@ -93,6 +96,7 @@ def test_a_pod_of_several_containers_gets_one_allocation_per_card_in_container_o
     assert_consistent()
 
 
+@AFTER_COMMIT
 def test_a_pod_that_does_not_fit_stays_pending_with_its_reasons_and_backs_off():
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0, memory=4000), card("GPU-1", 1, memory=4000)])
     pod = submit("big", gpu=1, mem=6000)
@@ -111,6 +115,7 @@ def test_a_pod_that_does_not_fit_stays_pending_with_its_reasons_and_backs_off():
     assert run_cycle().placed[0][0] == "default/big"
 
 
+@AFTER_COMMIT
 def test_a_silent_node_is_not_ready_and_its_cards_take_no_new_pods():
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0), card("GPU-1", 1)])
     Node.objects.update(last_heartbeat=timezone.now() - timedelta(hours=1))
@@ -137,6 +142,7 @@ def test_extender_pods_are_placed_only_by_filter_calls_never_by_cycles():
     assert reload(watched).status == Pod.SCHEDULED
 
 
+@AFTER_COMMIT
 def test_cordoned_cards_take_no_new_pods_until_uncordoned():
     services.report_inventory("node1", {}, {"hami.io/device-cordon": "GPU-1"}, [card("GPU-0", 0), card("GPU-1", 1)])
     services.cordon_card("GPU-0", True)
@@ -206,6 +212,7 @@ def test_a_pod_changed_since_the_snapshot_is_left_for_the_next_cycle():
     assert reload(pod).allocated == "GPU-0,NVIDIA,2000,0:;"
 
 
+@AFTER_COMMIT
 def test_release_then_the_waiting_pod_is_placed():
     one_slot_card()
     first = submit("first", gpu=1, mem=100)
