@@ -25,6 +25,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check scheduling/engine
+	$(BIN)/python manage.py makemigrations --check --dry-run
 
 bench: $(STAMP)
 	$(BIN)/python -m scheduling.engine.bench
