@@ -52,6 +52,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "hamiadmin.auth_failures.FailedCredentialsThrottle",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -139,6 +140,17 @@ else:
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = None
+# "default" is this process's memory (the API's request throttles); "shared" is seen by every
+# process (failed-credential counters, queued simulations): Redis with REDIS_URL, else this
+# process's memory too, which is all the embedded default has.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "shared": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "hamiadmin"}
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "hamiadmin-shared"}
+    ),
+}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -175,8 +187,20 @@ HAMIADMIN = {
     "EXTENDER_TOKEN": os.environ.get("HAMI_EXTENDER_TOKEN", ""),
     "KUBECONFIG": os.environ.get("HAMI_KUBECONFIG", ""),
     "BIND_PHASE_SUCCESS": env_bool("HAMI_BIND_PHASE_SUCCESS", True),
-    # Observability (docs/deploy.md): a bearer token for /metrics, open when empty.
+    # Observability (docs/deploy.md): a bearer token for /metrics; without one /metrics is open
+    # in development and closed (403) in production.
     "METRICS_TOKEN": os.environ.get("HAMI_METRICS_TOKEN", ""),
+    # POST simulate/ (docs/api.md): work = pods x (nodes + cards). Up to SYNC_MAX_WORK it runs in
+    # the request; up to MAX_WORK in a Celery worker (202 and a result URL); above, 413.
+    "SIMULATE_MAX_BODY_BYTES": int(os.environ.get("HAMI_SIMULATE_MAX_BODY_BYTES", str(2 * 1024 * 1024))),
+    "SIMULATE_SYNC_MAX_WORK": int(os.environ.get("HAMI_SIMULATE_SYNC_MAX_WORK", "500000")),
+    "SIMULATE_MAX_WORK": int(os.environ.get("HAMI_SIMULATE_MAX_WORK", "25000000")),
+    "SIMULATE_TIME_LIMIT_SECONDS": float(os.environ.get("HAMI_SIMULATE_TIME_LIMIT_SECONDS", "300")),
+    "SIMULATE_RESULT_SECONDS": int(os.environ.get("HAMI_SIMULATE_RESULT_SECONDS", "3600")),
+    "SIMULATE_QUEUE": os.environ.get("HAMI_SIMULATE_QUEUE", "celery"),
+    # Failed credentials per client address (hamiadmin/auth_failures.py): 0 switches it off.
+    "AUTH_FAILURE_LIMIT": int(os.environ.get("HAMI_AUTH_FAILURE_LIMIT", "10")),
+    "AUTH_FAILURE_WINDOW_SECONDS": int(os.environ.get("HAMI_AUTH_FAILURE_WINDOW_SECONDS", "300")),
 }
 
 # Celery beat: the safety cycle and housekeeping (scheduling/tasks.py).
@@ -213,6 +237,9 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "agent-report": os.environ.get("HAMI_THROTTLE_REPORT", "600/min"),
         "pod-submit": os.environ.get("HAMI_THROTTLE_SUBMIT", "600/min"),
+        "simulate": os.environ.get("HAMI_THROTTLE_SIMULATE", "30/min"),
+        # Simulations sent to a worker, per user, counted in the shared cache.
+        "simulate-queued": os.environ.get("HAMI_THROTTLE_SIMULATE_QUEUED", "20/hour"),
     },
 }
 
@@ -231,6 +258,7 @@ SPECTACULAR_SETTINGS = {
         "PodStatusEnum": "scheduling.api.schema.POD_STATUSES",
         "SimulatedStatusEnum": "scheduling.api.schema.SIMULATED_STATUSES",
         "ProbeStatusEnum": "scheduling.api.schema.PROBE_STATUSES",
+        "SimulationJobStatusEnum": "scheduling.api.schema.SIMULATION_JOB_STATUSES",
     },
 }
 
@@ -265,6 +293,10 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    # The development server's access lines go through the same redaction.
-    "loggers": {"django.server": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    # Django's own lines (its default console handler would print paths unredacted when DEBUG
+    # is on) and the development server's access lines go through the same redaction.
+    "loggers": {
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }

@@ -21,7 +21,7 @@ from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.engine.scenario import parse_config
 
 from . import services
-from .models import Allocation, Card, Cycle, Decision, Node, Pod, SchedulerConfig
+from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod, SchedulerConfig
 from .templatetags.charts import fraction
 from .templatetags.decision_path import decision_path
 
@@ -406,6 +406,23 @@ class AllocationAdmin(WrittenByServices, admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(Event)
+class EventAdmin(WrittenByServices, admin.ModelAdmin):
+    """Refusals and repairs, as the agents and services recorded them: read-only."""
+
+    list_display = ("last_seen", "kind", "severity", "subject", "reason", "count", "actor", "short_message")
+    list_filter = ("kind", "severity", "reason")
+    search_fields = ("subject", "reason", "message")
+    date_hierarchy = "last_seen"
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="message")
+    def short_message(self, event):
+        return event.message if len(event.message) <= 120 else event.message[:119] + "…"
 
 
 # --- Cluster config --------------------------------------------------------------------

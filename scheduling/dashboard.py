@@ -18,8 +18,9 @@ from django.shortcuts import get_object_or_404
 from scheduling.engine import ScenarioError
 from scheduling.engine.scenario import run_scenario
 
-from .filtersets import CardFilterSet, PendingFilterSet
-from .models import Allocation, Card, Cycle, Decision, Node, Pod
+from . import simulations
+from .filtersets import CardFilterSet, EventFilterSet, PendingFilterSet
+from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod
 
 #: Pods listed on the Pending page; the rest are counted.
 PENDING_ROWS = 500
@@ -292,6 +293,51 @@ def cycles_page() -> dict:
     }
 
 
+#: Events listed on the Events page, newest first.
+EVENT_ROWS = 200
+
+
+@dataclass
+class EventRow:
+    """One Event, and the page of what it is about when hamiadmin has one (a refused pod has
+    no row: its subject is not a link)."""
+
+    event: Event
+    pod: tuple[str, str] | None = None
+    node: str | None = None
+
+
+def events_page(params) -> dict:
+    """The latest refusals and repairs, filtered like `GET /api/v1/events/`."""
+    events = Event.objects.order_by("-last_seen", "-id")
+    filterset = EventFilterSet(params, queryset=events)
+    events = filterset.qs if filterset.is_valid() else events
+    listed = list(events[:EVENT_ROWS])
+    pods, nodes = set(), set()
+    for event in listed:
+        what, _, rest = event.subject.partition("/")
+        if what == "pod" and "/" in rest:
+            pods.add(tuple(rest.split("/", 1)))
+        elif what == "node" and rest:
+            nodes.add(rest)
+    known_pods = {
+        key for key in Pod.objects.filter(name__in={name for _, name in pods}).values_list("namespace", "name")
+    } & pods
+    known_nodes = set(Node.objects.filter(name__in=nodes).values_list("name", flat=True))
+    rows = []
+    for event in listed:
+        what, _, rest = event.subject.partition("/")
+        key = tuple(rest.split("/", 1)) if what == "pod" and "/" in rest else None
+        rows.append(EventRow(event, pod=key if key in known_pods else None,
+                             node=rest if what == "node" and rest in known_nodes else None))  # fmt: skip
+    return {
+        "rows": rows,
+        "total": events.count(),
+        "kinds": Event.KINDS,
+        "filters": {"kind": params.get("kind", ""), "subject": params.get("subject", "")},
+    }
+
+
 def fingerprint() -> str:
     """Changes whenever anything a page shows changes: pods, allocations, cards, nodes, cycles.
 
@@ -356,7 +402,14 @@ def simulate(text: str, upload=None) -> Simulation:
     if len(text.encode("utf-8")) > SIMULATOR_MAX_BYTES:
         return Simulation(text=text, error=f"scenario: larger than {SIMULATOR_MAX_BYTES // 1024} KiB")
     try:
-        result = run_scenario(read_scenario_text(text), top=SIMULATOR_TOP)
+        scenario = read_scenario_text(text)
+        work, limit = simulations.measure(scenario), simulations.option("SIMULATE_SYNC_MAX_WORK")
+        if work.units > limit:
+            return Simulation(text=text, error=(
+                f"scenario: {work}, more than this page runs (HAMI_SIMULATE_SYNC_MAX_WORK = {limit}); "
+                "POST it to /api/v1/simulate/, which runs it in the background"
+            ))  # fmt: skip
+        result = run_scenario(scenario, top=SIMULATOR_TOP)
     except ScenarioError as exc:
         return Simulation(text=text, error=str(exc))
     return Simulation(text=text, result=result)

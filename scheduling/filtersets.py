@@ -11,7 +11,7 @@ from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from .models import Allocation, Card, Cycle, Decision, Node, Pod
+from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
@@ -123,3 +123,14 @@ class CycleFilterSet(filters.FilterSet):
     class Meta:
         model = Cycle
         fields = ["since"]
+
+
+class EventFilterSet(filters.FilterSet):
+    kind = filters.MultipleChoiceFilter(choices=Event.KINDS, help_text="one or more kinds of event")
+    subject = filters.CharFilter(lookup_expr="startswith",
+                                 help_text="the start of the subject: node/a, pod/ml/, card/GPU-1")  # fmt: skip
+    since = UtcDateTimeFilter(field_name="last_seen", lookup_expr="gte", help_text="ISO 8601 time: last seen since")
+
+    class Meta:
+        model = Event
+        fields = ["kind", "subject", "since"]

@@ -67,6 +67,19 @@ BIND_FAILURES = Counter(
     ["reason"],
 )
 BIND_REASONS = ("refused", "bound_elsewhere")
+AUTH_FAILURES = Counter(
+    "hamiadmin_auth_failures",
+    "Credentials refused in the web process, by kind: sign-in forms ('login', 'admin'), API "
+    "tokens ('api'), extender tokens ('extender'), metrics tokens ('metrics').",
+    ["kind"],
+)
+AUTH_THROTTLED = Counter(
+    "hamiadmin_auth_throttled",
+    "Attempts answered 429 because their client address had too many failed credentials, by kind.",
+    ["kind"],
+)
+#: What a credential was for (hamiadmin/auth_failures.py); the only values of `kind`.
+AUTH_KINDS = ("login", "admin", "api", "extender", "metrics")
 DB_RETRIES = Counter(
     "hamiadmin_db_retries",
     "Transactions run again because PostgreSQL aborted them as a deadlock victim ('deadlock') "
@@ -74,7 +87,7 @@ DB_RETRIES = Counter(
     ["kind"],
 )
 CARD_CLAIMS_REFUSED = Counter(
-    "hamiadmin_card_claims_refused",
+    "hamiadmin_refused_card_claims",
     "Cards an agent reported that belong to another node; refused card by card (see the events).",
 )
 
@@ -94,6 +107,9 @@ def _initialise_series() -> None:
         DECISION_DURATION.labels(outcome)
     for reason in BIND_REASONS:
         BIND_FAILURES.labels(reason)
+    for kind in AUTH_KINDS:
+        AUTH_FAILURES.labels(kind)
+        AUTH_THROTTLED.labels(kind)
     for kind in ("deadlock", "serialization"):
         DB_RETRIES.labels(kind)
 
@@ -108,6 +124,14 @@ def reason_code(text: str) -> str:
 
 def bind_failed(reason: str) -> None:
     BIND_FAILURES.labels(reason if reason in BIND_REASONS else OTHER).inc()
+
+
+def auth_failed(kind: str) -> None:
+    AUTH_FAILURES.labels(kind if kind in AUTH_KINDS else OTHER).inc()
+
+
+def auth_throttled(kind: str) -> None:
+    AUTH_THROTTLED.labels(kind if kind in AUTH_KINDS else OTHER).inc()
 
 
 # --- cluster state, read at scrape time -----------------------------------------------
@@ -215,30 +239,38 @@ def exposition() -> bytes:
     return generate_latest(REGISTRY) + generate_latest(CLUSTER_STATE)
 
 
-def metrics_token_problem(request) -> str:
-    """ "" when the scrape may proceed; the token (HAMI_METRICS_TOKEN) is optional."""
+def metrics_token_problem(request) -> tuple[int, str] | None:
+    """None when the scrape may proceed, else (status, why not).
+
+    With HAMI_METRICS_TOKEN set, the scrape needs `Authorization: Bearer <token>` (401). Without
+    one, /metrics is open in development and closed in production (403): there it is served
+    behind a token only."""
     from django.conf import settings
 
     expected = settings.HAMIADMIN.get("METRICS_TOKEN") or ""
     if not expected:
-        return ""
+        if getattr(settings, "PRODUCTION", False):
+            return 403, "metrics need a token in production: set HAMI_METRICS_TOKEN"
+        return None
     header = request.headers.get("Authorization", "")
     presented = header[7:].strip() if header[:7].lower() == "bearer " else ""
     if presented and hmac.compare_digest(presented.encode(), expected.encode()):
-        return ""
-    return "missing or wrong metrics token (Authorization: Bearer)"
+        return None
+    return 401, "missing or wrong metrics token (Authorization: Bearer)"
 
 
 def metrics_view(request):
-    """GET /metrics: open like /healthz unless HAMI_METRICS_TOKEN is set."""
+    """GET /metrics: open in development unless HAMI_METRICS_TOKEN is set; behind it in production."""
     from django.http import HttpResponse, HttpResponseNotAllowed
 
     if request.method not in ("GET", "HEAD"):
         return HttpResponseNotAllowed(["GET", "HEAD"])
     problem = metrics_token_problem(request)
     if problem:
-        response = HttpResponse(problem + "\n", status=401, content_type="text/plain; charset=utf-8")
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        code, why = problem
+        response = HttpResponse(why + "\n", status=code, content_type="text/plain; charset=utf-8")
+        if code == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     response = HttpResponse(exposition(), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"

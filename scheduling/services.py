@@ -34,6 +34,7 @@ from .triggers import request_cycle
 log = logging.getLogger(__name__)
 
 ORIGIN_VALUES = tuple(value for value, _ in Pod.ORIGINS)
+INT32_MAX = 2**31 - 1  # the database columns' size
 CAPACITY_FIELDS = ("type", "slots", "memory", "cores", "numa", "health", "mode", "index", "links")
 
 
@@ -85,6 +86,10 @@ def _parse_report(node_name, labels, annotations, devices):
             raise ScenarioError(f"devices[{position}].uuid", f"{uuid!r} repeats devices[{positions[uuid]}]")
         if len(uuid) > 128 or len(device.get("type") or "") > 128:
             raise ScenarioError(f"devices[{position}]", "uuid and type are at most 128 characters")
+        for name in ("index", "slots", "memory", "cores", "numa"):
+            value = device.get(name)
+            if isinstance(value, int) and not -(2**31) <= value <= INT32_MAX:
+                raise ScenarioError(f"devices[{position}].{name}", f"at most {INT32_MAX}, got {value}")
         positions[uuid] = position
     return parsed, positions
 

@@ -40,6 +40,14 @@ def housekeeping() -> dict:
     return run_housekeeping()
 
 
+@shared_task(name="scheduling.simulate", ignore_result=True)
+def simulate(job: str, scenario: dict, top: int | None = None) -> None:
+    """A scenario too big to answer in the request (POST simulate/ said 202); see scheduling.simulations."""
+    from .simulations import run
+
+    run(job, scenario, top)
+
+
 @worker_ready.connect
 def catch_up(sender=None, **kwargs) -> None:
     """A starting worker runs a cycle: whatever a dead worker left pending is picked up."""

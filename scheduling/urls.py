@@ -10,6 +10,7 @@ urlpatterns = [
     path("nodes/<str:name>/", views.node, name="node"),
     path("simulator/", views.simulator, name="simulator"),
     path("cycles/", views.cycles, name="cycles"),
+    path("events/", views.events, name="events"),
     path("live/", views.live, name="live"),
     path("accounts/", include("django.contrib.auth.urls")),
 ]

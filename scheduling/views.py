@@ -69,6 +69,13 @@ def cycles(request):
     return render_live(request, "scheduling/cycles.html", dashboard.cycles_page)
 
 
+@require_GET
+@viewer_required
+def events(request):
+    """The latest refusals and repairs (objects the kube agent could not take in, and so on)."""
+    return render(request, "scheduling/events.html", dashboard.events_page(request.GET))
+
+
 @require_http_methods(["GET", "POST"])
 @viewer_required
 def simulator(request):

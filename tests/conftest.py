@@ -41,3 +41,32 @@ def require_postgres():
     """Skip/fail unless the test database is PostgreSQL."""
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         missing_service("DATABASE_URL does not point at PostgreSQL")
+
+
+def clear_shared_cache() -> None:
+    """Empty the "shared" cache (failed-credential counters, queued simulations and their rate):
+    this process's memory, or only the Django cache's own keys in Redis (never the broker's)."""
+    from django.core.cache import caches
+    from django.core.cache.backends.redis import RedisCache
+
+    shared = caches["shared"]
+    if not isinstance(shared, RedisCache):
+        shared.clear()
+        return
+    client = shared._cache.get_client(write=True)
+    keys = list(client.scan_iter(shared.make_key("*")))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def fresh_shared_cache():
+    """Every test starts with no failed credentials counted against 127.0.0.1 (the test
+    client's address) and no queued simulations; skipped when Redis is configured but down."""
+    from redis.exceptions import RedisError
+
+    try:
+        clear_shared_cache()
+    except (OSError, RedisError):
+        pass
+    yield

@@ -4,6 +4,9 @@ While this instance holds the Lease it runs two informers (pods of our scheduler
 or all pods in extender mode, where kube-scheduler places and binds; nodes) and, in its
 own loop (watcher mode):
 
+- on taking the lead, and on every resync after, finishes or fails binds a predecessor left
+  half-done (bound, `bind-phase: allocating`: killed between the Binding and its last
+  patch; `Binder.repair`);
 - binds pods a cycle has placed (status `scheduled`) that Kubernetes still shows unbound,
   with back-off per pod after a failed Binding;
 - writes `FailedScheduling` events for pods that wait, `Scheduled` after a binding;
@@ -28,8 +31,8 @@ from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Pod
 
 from . import pods as pod_objects
-from .api import KubeApi
-from .binder import BOUND, FAILED, GONE, Binder
+from .api import ApiError, ApiUnavailable, KubeApi
+from .binder import BIND_COMPLETED, BOUND, FAILED, GONE, Binder, half_done
 from .events import EventRecorder, PodRef
 from .informer import Backoff, Informer
 from .leader import LeaderElector
@@ -66,14 +69,17 @@ class KubeAgent:
         name = self.options.scheduler_name
         self.events = EventRecorder(api, name, identity, self.options.event_refresh_seconds)
         self.binder = Binder(api, complete_phase=self.options.complete_bind_phase)
+        # Extender mode writes no Kubernetes Events (kube-scheduler does; no grant for them).
+        writes_events = None if self.options.extender else self.events
         self.pod_sync = PodSync(api, name, self.is_leader, on_release=self.forget,
-                                queue_pods=not self.options.extender)  # fmt: skip
-        self.node_sync = NodeSync(self.is_leader)
+                                queue_pods=not self.options.extender, events=writes_events)  # fmt: skip
+        self.node_sync = NodeSync(self.is_leader, events=writes_events)
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
         self.bind_retry_at: dict[str, tuple[int, float]] = {}  # uid -> (failures, not before)
         self._events_at = 0.0
         self._resynced_at = 0.0
+        self._repair_due = True  # set again each time this instance takes the lead
 
     def forget(self, uid: str) -> None:
         """The pod ended: drop its event and back-off memory."""
@@ -133,6 +139,7 @@ class KubeAgent:
                 stop.wait(0.2)
                 continue
             term = threading.Event()  # set when this term of leadership ends
+            self._repair_due = True
             threads = self.start_informers(term)
             log.info("leading: syncing pods (%s) and nodes", self.pod_selector() or "all pods")
             try:
@@ -156,11 +163,13 @@ class KubeAgent:
             elector_thread.join(timeout=30)  # it releases the Lease on its way out
 
     def reconcile(self) -> None:
-        """One pass: resync when due, bind placed pods, report waiting ones."""
+        """One pass: resync when due, repair half-done binds (first pass of a term, then with
+        each resync), bind placed pods, report waiting ones."""
         close_old_connections()
         now = self.clock()
         if now - self._resynced_at >= self.options.resync_seconds:
             self._resynced_at = now
+            self._repair_due = True
             for informer in (self.nodes, self.pods):
                 if informer is not None and informer.has_synced.is_set():
                     informer.resync()
@@ -168,6 +177,8 @@ class KubeAgent:
             return
         if self.options.extender:
             return  # kube-scheduler binds, and writes its own events from our FailedNodes
+        if self._repair_due:
+            self._repair_due = not self.repair_binds()
         self.bind_placed()
         if now - self._events_at >= self.options.event_seconds:
             self._events_at = now
@@ -220,6 +231,34 @@ class KubeAgent:
             elif result.outcome == GONE:
                 self.bind_retry_at.pop(row.uid, None)
                 self.events.forget(row.uid)
+
+    def repair_binds(self) -> bool:
+        """Finish or fail every bind of our pods left half-done (`Binder.repair`). False when
+        the API server did not answer: the next pass tries again."""
+        for obj in self.pods.snapshot():
+            if not self.is_leader():
+                return True
+            if not half_done(obj):
+                continue
+            try:
+                result = self.binder.repair(obj)
+            except ApiUnavailable as exc:
+                log.warning("half-done binds not repaired yet, API server unavailable: %s", exc)
+                return False
+            except ApiError as exc:
+                log.warning("pod %s: half-done bind not repaired: %s", "/".join(pod_objects.key_of(obj)), exc)
+                continue
+            if result is None:
+                continue
+            ref = PodRef(*pod_objects.key_of(obj), pod_objects.uid_of(obj))
+            if result.outcome == BIND_COMPLETED:
+                self.events.forget(ref.uid)
+                allocated = Pod.objects.filter(uid=ref.uid).values_list("allocated", flat=True).first()
+                cards = [uuid for container in _decode(allocated or "") for uuid in container]
+                self.events.scheduled(ref, pod_objects.node_of(obj), cards)
+            else:
+                self.events.record(ref, "Warning", result.outcome, result.detail)
+        return True
 
     def report_waiting(self) -> None:
         rows = Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED), origin=Pod.KUBERNETES).exclude(uid="")

@@ -14,6 +14,10 @@ Binding may or may not have happened and the next read will tell).
 
 Every write names the incarnation it means (`expected_uid=row.uid`), so a late outcome for a
 pod deleted and created again under the same name never touches the new one.
+
+A leader killed between the Binding and the last patch leaves a pod bound with
+`bind-phase: allocating`; `repair` (run by the next leader) finishes it when hamiadmin holds
+its placement on that node, and marks it `failed` otherwise.
 """
 
 from __future__ import annotations
@@ -23,14 +27,30 @@ import time
 from dataclasses import dataclass
 
 from scheduling import metrics, services
-from scheduling.models import Pod
+from scheduling.models import Event, Pod, record_event
 
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
+from .events import ACTOR
 
 log = logging.getLogger("hamiadmin.kube.binder")
 
 BOUND, GONE, FAILED, UNAVAILABLE = "bound", "gone", "failed", "unavailable"
+#: `bind-phase` values that end a bind; any other on a bound pod is a bind left half-done.
+SETTLED_PHASES = ("success", "failed")
+#: `Event.reason` of a repaired bind: finished (hamiadmin holds the placement) or failed.
+BIND_COMPLETED, BIND_ABANDONED = "BindCompleted", "BindFailed"
+
+
+def half_done(pod: dict) -> bool:
+    """Bound in Kubernetes, not ended, and its `bind-phase` is there but neither success nor
+    failed: a binder stopped between the Binding and its last patch. A pod without any
+    `bind-phase` was bound by someone else and is not ours to touch."""
+    phase = pod_objects.annotations_of(pod).get(pod_objects.BIND_PHASE)
+    return (
+        bool(pod_objects.node_of(pod)) and not pod_objects.final_status(pod)
+        and phase is not None and phase not in SETTLED_PHASES
+    )  # fmt: skip
 
 
 class PodGone(Exception):
@@ -82,28 +102,36 @@ class Binder:
 
     def annotate(self, row: Pod, annotations: dict[str, str]) -> dict:
         """Merge-patch the annotations onto the pod we placed, re-reading on 409."""
+        return self._annotate(row.namespace, row.name, row.uid, row.node.name, lambda current: annotations)
+
+    def _annotate(self, namespace: str, name: str, uid: str, node: str, annotations_for) -> dict:
+        """Merge-patch `annotations_for(current pod)` onto the pod of that uid, unless it is bound
+        to another node; re-read on 409. An empty patch writes nothing (the pod is returned)."""
         for _ in range(self.conflict_retries):
             try:
-                current = self.api.get_pod(row.namespace, row.name)
+                current = self.api.get_pod(namespace, name)
             except ApiError as exc:
                 if exc.status == 404:
                     raise PodGone() from exc
                 raise
-            if row.uid and pod_objects.uid_of(current) != row.uid:
+            if uid and pod_objects.uid_of(current) != uid:
                 raise PodGone()
-            node = pod_objects.node_of(current)
-            if node and node != row.node.name:
-                raise BoundElsewhere(node)
+            bound_to = pod_objects.node_of(current)
+            if bound_to and bound_to != node:
+                raise BoundElsewhere(bound_to)
+            annotations = annotations_for(current)
+            if not annotations:
+                return current
             version = current["metadata"].get("resourceVersion")
             patch = {"metadata": {"resourceVersion": version, "annotations": annotations}}
             try:
-                return self.api.patch_pod(row.namespace, row.name, patch)
+                return self.api.patch_pod(namespace, name, patch)
             except ApiError as exc:
                 if exc.status == 404:
                     raise PodGone() from exc
                 if exc.status != 409:
                     raise
-                log.info("pod %s changed while annotating (409); reading it again", row.key)
+                log.info("pod %s/%s changed while annotating (409); reading it again", namespace, name)
         raise ApiError(409, "Conflict", f"pod kept changing: {self.conflict_retries} patches refused")
 
     def bind(self, row: Pod, retry_after: float = 0.0) -> BindResult:
@@ -153,3 +181,81 @@ class Binder:
             self.annotate(row, {pod_objects.BIND_PHASE: "failed", pod_objects.BIND_TIME: str(int(self.clock()))})
         except (ApiError, ApiUnavailable, PodGone, BoundElsewhere) as exc:
             log.info("pod %s: could not mark bind-phase failed: %s", row.key, exc)
+
+    def repair(self, pod: dict) -> BindResult | None:
+        """Finish or fail a bind left half-done (`half_done`) by a binder that stopped between
+        the Binding and its last patch (a leader killed). The reason recorded (as `outcome`)
+        and its message, or None when the pod, read again, needs nothing.
+
+        - hamiadmin holds the pod (same uid) placed on the node it is bound to: the row is
+          marked bound and the SPEC 8 annotations the row implies are written where missing or
+          different, with `bind-phase: success` (left `allocating` when `complete_phase` is off:
+          HAMi's device plugin completes it). `BindCompleted`.
+        - anything else (no row, released, placed elsewhere or not at all): `bind-phase: failed`,
+          as a refused Binding gets, so HAMi's device plugin allocates nothing hamiadmin does
+          not account for. `BindFailed`.
+
+        Either is recorded as a `bind_repaired` Event. Raises ApiError / ApiUnavailable.
+        """
+        namespace, name = pod_objects.key_of(pod)
+        uid, node = pod_objects.uid_of(pod), pod_objects.node_of(pod)
+        phase = pod_objects.annotations_of(pod).get(pod_objects.BIND_PHASE)
+        row = (
+            Pod.objects.select_related("node")
+            .filter(namespace=namespace, name=name, uid=uid, status__in=Pod.BOUND, node__name=node)
+            .first()
+        )
+        wrote: dict[str, str] = {}
+
+        def completion(current: dict) -> dict[str, str]:
+            wrote.clear()
+            if not half_done(current):
+                return {}
+            wanted = self.annotations(row, "success" if self.complete_phase else "allocating")
+            have = pod_objects.annotations_of(current)
+            missing = {key: value for key, value in wanted.items() if key != pod_objects.BIND_TIME
+                       and have.get(key) != value}  # fmt: skip
+            if missing:
+                missing[pod_objects.BIND_TIME] = wanted[pod_objects.BIND_TIME]
+            wrote.update(missing)
+            return missing
+
+        def failure(current: dict) -> dict[str, str]:
+            wrote.clear()
+            if not half_done(current):
+                return {}
+            wrote.update({pod_objects.BIND_PHASE: "failed", pod_objects.BIND_TIME: str(int(self.clock()))})
+            return dict(wrote)
+
+        subject = f"pod/{namespace}/{name}"
+        try:
+            if row is not None:
+                services.mark_bound(row, node, expected_uid=row.uid)
+                if not completion(pod):
+                    return None  # as the cache shows it, nothing to write: no need to read it again
+                self._annotate(namespace, name, uid, node, completion)
+                if not wrote:
+                    return None
+                done = "bind-phase success" if self.complete_phase else "the placement annotations"
+                message = (f"bound to {node} with bind-phase {phase!r} and placed there by hamiadmin "
+                           f"({row.allocated}): wrote {done}")  # fmt: skip
+                record_event(Event.BIND_REPAIRED, subject, BIND_COMPLETED, message, actor=ACTOR,
+                             severity=Event.NORMAL)  # fmt: skip
+                log.info("pod %s: half-done bind to %s completed", subject, node)
+                return BindResult(BIND_COMPLETED, message)
+            self._annotate(namespace, name, uid, node, failure)
+        except (PodGone, BoundElsewhere):
+            return None  # it changed meanwhile; the next look decides again
+        if not wrote:
+            return None
+        held = Pod.objects.select_related("node").filter(namespace=namespace, name=name, uid=uid).first()
+        if held is None:
+            why = "hamiadmin has no row of this pod"
+        elif held.node is None:
+            why = f"hamiadmin holds no placement of it ({held.status})"
+        else:
+            why = f"hamiadmin placed it on {held.node.name} ({held.status})"
+        message = f"bound to {node} with bind-phase {phase!r}, but {why}: wrote bind-phase failed"
+        record_event(Event.BIND_REPAIRED, subject, BIND_ABANDONED, message, actor=ACTOR)
+        log.warning("pod %s: half-done bind to %s marked failed: %s", subject, node, why)
+        return BindResult(BIND_ABANDONED, message)

@@ -21,6 +21,8 @@ from .api import ApiError, ApiUnavailable, KubeApi
 log = logging.getLogger("hamiadmin.kube.events")
 
 MAX_MESSAGE = 1024
+#: `Event.actor` of what the kube agent records in hamiadmin's own Event table.
+ACTOR = "kube-agent"
 
 
 def stamp(moment: float) -> str:
@@ -29,9 +31,13 @@ def stamp(moment: float) -> str:
 
 @dataclass
 class PodRef:
+    """The object an Event is about: a pod, or (`kind="Node"`, namespace `default`, where
+    Kubernetes keeps node events) a node."""
+
     namespace: str
     name: str
     uid: str
+    kind: str = "Pod"
 
 
 @dataclass
@@ -108,8 +114,8 @@ class EventRecorder:
             "metadata": {"name": name, "namespace": pod.namespace},
             "involvedObject": {
                 "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
+                "kind": pod.kind,
+                "namespace": pod.namespace if pod.kind == "Pod" else None,
                 "name": pod.name,
                 "uid": pod.uid or None,
             },

@@ -59,7 +59,10 @@ def restricted(snapshot, names: list[str]) -> Cluster:
 def filter_pod(pod: dict, names: list[str]) -> FilterAnswer:
     if not pod_objects.asks_gpu(pod):
         return FilterAnswer(passthrough=True)
-    arguments = pod_objects.submission(pod)
+    try:
+        arguments = pod_objects.submission(pod)
+    except PodInvalid as exc:  # a value the database cannot store (NUL), a wrong type
+        return FilterAnswer(unresolvable=dict.fromkeys(names, str(exc)))
     for _ in range(ATTEMPTS):
         try:
             # A new uid (recreated under the same name) releases the earlier reservation here.

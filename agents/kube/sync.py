@@ -3,7 +3,11 @@
 `PodSync` queues pods that ask for our scheduler and have no node yet, and gives the
 cards back when a pod ends (Succeeded/Failed) or is deleted. `NodeSync` turns HAMi's node
 annotations into inventory reports. Both only write while `may_write()` says so (this
-instance leads), and a bad object is logged and skipped, never fatal.
+instance leads), and a bad object is skipped, never fatal.
+
+Every object read either enters or is refused out loud (`Refusals`): an `object_refused`
+Event naming the field (REST API, dashboard), a Warning Event on the object in Kubernetes
+when the agent writes events, a log line once per distinct reason.
 
 The watch thread, the resync and the binder may act on the same pod at once. No lock in
 this process orders them: every write names the incarnation it means (`expected_uid`),
@@ -16,22 +20,63 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from django.db import DataError
+
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
-from scheduling.models import Pod
+from scheduling.models import Event, Pod, record_event
 
 from . import nodes as node_objects
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
+from .events import ACTOR, EventRecorder, PodRef
 from .informer import Handler
+from .storable import printable, why_unstorable
 
 log = logging.getLogger("hamiadmin.kube.sync")
 
 ACTIVE = (Pod.PENDING, Pod.SCHEDULED, Pod.RUNNING, Pod.REJECTED)
+#: `Event.reason` (and the Kubernetes Warning's reason) of a refused pod / node.
+POD_REFUSED, NODE_REFUSED = "PodInvalid", "InventoryInvalid"
+#: Node fields whose fault leaves no row to mark not ready: its name, or annotations that are
+#: not even an object (it cannot be told whether it is a HAMi node at all).
+UNMARKED = (node_objects.NAME, "metadata.annotations")
 
 
 def always() -> bool:
     return True
+
+
+class Refusals:
+    """Objects that cannot enter the scheduler's tables, said out loud: an `object_refused`
+    Event (counted per subject and reason, so a resync every 20 s adds to one row), a Warning
+    Event on the object when `events` is given (watcher mode; the extender agent writes no
+    events), and a log line once per distinct message."""
+
+    def __init__(self, events: EventRecorder | None = None):
+        self.events = events
+        self.logged: dict[str, str] = {}  # subject -> message last logged
+
+    def refuse(self, subject: str, reason: str, message: str, ref: PodRef | None = None) -> None:
+        subject, message = printable(subject), printable(message, limit=1000)
+        if self.logged.get(subject) != message:
+            if len(self.logged) > 10_000:
+                self.logged.clear()
+            log.warning("%s refused: %s", subject, message)
+            self.logged[subject] = message
+        record_event(Event.OBJECT_REFUSED, subject, reason, message, actor=ACTOR)
+        if self.events is not None and ref is not None:
+            self.events.record(ref, "Warning", reason, message)
+
+    def accepted(self, subject: str) -> None:
+        if self.logged.pop(printable(subject), None) is not None:
+            log.info("%s accepted again", subject)
+
+
+def _clean(*texts) -> bool:
+    """Whether all are non-empty strings Kubernetes and the database can both take (for the
+    object reference of a Warning Event)."""
+    return all(isinstance(text, str) and text and not why_unstorable(text) for text in texts)
 
 
 class PodSync(Handler):
@@ -39,12 +84,14 @@ class PodSync(Handler):
     every pod, only released when it ends."""
 
     def __init__(self, api: KubeApi, scheduler_name: str, may_write: Callable[[], bool] = always,
-                 on_release: Callable[[str], None] | None = None, queue_pods: bool = True):  # fmt: skip
+                 on_release: Callable[[str], None] | None = None, queue_pods: bool = True,
+                 events: EventRecorder | None = None):  # fmt: skip
         self.api = api
         self.scheduler_name = scheduler_name
         self.queue_pods = queue_pods
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
+        self.refusals = Refusals(events)
 
     # -- informer callbacks ---------------------------------------------------------------
 
@@ -70,13 +117,13 @@ class PodSync(Handler):
         seen = set()
         for obj in objects:
             key = pod_objects.key_of(obj)
-            seen.add(key)
-            if self.up_to_date(obj, active.get(key)):
-                continue
             try:
+                seen.add(key)
+                if self.up_to_date(obj, active.get(key)):
+                    continue
                 self.apply(obj)
             except Exception:  # noqa: BLE001 - one pod must not stop the others
-                log.exception("pod %s/%s could not be applied", *key)
+                log.exception("pod %s could not be applied", pod_objects.subject_of(obj))
         if listed:
             self.release_vanished(seen)
 
@@ -92,7 +139,10 @@ class PodSync(Handler):
             return True
         if not same_pod:
             return False
-        wanted = pod_objects.submission(obj)
+        try:
+            wanted = pod_objects.submission(obj)
+        except PodInvalid:
+            return False  # `apply` records the refusal
         return row[1] == services.spec_hash(
             wanted["annotations"], wanted["containers"], wanted["init_containers"], wanted["priority"]
         )
@@ -102,6 +152,8 @@ class PodSync(Handler):
     def row_for(self, obj: dict) -> Pod | None:
         """The Pod row of this very pod (same namespace, name and uid), or None."""
         namespace, name = pod_objects.key_of(obj)
+        if not _clean(namespace, name):
+            return None  # no row can have such a name: it was refused, never stored
         row = Pod.objects.select_related("node").filter(namespace=namespace, name=name).first()
         if row is None:
             return None
@@ -132,20 +184,37 @@ class PodSync(Handler):
             self._release_row(row, Pod.FAILED)
 
     def queue(self, obj: dict) -> None:
-        """Queue (or update) the pod. A row holding another uid is an earlier pod of this name,
-        deleted unseen: `submit_pod` releases its cards as it starts the new incarnation."""
-        arguments = pod_objects.submission(obj)
+        """Queue (or update) the pod, or record it refused (`refuse`). A row holding another
+        uid is an earlier pod of this name, deleted unseen: `submit_pod` releases its cards as
+        it starts the new incarnation."""
+        try:
+            arguments = pod_objects.submission(obj)
+        except PodInvalid as exc:
+            self.refuse(obj, str(exc))
+            return
         namespace, name, uid = arguments["namespace"], arguments["name"], arguments["uid"]
         earlier = Pod.objects.filter(namespace=namespace, name=name).values_list("uid", flat=True).first()
         try:
             services.submit_pod(**arguments, validate=False, origin=Pod.KUBERNETES)
         except PodInvalid as exc:
-            log.warning("pod %s/%s cannot be queued: %s", namespace, name, exc)
+            self.refuse(obj, str(exc))
             return
+        except DataError as exc:  # what the reader missed: said out loud all the same
+            self.refuse(obj, f"the database refused the pod: {exc}")
+            return
+        self.refusals.accepted(pod_objects.subject_of(obj))
         if earlier and uid and earlier != uid:
             log.info("pod %s/%s: uid %s replaced by %s; the earlier one's cards are released",
                      namespace, name, earlier, uid)  # fmt: skip
             self.on_release(earlier)
+
+    def refuse(self, obj: dict, message: str) -> None:
+        """The pod cannot be queued as it is: say so until it changes (it is tried again on
+        every change and resync). A row of an earlier spec of it, if any, is left as it was."""
+        namespace, name = pod_objects.key_of(obj)
+        uid = pod_objects.uid_of(obj)
+        ref = PodRef(namespace, name, uid if _clean(uid) else "") if _clean(namespace, name) else None
+        self.refusals.refuse(pod_objects.subject_of(obj), POD_REFUSED, message, ref)
 
     def release(self, obj: dict, final_status: str) -> None:
         row = self.row_for(obj)
@@ -195,17 +264,18 @@ class PodSync(Handler):
 class NodeSync(Handler):
     """Nodes with `hami.io/node-nvidia-register`: report their cards (and beat their heart)."""
 
-    def __init__(self, may_write: Callable[[], bool] = always):
+    def __init__(self, may_write: Callable[[], bool] = always, events: EventRecorder | None = None):
         self.may_write = may_write
         self.invalid: dict[str, str] = {}  # node -> why, logged once per distinct reason
+        self.refusals = Refusals(events)
 
     def changed(self, kind: str, obj: dict) -> None:
         if not self.may_write():
             return
         if kind == "DELETED":
-            annotations = (obj.get("metadata") or {}).get("annotations") or {}
-            if node_objects.REGISTER in annotations:
-                self.not_ready(node_objects.name_of(obj), "the node was deleted from Kubernetes")
+            name = node_objects.name_of(obj)
+            if node_objects.has_register(obj) and _clean(name):
+                self.not_ready(name, "the node was deleted from Kubernetes")
             return
         self.apply(obj)
 
@@ -223,7 +293,7 @@ class NodeSync(Handler):
         try:
             found = node_objects.inventory(obj)
         except node_objects.InventoryInvalid as exc:
-            self.not_ready(name, f"malformed {exc.where}: {exc.message}")
+            self.refuse(obj, f"malformed {exc.where}: {exc.message}", mark=exc.where not in UNMARKED)
             return
         if found is None:
             return
@@ -233,10 +303,24 @@ class NodeSync(Handler):
         try:
             services.report_inventory(found.name, found.labels, found.annotations, found.devices)
         except ScenarioError as exc:
-            self.not_ready(name, f"inventory refused: {exc}")
+            self.refuse(obj, f"inventory refused: {exc}")
             return
+        except DataError as exc:  # what the reader missed: still said out loud
+            self.refuse(obj, f"inventory refused by the database: {exc}")
+            return
+        self.refusals.accepted(node_objects.subject_of(obj))
         if self.invalid.pop(name, None) is not None:
             log.info("node %s: inventory valid again", name)
+
+    def refuse(self, obj: dict, why: str, mark: bool = True) -> None:
+        """Record the node refused and keep new pods off it (`not_ready`), unless its very name
+        is at fault (no row can hold it) or it cannot be told to be a HAMi node (`UNMARKED`)."""
+        name = node_objects.name_of(obj)
+        uid = node_objects.metadata_of(obj).get("uid")
+        ref = PodRef("default", name, uid if _clean(uid) else "", kind="Node") if _clean(name) else None
+        self.refusals.refuse(node_objects.subject_of(obj), NODE_REFUSED, why, ref)
+        if mark and _clean(name) and len(name) <= 253:
+            self.not_ready(name, why)
 
     def not_ready(self, name: str, why: str) -> None:
         """Keep new pods off the node (tenants stay) and say why, once per distinct reason."""

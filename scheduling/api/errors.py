@@ -25,7 +25,7 @@ def field_error(field: str, message: str) -> exceptions.ValidationError:
 
 def translate(exc: Exception) -> Exception:
     if isinstance(exc, RequestDataTooBig):
-        return BodyTooLarge(f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes.")
+        return BodyTooLarge(f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes (HAMI_MAX_BODY_BYTES).")
     if isinstance(exc, PodInvalid):
         return field_error(exc.field, exc.message)
     if isinstance(exc, ScenarioError):

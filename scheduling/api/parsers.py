@@ -20,11 +20,15 @@ class BoundedJSONParser(JSONParser):
     """DRF's JSON parser behind a size check (DATA_UPLOAD_MAX_MEMORY_SIZE, which DRF's parsers
     do not apply) and with too-deep nesting turned into a parse error instead of a crash."""
 
+    def limit(self) -> tuple[int | None, str]:
+        """The largest body in bytes, and the variable that sets it."""
+        return settings.DATA_UPLOAD_MAX_MEMORY_SIZE, "HAMI_MAX_BODY_BYTES"
+
     def parse(self, stream, media_type=None, parser_context=None):
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        limit, variable = self.limit()
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-        too_large = BodyTooLarge(f"Request body larger than {limit} bytes.")
+        too_large = BodyTooLarge(f"Request body larger than {limit} bytes ({variable}).")
         try:
             if limit is not None and declared and int(declared) > limit:
                 raise too_large
@@ -41,6 +45,13 @@ class BoundedJSONParser(JSONParser):
         if where is not None:
             raise ValidationError({where or "non_field_errors": ["must not contain NUL (\\u0000) characters"]})
         return body
+
+
+class ScenarioParser(BoundedJSONParser):
+    """A simulation scenario: bounded by HAMI_SIMULATE_MAX_BODY_BYTES instead."""
+
+    def limit(self) -> tuple[int | None, str]:
+        return settings.HAMIADMIN["SIMULATE_MAX_BODY_BYTES"], "HAMI_SIMULATE_MAX_BODY_BYTES"
 
 
 def nul_character_at(body) -> str | None:

@@ -15,6 +15,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduling import simulations
 from scheduling.models import Allocation, Card, Cycle, Decision, Node, Pod
 
 # Kubernetes names: namespaces are DNS-1123 labels, pod names DNS-1123 subdomains.
@@ -112,6 +113,20 @@ class PodDecisionSerializer(serializers.Serializer):
 
 class SimulationSerializer(serializers.Serializer):
     pods = PodDecisionSerializer(many=True)
+
+
+class SimulationJobSerializer(serializers.Serializer):
+    """A simulation too big for the request, run in the background (scheduling.simulations)."""
+
+    id = serializers.CharField()
+    url = serializers.URLField(required=False, help_text="in the 202 answer: where to read the status and result")
+    status = serializers.ChoiceField(choices=simulations.STATUSES)
+    work = serializers.IntegerField(help_text="pods x (nodes + cards)")
+    submitted_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField(allow_null=True, help_text="why it failed")
+    result = SimulationSerializer(required=False, help_text="once done: the same JSON as a simulation answered at once")
 
 
 class ScenarioCardSerializer(serializers.Serializer):

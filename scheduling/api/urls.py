@@ -27,8 +27,10 @@ api = [
     path(f"pods/{NAMESPACE}/{NAME}/", pod, name="pod-detail"),
     path(f"pods/{NAMESPACE}/{NAME}/complete/", pod_complete, name="pod-complete"),
     path("pending/", views.PendingView.as_view(), name="pending"),
+    path("events/", include("scheduling.api.events")),
     path("config/", views.ConfigView.as_view(), name="config"),
     path("simulate/", views.SimulateView.as_view(), name="simulate"),
+    path("simulate/<str:job>/", views.SimulationView.as_view(), name="simulation"),
     *router.urls,
 ]
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from .errors import ScenarioError
 
 VENDOR = "NVIDIA"
+#: The largest number an inventory may carry (capacities, NUMA, index, pair scores): they are
+#: stored as 32-bit integers, and anything larger is a typo or an attack, refused naming it.
+LARGEST = 2**31 - 1
 
 
 def encode_allocation(containers: list[list[tuple[str, int, int]]]) -> str:
@@ -85,6 +89,8 @@ def decode_node_register(value: str) -> list[RegisteredCard]:
             raise ScenarioError(f"{where}[{position}]", "empty UUID")
         if any(n < 0 for n in numbers[:3]):
             raise ScenarioError(f"{where}[{position}]", f"negative capacity in {entry!r}")
+        if any(abs(n) > LARGEST for n in (*numbers, index)):
+            raise ScenarioError(f"{where}[{position}]", f"a field is larger than {LARGEST} in {entry!r}")
         if health.lower() not in ("true", "false"):
             raise ScenarioError(f"{where}[{position}]", f"health must be true or false, got {health!r}")
         cards.append(
@@ -111,6 +117,8 @@ def decode_node_scores(value: str) -> dict[frozenset, int]:
         raw = json.loads(value) if value else {}
     except json.JSONDecodeError as exc:
         raise ScenarioError(where, f"not JSON: {exc.msg} at {exc.pos}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; [[[[...]]]]
+        raise ScenarioError(where, f"not readable JSON: {type(exc).__name__}") from None
     if isinstance(raw, list):
         pairs = {}
         for i, entry in enumerate(raw):
@@ -127,6 +135,11 @@ def decode_node_scores(value: str) -> dict[frozenset, int]:
         for b, score in row.items():
             if isinstance(score, bool) or not isinstance(score, int | float):
                 raise ScenarioError(f"{where}.{a}.{b}", f"score must be a number, got {score!r}")
+            if (isinstance(score, float) and not math.isfinite(score)) or abs(score) > LARGEST:
+                shown = f"{score!r}" if isinstance(score, float) else "a larger integer"
+                raise ScenarioError(
+                    f"{where}.{a}.{b}", f"score must be a finite number up to {LARGEST}, got {shown}"
+                )
             if a != b:
                 links[frozenset((a, b))] = int(score)
     return links

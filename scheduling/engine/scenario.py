@@ -10,17 +10,36 @@ from .model import VENDOR, Card, Cluster, ClusterConfig, Node, PodSpec, Resource
 from .scheduler import Scheduler
 
 CARD_DEFAULTS = {"slots": 10, "cores": 100, "numa": 0, "health": True, "type": VENDOR}
+#: The largest integer a scenario may carry: beyond 64 bits (1e300 is a whole float) a number
+#: is a typo or an attack, and would overflow whatever stores it. Where the database keeps a
+#: card's numbers in 32 bits, its writers bound them tighter (the agent report, the register).
+LARGEST = 2**63 - 1
 
 
-def _int(value, where: str, *, minimum: int | None = 0) -> int:
+def _int(value, where: str, *, minimum: int | None = 0, maximum: int = LARGEST) -> int:
+    """An integer (or a float with no fraction) from `minimum` (None: -maximum - 1) to
+    `maximum`. Infinity, NaN and numbers like 1e300 are refused naming the field; JSON reads
+    1e999 as infinity."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
-            value = int(value)
+            number = int(value)
         else:
             raise ScenarioError(where, f"must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ScenarioError(where, f"must be >= {minimum}, got {value}")
-    return value
+    else:
+        number = value
+    lowest = -maximum - 1 if minimum is None else minimum
+    if number < lowest:
+        raise ScenarioError(where, f"must be >= {lowest}, got {_shown(value)}")
+    if number > maximum:
+        raise ScenarioError(where, f"must be at most {maximum}, got {_shown(value)}")
+    return number
+
+
+def _shown(number) -> str:
+    """A number for a message: at most 40 characters (a 5000-digit int cannot even be printed)."""
+    if isinstance(number, int) and abs(number) >= 10**40:
+        return "a number of more than 40 digits"
+    return repr(number)
 
 
 def _dict(value, where: str) -> dict:

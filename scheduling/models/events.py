@@ -47,13 +47,20 @@ class Event(models.Model):
         return f"{self.kind} {self.subject}: {self.reason}"
 
 
+def storable(text) -> str:
+    """Text PostgreSQL can store: NUL and lone surrogates written as escapes."""
+    text = str(text).replace("\x00", "\\0")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def record_event(kind: str, subject: str, reason: str, message: str = "", actor: str = "",
                  severity: str = Event.WARNING) -> Event:
     """Create the event, or count it again (newest message and actor win). Runs in its own
     savepoint so that a caller's transaction is never broken by it; no row locks other
     than the event's own, so it cannot join a lock cycle."""
-    subject, reason = str(subject)[:400], str(reason)[:100]
-    message, actor = str(message).replace("\x00", "\\0")[:4000], str(actor)[:200]
+    subject, reason, message, actor = (
+        storable(subject)[:400], storable(reason)[:100], storable(message)[:4000], storable(actor)[:200]
+    )
     now = timezone.now()
     with transaction.atomic():
         updated = Event.objects.filter(kind=kind, subject=subject, reason=reason).update(

@@ -276,6 +276,22 @@ def test_simulator_says_where_a_scenario_is_bad(viewer_client, text, message):
     assert message in answer.content.decode()
 
 
+def test_simulator_page_refuses_more_work_than_a_request_may_do(viewer_client, settings):
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "SIMULATE_SYNC_MAX_WORK": 5}
+    text = (
+        '{"nodes": [{"name": "n1", "devices": [{"uuid": "A", "memory": 8000}, {"uuid": "B", "memory": 8000}]}],'
+        ' "pods": [{"name": "p", "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]},'
+        ' {"name": "q", "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}]}'
+    )
+    answer = viewer_client.post(reverse("simulator"), {"scenario": text})
+    assert answer.status_code == 400
+    html = answer.content.decode()
+    assert "2 pods x (1 nodes + 2 cards) = 6 work units" in html and "HAMI_SIMULATE_SYNC_MAX_WORK" in html
+    assert 'data-testid="simulator-result"' not in html
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "SIMULATE_SYNC_MAX_WORK": 6}
+    assert viewer_client.post(reverse("simulator"), {"scenario": text}).status_code == 200
+
+
 def test_simulator_example_link_loads_and_runs_an_example(viewer_client):
     html = viewer_client.get(reverse("simulator"), {"example": "story2-node-spread"}).content.decode()
     assert 'data-testid="simulator-result"' in html and "node2" in html

@@ -6,6 +6,7 @@ flag or a command without the other.
 """
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -99,3 +100,17 @@ def test_probe_urls_resolve(path):
         resolve(path)
     except Resolver404:
         pytest.fail(f"{path} (web's probe, compose healthcheck) is not routed")
+
+
+def test_every_gunicorn_loads_the_project_config_that_redacts_its_access_log():
+    """hamiadmin/gunicorn_conf.py keeps extender tokens out of gunicorn's own access lines."""
+    from hamiadmin.gunicorn_conf import RedactingLogger, logger_class
+
+    dockerfile = (DEPLOY / "Dockerfile").read_text().splitlines()
+    image = [json.loads(line.removeprefix("CMD ")) for line in dockerfile if line.startswith("CMD ")]
+    servers = [argv for argv in image + compose_invocations() + manifest_invocations() if argv[0] == "gunicorn"]
+    assert len(servers) >= 1 + 1 + len(OVERLAYS), servers  # the image, compose web, web in every overlay
+    for argv in servers:
+        assert "python:hamiadmin.gunicorn_conf" in argv, argv
+        assert argv[argv.index("python:hamiadmin.gunicorn_conf") - 1] in ("-c", "--config"), argv
+    assert logger_class is RedactingLogger

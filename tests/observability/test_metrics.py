@@ -206,17 +206,31 @@ def test_a_database_error_leaves_the_event_series_and_says_the_state_is_down(cli
     assert not series(samples, "hamiadmin_pending_pods")
 
 
-def test_production_serves_metrics_over_plain_http_without_the_ssl_redirect(tmp_path):
-    """Prometheus scrapes the Service over HTTP; production redirects every other page."""
+def production_answers(tmp_path, **environment) -> list[str]:
+    """Status codes of GET /metrics (no credential, then the bearer token `tok3n`) and of an
+    API page, from a process running the production settings."""
     script = (
         "import django; django.setup(); from django.test import Client; c = Client(); "
-        "print(c.get('/metrics').status_code, c.get('/api/v1/pods/').status_code)"
+        "print(c.get('/metrics').status_code, c.get('/metrics', HTTP_AUTHORIZATION='Bearer tok3n').status_code, "
+        "c.get('/api/v1/pods/').status_code)"
     )
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "LOG_FORMAT")}
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DATABASE_URL", "LOG_FORMAT", "HAMI_METRICS_TOKEN")}  # fmt: skip
     env.update(HAMIADMIN_ENV="production", SECRET_KEY="x" * 50, ALLOWED_HOSTS="testserver",
-               SECURE_SSL_REDIRECT="true", HAMIADMIN_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="hamiadmin.settings")  # fmt: skip
+               SECURE_SSL_REDIRECT="true", HAMIADMIN_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="hamiadmin.settings",
+               **environment)  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["200", "301"]
+    return result.stdout.split()
+
+
+def test_production_serves_metrics_over_plain_http_behind_its_token(tmp_path):
+    """Prometheus scrapes the Service over HTTP with the token; production redirects every other page."""
+    assert production_answers(tmp_path, HAMI_METRICS_TOKEN="tok3n") == ["401", "200", "301"]
+
+
+def test_production_without_a_metrics_token_serves_no_metrics(tmp_path):
+    """Open by default is for development only: production wants HAMI_METRICS_TOKEN."""
+    assert production_answers(tmp_path) == ["403", "403", "301"]

@@ -53,6 +53,7 @@ def test_a_card_missing_from_the_report_is_kept_absent_with_its_tenant_and_takes
         ([card("GPU-0", 0, used={"slots": 1})], "devices[0].used"),
         ([card("GPU-0", 0, links={"GPU-9": 10})], "devices"),
         ([{"index": 0, "memory": 10}], "devices[0].uuid"),
+        ([card("GPU-0", 0, memory=2**31)], "devices[0].memory"),
     ],
 )
 def test_a_bad_report_names_the_field_and_writes_nothing(devices, where):

@@ -1,0 +1,28 @@
+"""What the database can store of the text Kubernetes sends. Pure.
+
+Kubernetes accepts any JSON string as an annotation value, NUL (`\\u0000`) included.
+PostgreSQL's text and jsonb cannot hold NUL, and no UTF-8 text holds a lone surrogate, so
+such a value would fail the write on every resync. The readers (`pods.submission`,
+`nodes.inventory`) refuse it instead, naming the field; docs/kubernetes.md, *Refused objects*.
+"""
+
+from __future__ import annotations
+
+
+def why_unstorable(text: str) -> str | None:
+    """Why the database cannot store `text`, or None when it can."""
+    if "\x00" in text:
+        return "contains a NUL character (\\0), which the database cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "is not valid Unicode (a lone surrogate), which the database cannot store"
+    return None
+
+
+def printable(text, limit: int = 400) -> str:
+    """`text` as it can be stored and shown: NUL written `\\0`, lone surrogates escaped, cut to
+    `limit` characters. For subjects and messages that quote what was refused."""
+    text = str(text).replace("\x00", "\\0")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text if len(text) <= limit else text[: limit - 1] + "…"

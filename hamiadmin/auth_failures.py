@@ -1,0 +1,146 @@
+"""Failed credentials, counted per client address: after AUTH_FAILURE_LIMIT failures within
+AUTH_FAILURE_WINDOW_SECONDS, that address's further attempts are answered 429 with
+Retry-After until the window (which starts at its first failure) ends.
+
+- An **attempt** is a sign-in form sent (`POST` to the dashboard's or the admin's login page),
+  or a request that presents a credential: an `Authorization` header (API token, extender or
+  metrics bearer token) or an extender key in the path (`/extender/key/<token>/...`).
+  Probes, anonymous pages and signed-in browsers are never attempts, so never throttled.
+- A **failure** is a sign-in form refused (Django's `user_login_failed`), or a 401 answer to
+  an attempt (a bad API token, extender token or metrics token).
+
+The client is REMOTE_ADDR: the settings trust no proxy header. Behind a proxy that does not
+keep the client address, every client shares the proxy's (docs/deploy.md). The counters live
+in the "shared" cache (Redis with REDIS_URL, so every process counts together; this process's
+memory otherwise). A cache that fails lets the request through: throttling is a brake, not
+a gate.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+from django.conf import settings
+from django.core.cache import caches
+from django.http import JsonResponse
+from django.urls import reverse
+
+from scheduling import metrics
+
+log = logging.getLogger("hamiadmin.auth")
+
+_PREFIX = "auth-failures:"
+_cache_trouble_logged = 0.0
+
+
+def _limits() -> tuple[int, int]:
+    options = settings.HAMIADMIN
+    return int(options.get("AUTH_FAILURE_LIMIT", 10)), max(
+        1, int(options.get("AUTH_FAILURE_WINDOW_SECONDS", 300))
+    )
+
+
+def client_of(request) -> str:
+    return request.META.get("REMOTE_ADDR") or "unknown"
+
+
+def attempt_kind(request) -> str | None:
+    """What credential the request presents, as a metrics label; None when it presents none."""
+    path = request.path_info
+    if request.method == "POST" and path in (reverse("login"), reverse("admin:login")):
+        return "admin" if path == reverse("admin:login") else "login"
+    if path.startswith("/extender/"):
+        return (
+            "extender" if path.startswith("/extender/key/") or "HTTP_AUTHORIZATION" in request.META else None
+        )
+    if not request.META.get("HTTP_AUTHORIZATION"):
+        return None
+    return "metrics" if path == "/metrics" else "api"
+
+
+def _keys(client: str) -> tuple[str, str]:
+    return f"{_PREFIX}{client}", f"{_PREFIX}{client}:until"
+
+
+def _cache_failed(exc: Exception) -> None:
+    global _cache_trouble_logged
+    if time.monotonic() - _cache_trouble_logged > 60:
+        _cache_trouble_logged = time.monotonic()
+        log.warning("failed-credential counters unavailable, not throttling: %s", type(exc).__name__)
+
+
+def retry_after(client: str) -> int:
+    """Seconds until `client` may try again; 0 when it may now."""
+    limit, _ = _limits()
+    if limit <= 0:
+        return 0
+    count_key, until_key = _keys(client)
+    try:
+        found = caches["shared"].get_many([count_key, until_key])
+    except Exception as exc:  # noqa: BLE001 - fail open, see the module docstring
+        _cache_failed(exc)
+        return 0
+    if int(found.get(count_key) or 0) < limit:
+        return 0
+    return max(1, math.ceil(float(found.get(until_key) or 0) - time.time()))
+
+
+def record_failure(client: str, kind: str) -> int:
+    """Count one failed credential of `client`; the failures in its window so far."""
+    metrics.auth_failed(kind)
+    limit, window = _limits()
+    if limit <= 0:
+        return 0
+    count_key, until_key = _keys(client)
+    cache = caches["shared"]
+    try:
+        cache.add(until_key, time.time() + window, window)
+        cache.add(count_key, 0, window)
+        try:
+            count = cache.incr(count_key)
+        except ValueError:  # the window ended between add and incr
+            cache.set(count_key, 1, window)
+            count = 1
+    except Exception as exc:  # noqa: BLE001
+        _cache_failed(exc)
+        return 0
+    if count == limit:
+        log.warning(
+            "%d failed credentials from %s within %d s: throttled (429) until the window ends",
+            count, client, window, extra={"client": client, "kind": kind, "failures": count},
+        )  # fmt: skip
+    return count
+
+
+def signed_in_failed(sender, credentials=None, request=None, **kwargs) -> None:
+    """`user_login_failed`: a sign-in form (dashboard or admin) was refused."""
+    if request is not None:
+        record_failure(client_of(request), attempt_kind(request) or "login")
+
+
+class FailedCredentialsThrottle:
+    """Middleware: refuses attempts from a throttled client, counts the 401s of the others."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        kind = attempt_kind(request)
+        if kind is None:
+            return self.get_response(request)
+        client = client_of(request)
+        wait = retry_after(client)
+        if wait:
+            metrics.auth_throttled(kind)
+            answer = JsonResponse(
+                {"detail": f"Too many failed credentials from this address; try again in {wait} s."},
+                status=429,
+            )
+            answer["Retry-After"] = str(wait)
+            return answer
+        response = self.get_response(request)
+        if response.status_code == 401:
+            record_failure(client, kind)
+        return response
