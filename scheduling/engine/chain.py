@@ -61,7 +61,6 @@ class MutexFilter:
     """Only cards with no tenants pass (check 6 of SPEC 4). Guarantees no tenant at placement only."""
 
     name = "mutex"
-    reason = "ExclusiveDeviceAllocateConflict"
 
     @staticmethod
     def rejects(used_slots: int) -> bool:

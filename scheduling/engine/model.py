@@ -32,10 +32,6 @@ class Card:
     used_memory: int = 0
     used_cores: int = 0
 
-    @property
-    def has_tenants(self) -> bool:
-        return self.used_slots > 0
-
 
 @dataclass(slots=True)
 class Node:
@@ -81,7 +77,6 @@ class Cluster:
     def __post_init__(self):
         self.nodes.sort(key=lambda node: node.name)
         self.by_name = {node.name: node for node in self.nodes}
-        self.card_by_uuid = {card.uuid: (node, card) for node in self.nodes for card in node.cards}
 
     def node(self, name: str) -> Node:
         return self.by_name[name]

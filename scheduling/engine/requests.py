@@ -26,12 +26,6 @@ class ContainerAsk:
     memory_percentage: int
     cores: int
 
-    def memory_on(self, card_memory: int) -> int:
-        """MiB this container takes on a card with `card_memory` MiB (percentage resolved, floored)."""
-        if self.memory is not None:
-            return self.memory
-        return card_memory * self.memory_percentage // 100
-
 
 def _as_int(value, where: str, what: str, label: str) -> int:
     if isinstance(value, bool):

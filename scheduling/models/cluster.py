@@ -66,10 +66,6 @@ class Card(models.Model):
     def __str__(self) -> str:
         return f"{self.uuid} ({self.node_id and self.node.name}#{self.index})"
 
-    @property
-    def free_memory(self) -> int:
-        return self.memory - self.used_memory
-
 
 def overcommitted_cards():
     """Cards holding more than their capacity in any dimension (should always be empty)."""

@@ -43,14 +43,19 @@ def pod_kinds(rng: random.Random):
     return {"nvidia.com/numa-bind": "true"}, limits(gpu=2, mem=3000, cores=10)
 
 
-def build_cluster_and_queue(seed: int = 7) -> None:
-    rng = random.Random(seed)
-    for n in range(NODES):
+def report_t4_nodes(nodes: int, cards: int) -> None:
+    """nodeNN with `cards` 16,000 MiB T4s each, two per NUMA node, as their agents report them."""
+    for n in range(nodes):
         devices = [
             {"uuid": f"GPU-{n}-{i}", "index": i, "memory": 16000, "numa": i // 2, "type": "NVIDIA-Tesla T4"}
-            for i in range(CARDS)
+            for i in range(cards)
         ]
         services.report_inventory(f"node{n:02d}", {}, {}, devices)
+
+
+def build_cluster_and_queue(seed: int = 7) -> None:
+    rng = random.Random(seed)
+    report_t4_nodes(NODES, CARDS)
     for n in range(PODS):
         annotations, resources = pod_kinds(rng)
         services.submit_pod("load", f"pod{n:04d}", annotations, [{"name": "main", "resources": resources}],

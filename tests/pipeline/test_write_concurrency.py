@@ -20,7 +20,7 @@ from scheduling import services
 from scheduling.models import Pod
 
 from .conftest import assert_consistent, limits, start_worker, stop
-from .test_concurrency import assert_every_pod_is_accounted_for, assert_no_card_holds_more_than_it_has
+from .test_concurrency import assert_every_pod_is_accounted_for, assert_no_card_holds_more_than_it_has, report_t4_nodes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -43,12 +43,7 @@ def start_worker_module(module: str, *args: str):
 
 
 def test_cycles_and_every_write_path_at_once_neither_deadlock_nor_fail():
-    for n in range(NODES):
-        devices = [
-            {"uuid": f"GPU-{n}-{i}", "index": i, "memory": 16000, "numa": i // 2, "type": "NVIDIA-Tesla T4"}
-            for i in range(CARDS)
-        ]
-        services.report_inventory(f"node{n:02d}", {}, {}, devices)
+    report_t4_nodes(NODES, CARDS)
     for n in range(PODS):
         services.submit_pod("load", f"pod{n:04d}", {}, [{"name": "main", "resources": limits(gpu=1, mem=3000)}])
 
