@@ -20,7 +20,11 @@ from scheduling import services
 from scheduling.models import Pod
 
 from .conftest import assert_consistent, limits, start_worker, stop
-from .test_concurrency import assert_every_pod_is_accounted_for, assert_no_card_holds_more_than_it_has, report_t4_nodes
+from .test_concurrency import (
+    assert_every_pod_is_accounted_for,
+    assert_no_card_holds_more_than_it_has,
+    report_t4_nodes,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
