@@ -18,6 +18,8 @@ from collections import Counter
 
 from django.db import DatabaseError, connection
 
+from .metrics import DB_RETRIES
+
 log = logging.getLogger(__name__)
 
 RETRYABLE = {"40P01": "deadlock", "40001": "serialization"}
@@ -42,10 +44,6 @@ def retryable_kind(exc: BaseException) -> str | None:
 
 def _observe(kind: str) -> None:
     RETRIES[kind] += 1
-    try:
-        from scheduling.metrics import DB_RETRIES
-    except ImportError:  # the metrics module defines it; a trimmed build may not
-        return
     DB_RETRIES.labels(kind).inc()
 
 

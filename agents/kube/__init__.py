@@ -1,8 +1,8 @@
 """Kubernetes integration: the watcher agent (`python -m agents.kube`) and the extender.
 
 - `api`: every Kubernetes API call, in one class, with the RBAC rules they need.
-- `pods`, `nodes`: reading pods and HAMi node annotations (pure); `storable`: what of their
-  text the database can hold.
+- `pods`, `nodes`: reading pods and HAMi node annotations (pure; what of their text the
+  database can hold is `scheduling.storable`).
 - `informer`, `sync`: list/watch with resume, relist and back-off; into `scheduling.services`.
 - `binder`: SPEC 8 annotations and the Binding, and repairing binds left half-done;
   `events`: deduplicated Events.

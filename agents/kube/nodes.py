@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from scheduling.engine.encoding import decode_node_register, decode_node_scores
 from scheduling.engine.errors import ScenarioError
 from scheduling.engine.model import CORDON_ANNOTATION
-
-from .storable import printable, why_unstorable
+from scheduling.storable import printable, why_unstorable
 
 REGISTER = "hami.io/node-nvidia-register"
 SCORES = "hami.io/node-nvidia-score"

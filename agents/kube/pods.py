@@ -13,8 +13,7 @@ from decimal import Decimal, DecimalException
 
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.requests import RESOURCES
-
-from .storable import printable, why_unstorable
+from scheduling.storable import printable, why_unstorable
 
 NODE = "hami.io/vgpu-node"
 TIME = "hami.io/vgpu-time"

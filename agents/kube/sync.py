@@ -25,13 +25,13 @@ from django.db import DataError
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.models import Event, Pod, record_event
+from scheduling.storable import printable, why_unstorable
 
 from . import nodes as node_objects
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .events import ACTOR, EventRecorder, PodRef
 from .informer import Handler
-from .storable import printable, why_unstorable
 
 log = logging.getLogger("hamiadmin.kube.sync")
 

@@ -3,8 +3,10 @@ reason), counted, so a watcher that resyncs every minute does not flood the tabl
 
 from __future__ import annotations
 
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
+
+from scheduling.storable import escaped
 
 
 class Event(models.Model):
@@ -47,33 +49,27 @@ class Event(models.Model):
         return f"{self.kind} {self.subject}: {self.reason}"
 
 
-def storable(text) -> str:
-    """Text PostgreSQL can store: NUL and lone surrogates written as escapes."""
-    text = str(text).replace("\x00", "\\0")
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def record_event(kind: str, subject: str, reason: str, message: str = "", actor: str = "",
                  severity: str = Event.WARNING) -> Event:
-    """Create the event, or count it again (newest message and actor win). Runs in its own
-    savepoint so that a caller's transaction is never broken by it; no row locks other
-    than the event's own, so it cannot join a lock cycle."""
+    """Create the event, or count it again (newest message, actor and severity win). Runs in
+    its own savepoint so that a caller's transaction is never broken by it; no row locks
+    other than the event's own, so it cannot join a lock cycle."""
     subject, reason, message, actor = (
-        storable(subject)[:400], storable(reason)[:100], storable(message)[:4000], storable(actor)[:200]
+        escaped(subject)[:400], escaped(reason)[:100], escaped(message)[:4000], escaped(actor)[:200]
     )
     now = timezone.now()
+    same = Event.objects.filter(kind=kind, subject=subject, reason=reason)
+
+    def count_again() -> int:
+        return same.update(count=models.F("count") + 1, last_seen=now, message=message, actor=actor,
+                           severity=severity)  # fmt: skip
+
     with transaction.atomic():
-        updated = Event.objects.filter(kind=kind, subject=subject, reason=reason).update(
-            count=models.F("count") + 1, last_seen=now, message=message, actor=actor, severity=severity
-        )
-        if updated:
-            return Event.objects.get(kind=kind, subject=subject, reason=reason)
-        try:
-            with transaction.atomic():
-                return Event.objects.create(kind=kind, subject=subject, reason=reason, message=message,
-                                            actor=actor, severity=severity, first_seen=now, last_seen=now)
-        except Exception:  # noqa: BLE001 - a concurrent writer created it first: count it there
-            Event.objects.filter(kind=kind, subject=subject, reason=reason).update(
-                count=models.F("count") + 1, last_seen=now, message=message, actor=actor
-            )
-            return Event.objects.get(kind=kind, subject=subject, reason=reason)
+        if not count_again():
+            try:
+                with transaction.atomic():
+                    return Event.objects.create(kind=kind, subject=subject, reason=reason, message=message,
+                                                actor=actor, severity=severity, first_seen=now, last_seen=now)
+            except IntegrityError:  # a concurrent writer created it first: count it there
+                count_again()
+        return same.get()

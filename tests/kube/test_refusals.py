@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 
 from agents.kube import nodes, pods
 from agents.kube.agent import KubeAgent
-from agents.kube.storable import why_unstorable
 from agents.kube.sync import NodeSync, PodSync
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.engine.requests import RESOURCES
 from scheduling.models import Card, Event, Node, Pod
+from scheduling.storable import why_unstorable
 
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
 

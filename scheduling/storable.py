@@ -1,9 +1,10 @@
-"""What the database can store of the text Kubernetes sends. Pure.
+"""What the database can store of the text it is sent. Pure (no Django import).
 
 Kubernetes accepts any JSON string as an annotation value, NUL (`\\u0000`) included.
 PostgreSQL's text and jsonb cannot hold NUL, and no UTF-8 text holds a lone surrogate, so
-such a value would fail the write on every resync. The readers (`pods.submission`,
-`nodes.inventory`) refuse it instead, naming the field; docs/kubernetes.md, *Refused objects*.
+such a value would fail the write on every resync. The Kubernetes readers
+(`agents.kube.pods.submission`, `agents.kube.nodes.inventory`) refuse it instead, naming the
+field (docs/kubernetes.md, *Refused objects*); events quote such text escaped.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ def why_unstorable(text: str) -> str | None:
     return None
 
 
+def escaped(text) -> str:
+    """`text` as it can be stored: NUL written `\\0`, lone surrogates as backslash escapes."""
+    return str(text).replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def printable(text, limit: int = 400) -> str:
-    """`text` as it can be stored and shown: NUL written `\\0`, lone surrogates escaped, cut to
-    `limit` characters. For subjects and messages that quote what was refused."""
-    text = str(text).replace("\x00", "\\0")
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """`text` escaped, cut to `limit` characters. For subjects and messages that quote what
+    was refused."""
+    text = escaped(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
