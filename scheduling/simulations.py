@@ -22,6 +22,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from celery import current_app
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import caches
@@ -84,6 +85,9 @@ def _save(job: str, state: dict) -> None:
     caches["shared"].set(_key(job), state, option("SIMULATE_RESULT_SECONDS"))
 
 
+SIMULATE_TASK = "scheduling.simulate"
+
+
 def submit(raw: dict, top: int | None, owner: int, work: Work) -> dict:
     """Queue a validated scenario; the job's state (`id`, `status`, `work`, ...)."""
     job = uuid.uuid4().hex
@@ -91,12 +95,10 @@ def submit(raw: dict, top: int | None, owner: int, work: Work) -> dict:
              "started_at": None, "finished_at": None, "error": None}  # fmt: skip
     _save(job, state)
     if settings.REDIS_URL:
-        from .tasks import simulate
-
         limit = option("SIMULATE_TIME_LIMIT_SECONDS")
-        simulate.apply_async(
-            (job, raw, top), queue=option("SIMULATE_QUEUE"), soft_time_limit=limit, time_limit=limit + 10,
-            expires=option("SIMULATE_RESULT_SECONDS"),
+        current_app.send_task(  # by name: scheduling.tasks imports this module, not the other way
+            SIMULATE_TASK, (job, raw, top), queue=option("SIMULATE_QUEUE"), soft_time_limit=limit,
+            time_limit=limit + 10, expires=option("SIMULATE_RESULT_SECONDS"),
         )  # fmt: skip
     else:
         _local_runner().submit(run, job, raw, top)

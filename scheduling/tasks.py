@@ -9,7 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready
 
-from . import triggers
+from . import simulations, triggers
 from .pipeline.flight import run_requested_cycles
 from .pipeline.housekeeping import housekeeping as run_housekeeping
 
@@ -40,12 +40,10 @@ def housekeeping() -> dict:
     return run_housekeeping()
 
 
-@shared_task(name="scheduling.simulate", ignore_result=True)
+@shared_task(name=simulations.SIMULATE_TASK, ignore_result=True)
 def simulate(job: str, scenario: dict, top: int | None = None) -> None:
     """A scenario too big to answer in the request (POST simulate/ said 202); see scheduling.simulations."""
-    from .simulations import run
-
-    run(job, scenario, top)
+    simulations.run(job, scenario, top)
 
 
 @worker_ready.connect
