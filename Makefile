@@ -24,12 +24,14 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check scheduling/engine
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy scheduling/engine scheduling/pipeline
+	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 bench: $(STAMP)
-	$(BIN)/python -m scheduling.engine.bench
-	$(BIN)/python -m scheduling.bench_pipeline
+	$(BIN)/python -m bench.engine
+	$(BIN)/python -m bench.pipeline
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

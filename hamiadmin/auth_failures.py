@@ -27,7 +27,7 @@ from django.core.cache import caches
 from django.http import JsonResponse
 from django.urls import reverse
 
-from scheduling import metrics
+from scheduling.ops import metrics
 
 log = logging.getLogger("hamiadmin.auth")
 
@@ -109,8 +109,11 @@ def record_failure(client: str, kind: str) -> int:
     if count == limit:
         log.warning(
             "%d failed credentials from %s within %d s: throttled (429) until the window ends",
-            count, client, window, extra={"client": client, "kind": kind, "failures": count},
-        )  # fmt: skip
+            count,
+            client,
+            window,
+            extra={"client": client, "kind": kind, "failures": count},
+        )
     return count
 
 

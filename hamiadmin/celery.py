@@ -1,9 +1,10 @@
 """The Celery application. Broker and result backend come from settings (REDIS_URL)."""
+
 import os
 
 from celery import Celery
 
-from scheduling import celery_process
+from scheduling.ops import celery_process
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hamiadmin.settings")
 

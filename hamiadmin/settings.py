@@ -4,6 +4,7 @@ HAMIADMIN_ENV=production turns on the production posture (DEBUG off, secure cook
 HSTS, a required SECRET_KEY). Without it the embedded default runs: SQLite in var/,
 and a broker that needs no server.
 """
+
 import os
 from pathlib import Path
 
@@ -84,7 +85,8 @@ TEMPLATES = [
 _default_sqlite = f"sqlite:///{VAR_DIR / 'hamiadmin.sqlite3'}"
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", _default_sqlite), conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60"))
+        os.environ.get("DATABASE_URL", _default_sqlite),
+        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -128,7 +130,7 @@ LOGOUT_REDIRECT_URL = "login"
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
-    CELERY_RESULT_BACKEND = REDIS_URL
+    CELERY_RESULT_BACKEND: str | None = REDIS_URL
 else:
     # Embedded default: kombu's filesystem transport needs no server.
     _broker_dir = VAR_DIR / "broker"
@@ -137,6 +139,7 @@ else:
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = None
@@ -146,7 +149,11 @@ else:
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "shared": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "hamiadmin"}
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "hamiadmin",
+        }
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "hamiadmin-shared"}
     ),
@@ -183,7 +190,7 @@ HAMIADMIN = {
     "FINISHED_PODS_KEPT_HOURS": float(os.environ.get("HAMI_FINISHED_PODS_KEPT_HOURS", "168")),
     # Test-only fault hook: sleep inside the commit after writing allocations (0 = off).
     "FAULT_COMMIT_PAUSE_SECONDS": float(os.environ.get("HAMI_FAULT_COMMIT_PAUSE_SECONDS", "0")),
-    # Kubernetes integration (agents/kube, docs/kubernetes.md).
+    # Kubernetes integration (kube, docs/kubernetes.md).
     "EXTENDER_TOKEN": os.environ.get("HAMI_EXTENDER_TOKEN", ""),
     "KUBECONFIG": os.environ.get("HAMI_KUBECONFIG", ""),
     "BIND_PHASE_SUCCESS": env_bool("HAMI_BIND_PHASE_SUCCESS", True),
@@ -205,7 +212,7 @@ HAMIADMIN = {
 
 # Celery beat: the safety cycle and housekeeping (scheduling/tasks.py).
 # The scheduler also touches beat's heartbeat file for its liveness probe (scheduling/liveness.py).
-CELERY_BEAT_SCHEDULER = "scheduling.celery_process:HeartbeatScheduler"
+CELERY_BEAT_SCHEDULER = "scheduling.ops.celery_process:HeartbeatScheduler"
 CELERY_BEAT_SCHEDULE = {
     "safety-cycle": {
         "task": "scheduling.safety_cycle",

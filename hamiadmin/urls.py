@@ -1,13 +1,14 @@
 """Top-level URLs: pages, admin, API, health, metrics, extender."""
+
 from django.contrib import admin
 from django.urls import include, path
 
-from scheduling.metrics import metrics_view
+from scheduling.ops.metrics import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("extender/", include("agents.kube.urls")),
+    path("extender/", include("kube.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("", include("scheduling.api.urls")),
-    path("", include("scheduling.urls")),
+    path("", include("scheduling.web.urls")),
 ]

@@ -18,12 +18,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from scheduling.engine import PodInvalid, ScenarioError
-from scheduling.engine.scenario import parse_config
 
 from . import services
 from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod, SchedulerConfig
+from .templatetags import decision_path as decision_tags
 from .templatetags.charts import fraction
-from .templatetags.decision_path import decision_path
 
 DASHBOARD_CSS = {"all": ("scheduling/components.css", "scheduling/admin.css")}
 
@@ -51,8 +50,13 @@ def usage_cell(used: int, total: int, unit: str = ""):
     return format_html(
         '<span class="admin-nowrap"><span class="admin-usage heat-{}" title="{}%"><span style="width:{}%"></span>'
         "</span> {}/{}{}</span>",
-        step, round(100 * share), round(100 * share), used, total, f" {unit}" if unit else "",
-    )  # fmt: skip
+        step,
+        round(100 * share),
+        round(100 * share),
+        used,
+        total,
+        f" {unit}" if unit else "",
+    )
 
 
 def badge(text: str, kind: str):
@@ -69,20 +73,25 @@ def report(modeladmin, request, done: list[str], failed: list[str], verb: str) -
 # --- Nodes and cards -------------------------------------------------------------------
 
 
-class CardInline(admin.TabularInline):
-    model = Card
+class ReadOnlyInline(admin.TabularInline):
+    """Rows written only by the services: shown, never added, changed or deleted here."""
+
     extra = 0
-    fields = ("index", "uuid", "type", "numa", "slots_used", "memory_used", "cores_used", "state")
-    readonly_fields = fields
     can_delete = False
-    show_change_link = True
-    ordering = ("index",)
 
     def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+class CardInline(ReadOnlyInline):
+    model = Card
+    fields = ("index", "uuid", "type", "numa", "slots_used", "memory_used", "cores_used", "state")
+    readonly_fields = fields
+    show_change_link = True
+    ordering = ("index",)
 
     @admin.display(description="slots")
     def slots_used(self, card):
@@ -115,8 +124,16 @@ class NodeAdmin(WrittenByServices, admin.ModelAdmin):
     list_display = ("name", "readiness", "card_count", "last_heartbeat", "dashboard_link")
     list_filter = ("ready",)
     search_fields = ("name",)
-    fields = ("name", "ready", "not_ready_reason", "last_heartbeat", "labels", "annotations", "created_at",
-              "updated_at")  # fmt: skip
+    fields = (
+        "name",
+        "ready",
+        "not_ready_reason",
+        "last_heartbeat",
+        "labels",
+        "annotations",
+        "created_at",
+        "updated_at",
+    )
     inlines = [CardInline]
 
     class Media:
@@ -143,22 +160,47 @@ class NodeAdmin(WrittenByServices, admin.ModelAdmin):
 
 @admin.register(Card)
 class CardAdmin(WrittenByServices, admin.ModelAdmin):
-    list_display = ("uuid", "node", "index", "type", "numa", "state", "slots_used", "memory_used", "cores_used",
-                    "tenant_count")  # fmt: skip
+    list_display = (
+        "uuid",
+        "node",
+        "index",
+        "type",
+        "numa",
+        "state",
+        "slots_used",
+        "memory_used",
+        "cores_used",
+        "tenant_count",
+    )
     list_filter = ("type", "health", "node", "cordoned", "present")
     search_fields = ("uuid", "node__name", "type")
     list_select_related = ("node",)
     actions = ["cordon", "uncordon"]
-    fields = ("uuid", "node", "index", "type", "numa", "mode", "state", "slots_used", "memory_used", "cores_used",
-              "tenants", "links", "updated_at")  # fmt: skip
+    fields = (
+        "uuid",
+        "node",
+        "index",
+        "type",
+        "numa",
+        "mode",
+        "state",
+        "slots_used",
+        "memory_used",
+        "cores_used",
+        "tenants",
+        "links",
+        "updated_at",
+    )
     readonly_fields = ("state", "slots_used", "memory_used", "cores_used", "tenants")
 
     class Media:
         css = DASHBOARD_CSS
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(
-            n_tenants=Count("allocations__pod", filter=Q(allocations__active=True), distinct=True)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(n_tenants=Count("allocations__pod", filter=Q(allocations__active=True), distinct=True))
         )
 
     @admin.display(description="state")
@@ -183,15 +225,25 @@ class CardAdmin(WrittenByServices, admin.ModelAdmin):
 
     @admin.display(description="tenants")
     def tenants(self, card):
-        rows = card.allocations.filter(active=True).select_related("pod").order_by("pod__namespace", "pod__name")
+        rows = (
+            card.allocations.filter(active=True).select_related("pod").order_by("pod__namespace", "pod__name")
+        )
         if not rows:
             return "none"
         return format_html_join(
             mark_safe("<br>"),
             '<a href="{}">{}</a> [{}]: {} MiB, {}% cores',
-            ((reverse("pod", args=[a.pod.namespace, a.pod.name]), a.pod.key, a.container_name, a.memory, a.cores)
-             for a in rows),
-        )  # fmt: skip
+            (
+                (
+                    reverse("pod", args=[a.pod.namespace, a.pod.name]),
+                    a.pod.key,
+                    a.container_name,
+                    a.memory,
+                    a.cores,
+                )
+                for a in rows
+            ),
+        )
 
     def _cordon(self, request, queryset, on: bool):
         done, failed = [], []
@@ -215,35 +267,28 @@ class CardAdmin(WrittenByServices, admin.ModelAdmin):
 # --- Pods ------------------------------------------------------------------------------
 
 
-class AllocationInline(admin.TabularInline):
+class AllocationInline(ReadOnlyInline):
     model = Allocation
-    extra = 0
-    fields = ("container_index", "container_name", "card", "memory", "cores", "active", "created_at", "released_at")
+    fields = (
+        "container_index",
+        "container_name",
+        "card",
+        "memory",
+        "cores",
+        "active",
+        "created_at",
+        "released_at",
+    )
     readonly_fields = fields
-    can_delete = False
     ordering = ("-active", "container_index", "id")
 
-    def has_add_permission(self, request, obj=None):
-        return False
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
-
-class DecisionInline(admin.TabularInline):
+class DecisionInline(ReadOnlyInline):
     model = Decision
-    extra = 0
     fields = ("created_at", "cycle", "outcome", "node", "reason", "duration_ms")
     readonly_fields = fields
-    can_delete = False
     show_change_link = True
     ordering = ("-id",)
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(Pod)
@@ -253,9 +298,29 @@ class PodAdmin(WrittenByServices, admin.ModelAdmin):
     search_fields = ("namespace", "name", "uid")
     list_select_related = ("node",)
     actions = ["requeue", "release", "mark_succeeded"]
-    fields = ("namespace", "name", "uid", "origin", "status", "node", "priority", "submitted_at", "scheduled_at",
-              "bound_at", "finished_at", "attempts", "reason", "error", "parked", "next_attempt_at", "allocated",
-              "annotations", "containers", "init_containers", "dashboard_link")  # fmt: skip
+    fields = (
+        "namespace",
+        "name",
+        "uid",
+        "origin",
+        "status",
+        "node",
+        "priority",
+        "submitted_at",
+        "scheduled_at",
+        "bound_at",
+        "finished_at",
+        "attempts",
+        "reason",
+        "error",
+        "parked",
+        "next_attempt_at",
+        "allocated",
+        "annotations",
+        "containers",
+        "init_containers",
+        "dashboard_link",
+    )
     readonly_fields = ("dashboard_link",)
     inlines = [AllocationInline, DecisionInline]
 
@@ -314,9 +379,18 @@ class DecisionAdmin(WrittenByServices, admin.ModelAdmin):
     list_filter = ("outcome",)
     search_fields = ("pod__namespace", "pod__name", "node", "reason")
     list_select_related = ("pod",)
-    fields = ("pod", "cycle", "outcome", "node", "reason", "error", "duration_ms", "created_at", "chain",
-              "card_table", "node_table", "decision_path")  # fmt: skip
-    readonly_fields = ("chain", "card_table", "node_table", "decision_path")
+    fields = (
+        "pod",
+        "cycle",
+        "outcome",
+        "node",
+        "reason",
+        "error",
+        "duration_ms",
+        "created_at",
+        "decision_path",
+    )
+    readonly_fields = ("decision_path",)
 
     class Media:
         css = DASHBOARD_CSS
@@ -328,68 +402,30 @@ class DecisionAdmin(WrittenByServices, admin.ModelAdmin):
     def short_reason(self, decision):
         return decision.reason if len(decision.reason) <= 120 else decision.reason[:119] + "…"
 
-    @admin.display(description="chain")
-    def chain(self, decision):
-        policy = decision.policy
-        weights = policy.get("weights") or {}
-        return format_html(
-            "gpu: <code>{}</code> · filters: {} · sort keys: {} then index · ignored: {} · node: {} · weights: {}",
-            ",".join(policy.get("gpu") or []) or "(none)",
-            ", ".join(policy.get("filters") or []) or "none",
-            ", ".join(policy.get("sort_keys") or []) or "spread",
-            ", ".join(policy.get("ignored") or []) or "none",
-            policy.get("node") or "",
-            " ".join(f"{k}={v}" for k, v in weights.items()) or "—",
-        )
-
-    @admin.display(description="cards of the chosen node, as the chain ranked them")
-    def card_table(self, decision):
-        cards = decision.cards
-        if not cards:
-            return "no card table (the pod was not placed)"
-        rows = format_html_join(
-            "",
-            "<tr class='{}'><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
-            (("chosen" if c.get("chosen") else "", c.get("container", ""), c.get("uuid", ""), c.get("index", ""),
-              c.get("numa", ""), f"{float(c.get('score') or 0):.3f}", "yes" if c.get("eligible") else "no",
-              c.get("stage") or "", c.get("reason") or "", c.get("decided_by") or "",
-              "chosen" if c.get("chosen") else "") for c in cards),
-        )  # fmt: skip
-        return format_html(
-            "<table class='decision-cards'><thead><tr><th>container</th><th>card</th><th>index</th><th>NUMA</th>"
-            "<th>score</th><th>eligible</th><th>removed by</th><th>reason</th><th>decided by</th><th></th>"
-            "</tr></thead><tbody>{}</tbody></table>",
-            rows,
-        )
-
-    @admin.display(description="nodes")
-    def node_table(self, decision):
-        path = decision_path(decision.payload)
-        fit = format_html_join(
-            "", "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((node, f"{score:.3f}", "chosen" if chosen else "fits") for node, score, chosen in path["node_rows"]),
-        )  # fmt: skip
-        failed = format_html_join(
-            "", "<tr><td>{}</td><td></td><td>{}</td></tr>",
-            ((line.node, f"{line.words} ({line.code})") for line in path["waiting"]),
-        )  # fmt: skip
-        if not fit and not failed:
-            return "—"
-        return format_html(
-            "<table><thead><tr><th>node</th><th>score</th><th>verdict</th></tr></thead><tbody>{}{}</tbody></table>",
-            fit, failed,
-        )  # fmt: skip
-
     @admin.display(description="decision path")
     def decision_path(self, decision):
-        return render_to_string("scheduling/includes/pod_decision.html", decision_path(decision.payload))
+        """The chain, the card table and the nodes as on the Pod page: the same component."""
+        return render_to_string(
+            decision_tags.TEMPLATE, decision_tags.pod_decision(decision.payload, heading=False)
+        )
 
 
 @admin.register(Cycle)
 class CycleAdmin(WrittenByServices, admin.ModelAdmin):
-    list_display = ("id", "started_at", "trigger", "worker", "considered", "placed", "pending", "rejected",
-                    "conflicts", "skipped", "nodes", "duration_ms")  # fmt: skip
+    list_display = (
+        "id",
+        "started_at",
+        "trigger",
+        "worker",
+        "considered",
+        "placed",
+        "pending",
+        "rejected",
+        "conflicts",
+        "skipped",
+        "nodes",
+        "duration_ms",
+    )
     list_filter = ("trigger",)
     date_hierarchy = "started_at"
 
@@ -433,24 +469,31 @@ class SchedulerConfigForm(ModelForm):
 
     class Meta:
         model = SchedulerConfig
-        fields = ("node_scheduler_policy", "gpu_scheduler_policy", "memory_percentage", "default_cores",
-                  "exclusive_cores")  # fmt: skip
+        fields = (
+            "node_scheduler_policy",
+            "gpu_scheduler_policy",
+            "memory_percentage",
+            "default_cores",
+            "exclusive_cores",
+        )
+
+    #: The config field each form field stands for, as `services.validate_config` names it.
+    FIELDS = {
+        "config.resources.memory_percentage": "memory_percentage",
+        "config.resources.cores": "default_cores",
+        "config.resources.exclusive_cores": "exclusive_cores",
+    }
 
     def clean(self):
         data = super().clean()
-        raw = {
-            "node_scheduler_policy": data.get("node_scheduler_policy"),
-            "gpu_scheduler_policy": data.get("gpu_scheduler_policy"),
-            "resources": {"memory_percentage": data.get("memory_percentage"), "cores": data.get("default_cores"),
-                          "exclusive_cores": data.get("exclusive_cores")},
-        }  # fmt: skip
+        row = SchedulerConfig(**{name: data.get(name) for name in self.Meta.fields})
         try:
-            parse_config(raw)
+            services.validate_config(row.as_raw())
         except ScenarioError as exc:
-            raise ValidationError(str(exc)) from None
-        for name in ("memory_percentage", "default_cores", "exclusive_cores"):
-            if (data.get(name) or 0) > 100:
-                self.add_error(name, "at most 100")
+            field = self.FIELDS.get(exc.where)
+            if field is None or field in self.errors:
+                raise ValidationError(str(exc)) from None
+            self.add_error(field, exc.message)
         return data
 
 
@@ -459,8 +502,15 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
     """Append-only: "add" writes a new row through services.set_config; old rows are history."""
 
     form = SchedulerConfigForm
-    list_display = ("created_at", "node_scheduler_policy", "gpu_scheduler_policy", "memory_percentage",
-                    "default_cores", "exclusive_cores", "changed_by")  # fmt: skip
+    list_display = (
+        "created_at",
+        "node_scheduler_policy",
+        "gpu_scheduler_policy",
+        "memory_percentage",
+        "default_cores",
+        "exclusive_cores",
+        "changed_by",
+    )
 
     def has_change_permission(self, request, obj=None):
         return False

@@ -18,7 +18,7 @@ from collections import Counter
 
 from django.db import DatabaseError, connection
 
-from .metrics import DB_RETRIES
+from scheduling.ops.metrics import DB_RETRIES
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,10 @@ BASE_SECONDS = 0.02
 CAP_SECONDS = 0.5
 
 
-def retryable_kind(exc: BaseException) -> str | None:
-    """'deadlock' or 'serialization' when `exc` (or what caused it) carries such a SQLSTATE."""
+def retryable_kind(error: BaseException) -> str | None:
+    """'deadlock' or 'serialization' when `error` (or what caused it) carries such a SQLSTATE."""
     seen = 0
+    exc: BaseException | None = error
     while exc is not None and seen < 5:
         state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
         if state in RETRYABLE:
@@ -65,8 +66,14 @@ def retry_on_conflict(fn=None, *, attempts: int = ATTEMPTS):
                         raise
                     _observe(kind)
                     delay = min(CAP_SECONDS, BASE_SECONDS * 2**attempt) * random.uniform(0.5, 1.5)
-                    log.warning("%s: %s, retrying in %.0f ms (attempt %d of %d)", function.__qualname__, kind,
-                                delay * 1000, attempt + 2, attempts)  # fmt: skip
+                    log.warning(
+                        "%s: %s, retrying in %.0f ms (attempt %d of %d)",
+                        function.__qualname__,
+                        kind,
+                        delay * 1000,
+                        attempt + 2,
+                        attempts,
+                    )
                     time.sleep(delay)
             raise AssertionError("unreachable")
 

@@ -62,8 +62,8 @@ class PodKeyFilter(filters.CharFilter):
     def filter(self, qs, value):
         if not value:
             return qs
-        namespace, _, name = value.rpartition("/")
-        return qs.filter(**{f"{self.field_name}__namespace": namespace or "default", f"{self.field_name}__name": name})
+        namespace, name = Pod.split_key(value)
+        return qs.filter(**{f"{self.field_name}__namespace": namespace, f"{self.field_name}__name": name})
 
 
 class DecisionFilterSet(filters.FilterSet):
@@ -127,9 +127,12 @@ class CycleFilterSet(filters.FilterSet):
 
 class EventFilterSet(filters.FilterSet):
     kind = filters.MultipleChoiceFilter(choices=Event.KINDS, help_text="one or more kinds of event")
-    subject = filters.CharFilter(lookup_expr="startswith",
-                                 help_text="the start of the subject: node/a, pod/ml/, card/GPU-1")  # fmt: skip
-    since = UtcDateTimeFilter(field_name="last_seen", lookup_expr="gte", help_text="ISO 8601 time: last seen since")
+    subject = filters.CharFilter(
+        lookup_expr="startswith", help_text="the start of the subject: node/a, pod/ml/, card/GPU-1"
+    )
+    since = UtcDateTimeFilter(
+        field_name="last_seen", lookup_expr="gte", help_text="ISO 8601 time: last seen since"
+    )
 
     class Meta:
         model = Event

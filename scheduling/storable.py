@@ -3,7 +3,7 @@
 Kubernetes accepts any JSON string as an annotation value, NUL (`\\u0000`) included.
 PostgreSQL's text and jsonb cannot hold NUL, and no UTF-8 text holds a lone surrogate, so
 such a value would fail the write on every resync. The Kubernetes readers
-(`agents.kube.pods.submission`, `agents.kube.nodes.inventory`) refuse it instead, naming the
+(`kube.pods.submission`, `kube.nodes.inventory`) refuse it instead, naming the
 field (docs/kubernetes.md, *Refused objects*); events quote such text escaped.
 """
 

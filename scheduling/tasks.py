@@ -1,6 +1,6 @@
 """Celery tasks: cycles on request and on a safety period, and housekeeping.
 
-Cycles are single-flight (scheduling.locks), so any number of workers may take these
+Cycles are single-flight (scheduling.pipeline.locks), so any number of workers may take these
 tasks; a task that finds the lock held leaves its request to the holder.
 """
 
@@ -9,7 +9,9 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready
 
-from . import simulations, triggers
+from scheduling.pipeline import triggers
+from scheduling.services import simulations
+
 from .pipeline.flight import run_requested_cycles
 from .pipeline.housekeeping import housekeeping as run_housekeeping
 
@@ -22,9 +24,9 @@ def _summary(reports) -> dict:
     }
 
 
-@shared_task(name="scheduling.run_cycle", ignore_result=True)
+@shared_task(name=triggers.RUN_CYCLE_TASK, ignore_result=True)
 def run_cycle(trigger: str = "requested") -> dict:
-    """Sent (debounced) by writes that change what can be placed; see scheduling.triggers."""
+    """Sent (debounced) by writes that change what can be placed; see scheduling.pipeline.triggers."""
     triggers.clear_queued()
     return _summary(run_requested_cycles(str(trigger)[:100]))
 

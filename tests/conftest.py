@@ -1,5 +1,6 @@
 """Shared fixtures. Service-backed tests skip when a service is missing, unless
 REQUIRE_SERVICES=1 (as in CI), which turns the skip into a failure."""
+
 import os
 import socket
 from urllib.parse import urlparse
@@ -19,7 +20,9 @@ def missing_service(message: str):
 def _reachable(url: str, default_port: int) -> bool:
     parsed = urlparse(url)
     try:
-        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=1):
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=1
+        ):
             return True
     except OSError:
         return False

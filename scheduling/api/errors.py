@@ -25,14 +25,18 @@ def field_error(field: str, message: str) -> exceptions.ValidationError:
 
 def translate(exc: Exception) -> Exception:
     if isinstance(exc, RequestDataTooBig):
-        return BodyTooLarge(f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes (HAMI_MAX_BODY_BYTES).")
+        return BodyTooLarge(
+            f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes (HAMI_MAX_BODY_BYTES)."
+        )
     if isinstance(exc, PodInvalid):
         return field_error(exc.field, exc.message)
     if isinstance(exc, ScenarioError):
         return field_error(exc.where, exc.message)
     if isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
-            return exceptions.ValidationError({key: [str(m) for m in errors] for key, errors in exc.message_dict.items()})
+            return exceptions.ValidationError(
+                {key: [str(m) for m in errors] for key, errors in exc.message_dict.items()}
+            )
         return exceptions.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: exc.messages})
     if isinstance(exc, ObjectDoesNotExist):
         return exceptions.NotFound(str(exc) or "Not found.")

@@ -43,7 +43,9 @@ class BoundedJSONParser(JSONParser):
             raise ParseError("JSON parse error - nested too deeply.") from None
         where = nul_character_at(body)
         if where is not None:
-            raise ValidationError({where or "non_field_errors": ["must not contain NUL (\\u0000) characters"]})
+            raise ValidationError(
+                {where or "non_field_errors": ["must not contain NUL (\\u0000) characters"]}
+            )
         return body
 
 

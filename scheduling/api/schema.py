@@ -1,9 +1,9 @@
 """Choice sets named in the OpenAPI schema (SPECTACULAR_SETTINGS ENUM_NAME_OVERRIDES):
 several resources have a `status` with different values."""
 
-from scheduling import simulations
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
 from scheduling.models import Pod
+from scheduling.services import simulations
 
 POD_STATUSES = [value for value, _ in Pod.STATUSES]
 SIMULATED_STATUSES = [SCHEDULED, PENDING, REJECTED]

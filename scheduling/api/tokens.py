@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from .permissions import AGENT, AGENT_PREFIX, ROLES, role_group
+from scheduling.roles import AGENT, AGENT_PREFIX, ROLES, role_group
 
 KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{32,40}")
 # Kubernetes node names are DNS-1123 subdomains; the user name `agent:<node>` must fit 150 chars.
@@ -64,7 +64,9 @@ def issue_role_token(username: str, role: str, rotate: bool = False) -> str:
     if not username or len(username) > 150:
         raise TokenRefused("USERNAME must be 1 to 150 characters")
     if username.startswith(AGENT_PREFIX):
-        raise TokenRefused(f"user names starting with {AGENT_PREFIX!r} are reserved for agents (use agenttoken)")
+        raise TokenRefused(
+            f"user names starting with {AGENT_PREFIX!r} are reserved for agents (use agenttoken)"
+        )
     user, created = get_user_model().objects.get_or_create(username=username)
     if created:
         user.set_unusable_password()

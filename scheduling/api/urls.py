@@ -1,9 +1,10 @@
 """REST API under /api/v1/, its schema and docs under /api/, and the probes at the root."""
+
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from scheduling.health import Healthz, Readyz
+from scheduling.ops.health import Healthz, Readyz
 
 from . import views
 
@@ -27,7 +28,7 @@ api = [
     path(f"pods/{NAMESPACE}/{NAME}/", pod, name="pod-detail"),
     path(f"pods/{NAMESPACE}/{NAME}/complete/", pod_complete, name="pod-complete"),
     path("pending/", views.PendingView.as_view(), name="pending"),
-    path("events/", include("scheduling.api.events")),
+    path("events/", views.EventList.as_view(), name="event-list"),
     path("config/", views.ConfigView.as_view(), name="config"),
     path("simulate/", views.SimulateView.as_view(), name="simulate"),
     path("simulate/<str:job>/", views.SimulationView.as_view(), name="simulation"),

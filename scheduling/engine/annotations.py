@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .chain import FILTERS, SORT_KEYS
+from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS, Filter, chain_names
 from .errors import PodInvalid
 from .model import ClusterConfig
 
@@ -35,7 +35,11 @@ class Weights:
 
 @dataclass(frozen=True, slots=True)
 class PodPolicy:
-    """Everything the annotations say about where and how to place the pod."""
+    """Everything the annotations say about where and how to place the pod.
+
+    `active_filters` are the registered filters this policy turns on (the chain's, and
+    numa-bind's by its annotation), in the order their hooks run.
+    """
 
     node_policy: str
     node_policy_ignored: str | None
@@ -49,14 +53,29 @@ class PodPolicy:
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
     numa_bind: bool = False
+    active_filters: tuple[Filter, ...] = field(default=(), init=False, compare=False, repr=False)
 
-    @property
-    def mutex(self) -> bool:
-        return "mutex" in self.filters
+    def __post_init__(self) -> None:
+        active = tuple(f for f in FILTERS.values() if f.active(self))
+        object.__setattr__(self, "active_filters", active)
 
-    @property
-    def topology_aware(self) -> bool:
-        return "topology-aware" in self.filters
+    def uses(self, name: str) -> bool:
+        """Whether the registered filter `name` is active for this pod."""
+        return any(f.name == name for f in self.active_filters)
+
+    def warnings(self) -> dict[str, list[str]]:
+        """What the annotations name that is accepted but ignored, per annotation field."""
+        warnings: dict[str, list[str]] = {}
+        if self.ignored:
+            known = ", ".join(chain_names())
+            warnings[f"annotations.{GPU_POLICY}"] = [
+                f"unknown policy {name!r} ignored (known: {known})" for name in self.ignored
+            ]
+        if self.node_policy_ignored is not None:
+            warnings[f"annotations.{NODE_POLICY}"] = [
+                f"unknown node policy {self.node_policy_ignored!r} ignored; using {self.node_policy}"
+            ]
+        return warnings
 
     def as_dict(self) -> dict:
         """The `policy` object of SPEC 9's output."""
@@ -80,16 +99,16 @@ def parse_chain(value: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str
         name = item.strip().lower()
         if not name or name in chain or name in ignored:
             continue
-        if name in FILTERS or name in SORT_KEYS:
+        if name in SORT_KEYS or (name in FILTERS and FILTERS[name].in_chain):
             chain.append(name)
         else:
             ignored.append(name)
     filters = tuple(name for name in chain if name in FILTERS)
-    sort_keys = tuple(name for name in chain if name in SORT_KEYS) or ("spread",)
+    sort_keys = tuple(name for name in chain if name in SORT_KEYS) or DEFAULT_SORT_KEYS
     return tuple(chain), filters, sort_keys, tuple(ignored)
 
 
-def parse_weights(value) -> Weights:
+def parse_weights(value: object) -> Weights:
     """`slot=A,core=B,memory=C`: the three keys once each, non-negative integers, one above zero."""
     if not isinstance(value, str) or not value.strip():
         raise PodInvalid(f"annotations.{WEIGHTS}", f"{WEIGHTS} is empty; expected slot=A,core=B,memory=C")
@@ -118,7 +137,7 @@ def parse_weights(value) -> Weights:
     return Weights(**seen)
 
 
-def _csv(value) -> list[str]:
+def _csv(value: object) -> list[str]:
     return [item.strip() for item in str(value or "").split(",") if item.strip()]
 
 

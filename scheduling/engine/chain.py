@@ -1,30 +1,198 @@
-"""The GPU policy chain (SPEC 6) as small pieces: one class per filter or sort key.
+"""SPEC 6: the GPU policy chain as small pieces: one class per filter or sort key.
 
-Adding a policy is adding a class here and registering it under its annotation name.
-Filters remove cards or pick among the fitting ones; sort keys only rank.
+Filters remove cards or choose among the fitting ones and never rank; sort keys only rank.
+Every filter implements the one `Filter` protocol and is registered in `FILTERS`; every sort
+key is a `SortKey` registered in `SORT_KEYS`. The engine (`fit.check_card`,
+`evaluate.evaluate_container`) calls the hooks of whichever filters a pod's policy makes
+active and names none, so adding a policy is one class here with its `words`, registered
+below, and a test in tests/engine/test_chain.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import cmp_to_key
 from itertools import combinations
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from . import reasons as R
+
+if TYPE_CHECKING:
+    from .annotations import PodPolicy
+    from .model import Card, Node
 
 TOLERANCE = 1e-9
+
+#: Why a filter removed a card: (reason code of SPEC 4, stage), the stage naming the check.
+Rejection = tuple[str, str]
 
 
 class Ranked(Protocol):
     """What sort keys read of a card under evaluation."""
 
-    score: float
-    numa: int
-    index: int
+    @property
+    def score(self) -> float: ...
+
+    @property
+    def numa(self) -> int: ...
+
+    @property
+    def index(self) -> int: ...
+
+
+class Candidate(Ranked, Protocol):
+    """What filters read of a fitting card: also its position among the node's cards."""
+
+    @property
+    def position(self) -> int: ...
+
+
+CandidateT = TypeVar("CandidateT", bound=Candidate)
+
+
+class Filter(Protocol):
+    """One filter. The engine calls the hooks of the active filters in registry order:
+
+    - `rejects(card, used)`, card level: SPEC 4 check 6, after the slots and before memory
+      and cores are looked at. `used` is (slots, MiB, cores) held on the card, this pod's
+      earlier containers included. The rejection, or None to let the card on.
+    - `rejects_fitting(fitting, count)`, over the cards that passed checks 1-10 (at least
+      one) for a container asking `count` cards: the rejection every one of them fails
+      with (SPEC 4 check 11), or None.
+    - `select(ranked, count, node)`, the choice: `ranked` are at least `count` fitting cards
+      in chain order; the cards left to choose from, best first, at least `count` of them
+      (the engine takes the first `count`).
+
+    `name` is the chain name (or, when `in_chain` is false, the annotation's short name);
+    `words` is what an operator reads next to it; `decides_fit` is false only for a filter
+    whose hooks never change whether a node fits (only `select`), which lets pods that
+    differ in it share cached node verdicts.
+    """
+
+    name: str
+    words: str
+    in_chain: bool
+    decides_fit: bool
+
+    def active(self, policy: PodPolicy) -> bool: ...
+
+    def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None: ...
+
+    def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None: ...
+
+    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]: ...
+
+
+class BaseFilter:
+    """The protocol's defaults: a filter named in the chain that lets every card pass and
+    chooses nothing; a subclass sets `name` and `words` and overrides the hooks it needs."""
+
+    name = ""
+    words = ""
+    in_chain = True
+    decides_fit = True
+
+    def active(self, policy: PodPolicy) -> bool:
+        return self.name in policy.filters
+
+    def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None:
+        return None
+
+    def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:
+        return None
+
+    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]:
+        return ranked
+
+
+class MutexFilter(BaseFilter):
+    """Only cards with no tenants pass (check 6 of SPEC 4). Guarantees no tenant at placement only."""
+
+    name = "mutex"
+    words = "only cards without tenants pass"
+
+    def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None:
+        return (R.EXCLUSIVE_CONFLICT, "mutex") if used[0] > 0 else None
+
+
+class NumaBindFilter(BaseFilter):
+    """`nvidia.com/numa-bind: true` (SPEC 6.7): all of a container's cards on one NUMA node.
+
+    Fit: some NUMA node holds `count` fitting cards, else every fitting card fails with
+    `NumaNotFit` (check 11 of SPEC 4). Choice: walk the cards in chain order; the first whose
+    NUMA node holds enough fitting cards picks that NUMA node; its cards stay, in chain order.
+    Not a chain name: the pod annotation turns it on.
+    """
+
+    name = "numa-bind"
+    words = "all cards of a container on one NUMA node"
+    in_chain = False
+
+    def active(self, policy: PodPolicy) -> bool:
+        return policy.numa_bind
+
+    def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:
+        per_numa: dict[int, int] = {}
+        for entry in fitting:
+            per_numa[entry.numa] = per_numa.get(entry.numa, 0) + 1
+        return (R.NUMA_NOT_FIT, "numa") if max(per_numa.values()) < count else None
+
+    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]:
+        per_numa: dict[int, int] = {}
+        for entry in ranked:
+            per_numa[entry.numa] = per_numa.get(entry.numa, 0) + 1
+        numa = next(entry.numa for entry in ranked if per_numa[entry.numa] >= count)
+        return [entry for entry in ranked if entry.numa == numa]
+
+
+class TopologyFilter(BaseFilter):
+    """Pick the fitting cards by NVLink/PCIe pair scores (SPEC 6.8), NVIDIA only.
+
+    One card: the one least linked to the other fitting cards, keeping well-linked cards
+    for multi-card work. n cards: the n-combination with the highest summed pair score.
+    Ties go to what the chain ranked first (combinations compared as lists of ranks).
+    It only chooses among cards that fit, so it never changes whether a node fits.
+    """
+
+    name = "topology-aware"
+    words = "picks among fitting cards by NVLink/PCIe pair scores"
+    decides_fit = False
+    max_combinations = 200_000
+
+    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]:
+        matrix = node.pair_matrix
+        return self.pick(ranked, count, lambda a, b: matrix[a.position][b.position])
+
+    def pick(
+        self, ranked: list[CandidateT], count: int, pair_score: Callable[[CandidateT, CandidateT], float]
+    ) -> list[CandidateT]:
+        """`pair_score(a, b)` gives the score between two of the `ranked` cards."""
+        if len(ranked) <= count:
+            return ranked[:count]
+        if count == 1:
+            best, best_sum = ranked[0], None
+            for card in ranked:
+                total = sum(pair_score(card, other) for other in ranked if other is not card)
+                if best_sum is None or total < best_sum:
+                    best, best_sum = card, total
+            return [best]
+        best_combo: tuple[CandidateT, ...] = ()
+        combo_sum = None
+        for n, combo in enumerate(combinations(ranked, count)):
+            if n >= self.max_combinations:
+                break
+            total = sum(pair_score(a, b) for a, b in combinations(combo, 2))
+            # combinations() yields in rank order, so the first maximum wins ties.
+            if combo_sum is None or total > combo_sum:
+                best_combo, combo_sum = combo, total
+        return list(best_combo)
 
 
 class SortKey:
     """A sort key maps a card to a number; lower comes first. The first key that differs decides."""
 
     name = ""
+    words = ""
 
     def value(self, card: Ranked) -> float:  # pragma: no cover - interface
         raise NotImplementedError
@@ -34,6 +202,7 @@ class BinpackKey(SortKey):
     """Higher predicted utilization first: fill busy cards, keep empty ones whole."""
 
     name = "binpack"
+    words = "fuller card first (higher score)"
 
     def value(self, card: Ranked) -> float:
         return -card.score
@@ -43,6 +212,7 @@ class SpreadKey(SortKey):
     """Lower predicted utilization first: spread tenants across cards."""
 
     name = "spread"
+    words = "emptier card first (lower score)"
 
     def value(self, card: Ranked) -> float:
         return card.score
@@ -52,60 +222,31 @@ class NumaKey(SortKey):
     """Lower NUMA node number first."""
 
     name = "numa"
+    words = "lower NUMA node first"
 
     def value(self, card: Ranked) -> float:
         return card.numa
 
 
-class MutexFilter:
-    """Only cards with no tenants pass (check 6 of SPEC 4). Guarantees no tenant at placement only."""
+#: Every filter, in the order their hooks run (numa-bind picks the NUMA node before topology
+#: picks within it, SPEC 6.8), whatever order the chain names them in.
+FILTERS: dict[str, Filter] = {f.name: f for f in (MutexFilter(), NumaBindFilter(), TopologyFilter())}
+SORT_KEYS: dict[str, SortKey] = {k.name: k for k in (BinpackKey(), SpreadKey(), NumaKey())}
+#: The sort keys of a chain that names none (filters only): SPEC 6.
+DEFAULT_SORT_KEYS: tuple[str, ...] = ("spread",)
 
-    name = "mutex"
-
-    @staticmethod
-    def rejects(used_slots: int) -> bool:
-        return used_slots > 0
-
-
-class TopologyFilter:
-    """Pick the fitting cards by NVLink/PCIe pair scores (SPEC 6.8), NVIDIA only.
-
-    One card: the one least linked to the other fitting cards, keeping well-linked cards
-    for multi-card work. n cards: the n-combination with the highest summed pair score.
-    Ties go to what the chain ranked first (combinations compared as lists of ranks).
-    """
-
-    name = "topology-aware"
-    max_combinations = 200_000
-
-    def select(self, ranked: list, count: int, pair_score) -> list:
-        """`pair_score(a, b)` gives the score between two of the `ranked` cards."""
-        if len(ranked) <= count:
-            return ranked[:count]
-        if count == 1:
-            best, best_sum = None, None
-            for card in ranked:
-                total = sum(pair_score(card, other) for other in ranked if other is not card)
-                if best_sum is None or total < best_sum:
-                    best, best_sum = card, total
-            return [best]
-        best_combo, best_sum = None, None
-        for n, combo in enumerate(combinations(ranked, count)):
-            if n >= self.max_combinations:
-                break
-            total = sum(pair_score(a, b) for a, b in combinations(combo, 2))
-            # combinations() yields in rank order, so the first maximum wins ties.
-            if best_sum is None or total > best_sum:
-                best_combo, best_sum = combo, total
-        return list(best_combo)
+if TYPE_CHECKING:
+    # mypy holds each registered class to the protocol (kube-scheduler's `var _ FilterPlugin = &Fit{}`).
+    _filters: tuple[type[Filter], ...] = (MutexFilter, NumaBindFilter, TopologyFilter)
 
 
-FILTERS = {cls.name: cls() for cls in (MutexFilter, TopologyFilter)}
-SORT_KEYS = {cls.name: cls() for cls in (BinpackKey, SpreadKey, NumaKey)}
+def chain_names() -> tuple[str, ...]:
+    """The names a chain may hold: sort keys, then the filters named in chains."""
+    return (*SORT_KEYS, *(name for name, f in FILTERS.items() if f.in_chain))
 
 
-def _compare_with(keys):
-    def compare(a, b) -> int:
+def _compare_with(keys: Sequence[SortKey]):
+    def compare(a: Ranked, b: Ranked) -> int:
         for key in keys:
             va, vb = key.value(a), key.value(b)
             if abs(va - vb) >= TOLERANCE:
@@ -115,7 +256,10 @@ def _compare_with(keys):
     return cmp_to_key(compare)
 
 
-def rank(cards: list, keys: tuple[str, ...]) -> list:
+RankedT = TypeVar("RankedT", bound=Ranked)
+
+
+def rank(cards: Sequence[RankedT], keys: tuple[str, ...]) -> list[RankedT]:
     """Sort cards by the chain's keys in order, then by index; values within 1e-9 are equal.
 
     Sorting on exact values is fast and right unless two values differ by less than the
@@ -133,7 +277,7 @@ def rank(cards: list, keys: tuple[str, ...]) -> list:
     return ranked
 
 
-def ranking_order(cards: list, keys: tuple[str, ...]) -> tuple[list, list[str | None]]:
+def ranking_order(cards: Sequence[RankedT], keys: tuple[str, ...]) -> tuple[list[RankedT], list[str | None]]:
     """`rank`, plus for each card the name of the key that put it after its predecessor
     ("index" when every key tied; None for the first). Used to explain the chosen node."""
     key_objects = [SORT_KEYS[name] for name in keys]

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .encoding import encode_allocation
+from .errors import NO_GPU
+
+if TYPE_CHECKING:
+    from .fit import NodeFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,9 @@ class CardVerdict:
 
 @dataclass(slots=True)
 class ContainerPlacement:
+    """One app container of a scheduled pod: the vGPUs it got, and every card of the chosen
+    node as the chain saw them for it (ranked eligible cards first, then the removed ones)."""
+
     name: str
     devices: list[DeviceGrant] = field(default_factory=list)
     cards: list[CardVerdict] = field(default_factory=list)
@@ -73,7 +81,9 @@ SCHEDULED, PENDING, REJECTED = "scheduled", "pending", "rejected"
 @dataclass(slots=True)
 class Decision:
     """Where a pod goes and why. `node_ranking` is in policy order (best first);
-    `failed_nodes` is sorted by node name; `reasons` sums each reason over the failed nodes.
+    `node_failures` is sorted by node name, each node's failure as data (`fit.NodeFailure`);
+    `reasons` sums each reason over the failed nodes. A rejected pod has `error`, the
+    `error_field` at fault and, where callers act on its kind, an `error_code`.
     """
 
     name: str
@@ -83,11 +93,22 @@ class Decision:
     containers: list[ContainerPlacement] = field(default_factory=list)
     policy: dict | None = None
     node_ranking: list[tuple[str, float]] = field(default_factory=list)
-    failed_nodes: list[tuple[str, str]] = field(default_factory=list)
+    node_failures: list[tuple[str, NodeFailure]] = field(default_factory=list)
     reasons: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     error_field: str | None = None
+    error_code: str | None = None
     duration_ms: float = 0.0
+
+    @property
+    def failed_nodes(self) -> list[tuple[str, str]]:
+        """(node, `N/M Reason, ...`) per failed node, by node name."""
+        return [(name, failure.text) for name, failure in self.node_failures]
+
+    @property
+    def asks_no_gpu(self) -> bool:
+        """SPEC 2: a pod asking no GPU is rejected for good; other invalid pods wait for a fixed spec."""
+        return self.error_code == NO_GPU
 
     @property
     def allocated(self) -> str | None:
@@ -108,16 +129,22 @@ class Decision:
             return self.error or "rejected"
         if self.status == SCHEDULED:
             return f"scheduled on {self.node}"
-        total = len(self.failed_nodes)
+        total = len(self.node_failures)
         if not total:
             return "0/0 nodes are available: no GPU nodes"
         summary = ", ".join(f"{n} {reason}" for reason, n in sorted(self.reasons.items()))
         return f"0/{total} nodes are available: {summary}"
 
     def as_dict(self, top: int | None = None) -> dict:
-        """The pod object of SPEC 9's output. `top` keeps the K best node scores and K failed nodes."""
+        """The pod object of SPEC 9's output. `top` keeps the K best node scores and K failed nodes.
+
+        Beyond SPEC 9's fields: `failed_reasons`, each failed node's failure as data
+        (`{node: {"cards": M, "reasons": {code: N}}}`, the nodes of `failed_nodes`), and
+        `node_order`, the entries of `node_scores` as `[[node, score], ...]` in policy order
+        (a JSON object may lose its key order where it is stored, e.g. PostgreSQL JSONB).
+        """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
-        failed = self.failed_nodes if top is None else self.failed_nodes[:top]
+        failed = self.node_failures if top is None else self.node_failures[:top]
         return {
             "name": self.name,
             "namespace": self.namespace,
@@ -126,10 +153,14 @@ class Decision:
             "containers": [c.as_dict() for c in self.containers] if self.status == SCHEDULED else [],
             "allocated": self.allocated,
             "node_scores": {name: round(score, 6) for name, score in ranking},
-            "failed_nodes": dict(failed),
+            "failed_nodes": {name: failure.text for name, failure in failed},
             "nodes_fit": len(self.node_ranking),
-            "nodes_failed": len(self.failed_nodes),
+            "nodes_failed": len(self.node_failures),
             "reasons": dict(sorted(self.reasons.items())),
             "policy": self.policy,
             "error": self.error,
+            "failed_reasons": {
+                name: {"cards": failure.cards, "reasons": dict(failure.reasons)} for name, failure in failed
+            },
+            "node_order": [[name, round(score, 6)] for name, score in ranking],
         }

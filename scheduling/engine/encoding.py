@@ -1,17 +1,90 @@
-"""SPEC 8: the one place that encodes and decodes HAMi's annotation strings."""
+"""SPEC 8: the one place that encodes and decodes HAMi's annotation strings.
+
+What a placement writes on the pod (`placement_annotations`), the allocation string, the
+node inventory (`hami.io/node-nvidia-register`) and pair scores (`hami.io/node-nvidia-score`),
+and the two shapes pair scores take: a map from unordered UUID pair to score (what the
+engine reads) and per card `{other uuid: score}` (what a card row or a scenario lists).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .errors import ScenarioError
 
+#: The vendor in the allocation strings, and the type of a card that names none (SPEC 1).
 VENDOR = "NVIDIA"
+
+#: Pod annotations a placement writes (SPEC 8).
+NODE = "hami.io/vgpu-node"
+TIME = "hami.io/vgpu-time"
+TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+ALLOCATED = "hami.io/vgpu-devices-allocated"
+BIND_PHASE = "hami.io/bind-phase"
+BIND_TIME = "hami.io/bind-time"
+
 #: The largest number an inventory may carry (capacities, NUMA, index, pair scores): they are
 #: stored as 32-bit integers, and anything larger is a typo or an attack, refused naming it.
 LARGEST = 2**31 - 1
+
+
+def placement_annotations(
+    node: str, allocated: str, placed_at: float | None, phase: str, now: float
+) -> dict[str, str]:
+    """The six pod annotations of a placement (SPEC 8), as HAMi's device plugin reads them.
+
+    `vgpu-time` is when the pod was scheduled (`placed_at`, or `now` when unknown), in whole
+    seconds. `bind-time` is `now`, the time of this write: the device plugin reads it as when
+    the bind happened and gives up on a pod left `allocating` for too long after it, so a
+    placement bound (or re-bound) later than it was scheduled must not look stale at once.
+    Both devices annotations carry the allocation string (`encode_allocation`).
+    """
+    return {
+        NODE: node,
+        TIME: str(int(now if placed_at is None else placed_at)),
+        TO_ALLOCATE: allocated,
+        ALLOCATED: allocated,
+        BIND_PHASE: phase,
+        BIND_TIME: str(int(now)),
+    }
+
+
+def links_to_pairs(cards: Iterable[tuple[str, Mapping]]) -> dict[frozenset, int]:
+    """Per-card `{other uuid: score}` lists as one map from unordered UUID pair to score.
+
+    A pair given on one side only counts for both; given on both sides with different values,
+    the higher wins, so a half-updated report cannot make a pair look worse than it is. A card's
+    score to itself, booleans and anything not a number are left out; scores are whole numbers,
+    and a pair never scores below 0.
+    """
+    pairs: dict[frozenset, int] = {}
+    for uuid, row in cards:
+        for other, score in (row or {}).items():
+            if other == uuid or isinstance(score, bool) or not isinstance(score, int | float):
+                continue
+            pair = frozenset((uuid, other))
+            pairs[pair] = max(pairs.get(pair, 0), int(score))
+    return pairs
+
+
+def pairs_to_links(uuids: Iterable[str], pairs: Mapping[frozenset, int]) -> dict[str, dict[str, int]]:
+    """The inverse of `links_to_pairs`: for each of `uuids`, `{other uuid: score}`, both ways.
+
+    Pairs that name a card outside `uuids` (or only one card) are left out, so passing a
+    node's cards, or the cards whose report is accepted, keeps only pairs between them.
+    """
+    links: dict[str, dict[str, int]] = {uuid: {} for uuid in uuids}
+    for pair, score in pairs.items():
+        if len(pair) != 2:
+            continue
+        first, second = sorted(pair)
+        if first in links and second in links:
+            links[first][second] = score
+            links[second][first] = score
+    return links
 
 
 def encode_allocation(containers: list[list[tuple[str, int, int]]]) -> str:
@@ -111,7 +184,7 @@ def decode_node_register(value: str) -> list[RegisteredCard]:
 
 def decode_node_scores(value: str) -> dict[frozenset, int]:
     """`hami.io/node-nvidia-score`: JSON pair scores, either `{uuid: {uuid: score}}` or
-    a list of `{"uuid": ..., "score": {uuid: score}}` entries."""
+    a list of `{"uuid": ..., "score": {uuid: score}}` entries, as `links_to_pairs` keys them."""
     where = "hami.io/node-nvidia-score"
     try:
         raw = json.loads(value) if value else {}
@@ -128,7 +201,6 @@ def decode_node_scores(value: str) -> dict[frozenset, int]:
         raw = pairs
     if not isinstance(raw, dict):
         raise ScenarioError(where, "expected an object of pair scores")
-    links: dict[frozenset, int] = {}
     for a, row in raw.items():
         if not isinstance(row, dict):
             raise ScenarioError(f"{where}.{a}", "expected an object of scores")
@@ -140,6 +212,4 @@ def decode_node_scores(value: str) -> dict[frozenset, int]:
                 raise ScenarioError(
                     f"{where}.{a}.{b}", f"score must be a finite number up to {LARGEST}, got {shown}"
                 )
-            if a != b:
-                links[frozenset((a, b))] = int(score)
-    return links
+    return links_to_pairs(raw.items())

@@ -1,10 +1,15 @@
-"""Inputs of the engine: the cluster snapshot, the cluster config and the pod."""
+"""SPEC 1: inputs of the engine: the cluster snapshot, the cluster config and the pod.
+
+`Card` holds the only card defaults (slots 10, cores 100, type NVIDIA, NUMA 0, healthy);
+`CARD_DEFAULTS` reads them for whoever fills in a card that does not name them.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
-VENDOR = "NVIDIA"
+from .encoding import VENDOR, pairs_to_links
+
 CORDON_ANNOTATION = "hami.io/device-cordon"
 
 
@@ -33,6 +38,12 @@ class Card:
     used_cores: int = 0
 
 
+#: What a card that names none of these gets (SPEC 1, SPEC 9), read off `Card` itself.
+CARD_DEFAULTS: dict[str, object] = {
+    f.name: f.default for f in fields(Card) if f.name in ("slots", "cores", "numa", "health", "type")
+}
+
+
 @dataclass(slots=True)
 class Node:
     """A machine with cards. `links` maps an unordered UUID pair to its pair score (SPEC 6.8).
@@ -50,16 +61,15 @@ class Node:
     version: int = 0
     pair_matrix: list[list[int]] = field(default_factory=list, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.cards.sort(key=lambda card: card.index)
         cordoned = cordoned_uuids(self.annotations)
         for card in self.cards:
             if card.uuid in cordoned:
                 card.cordoned = True
         uuids = [card.uuid for card in self.cards]
-        self.pair_matrix = [
-            [self.links.get(frozenset((a, b)), 0) if a != b else 0 for b in uuids] for a in uuids
-        ]
+        rows = pairs_to_links(uuids, self.links)
+        self.pair_matrix = [[rows[a].get(b, 0) for b in uuids] for a in uuids]
 
     def pair_score(self, a: str, b: str) -> int:
         return self.links.get(frozenset((a, b)), 0)
@@ -74,7 +84,7 @@ class Cluster:
 
     nodes: list[Node] = field(default_factory=list)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.nodes.sort(key=lambda node: node.name)
         self.by_name = {node.name: node for node in self.nodes}
 

@@ -39,7 +39,7 @@ def _as_int(value, where: str, what: str, label: str) -> int:
     raise PodInvalid(where, f"{label}: must be {what}, got {value!r}")
 
 
-def _lookup(resources: dict, where: str) -> dict[str, tuple[object, str]]:
+def _lookup(resources: object, where: str) -> dict[str, tuple[object, str]]:
     """Each known resource from limits, else requests, with the path it came from."""
     if resources is None:
         resources = {}

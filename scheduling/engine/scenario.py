@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
+from .encoding import links_to_pairs
 from .errors import ScenarioError
-from .model import VENDOR, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults
+from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults
 from .scheduler import Scheduler
 
-CARD_DEFAULTS = {"slots": 10, "cores": 100, "numa": 0, "health": True, "type": VENDOR}
 #: The largest integer a scenario may carry: beyond 64 bits (1e300 is a whole float) a number
 #: is a typo or an attack, and would overflow whatever stores it. Where the database keeps a
 #: card's numbers in 32 bits, its writers bound them tighter (the agent report, the register).
@@ -70,7 +72,7 @@ def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
     card_type = raw.get("type", CARD_DEFAULTS["type"])
     if not isinstance(card_type, str):
         raise ScenarioError(f"{where}.type", f"must be a string, got {card_type!r}")
-    health = raw.get("health", True)
+    health = raw.get("health", CARD_DEFAULTS["health"])
     if not isinstance(health, bool):
         raise ScenarioError(f"{where}.health", f"must be true or false, got {health!r}")
     cordoned = raw.get("cordoned", False)
@@ -82,9 +84,9 @@ def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
         index=_int(raw.get("index", position), f"{where}.index"),
         memory=_int(raw["memory"], f"{where}.memory"),
         type=card_type,
-        slots=_int(raw.get("slots", 10), f"{where}.slots"),
-        cores=_int(raw.get("cores", 100), f"{where}.cores"),
-        numa=_int(raw.get("numa", 0), f"{where}.numa", minimum=None),
+        slots=_int(raw.get("slots", CARD_DEFAULTS["slots"]), f"{where}.slots"),
+        cores=_int(raw.get("cores", CARD_DEFAULTS["cores"]), f"{where}.cores"),
+        numa=_int(raw.get("numa", CARD_DEFAULTS["numa"]), f"{where}.numa", minimum=None),
         health=health,
         cordoned=cordoned,
         mode=mode if isinstance(mode, str) else "",
@@ -110,7 +112,8 @@ def parse_node(raw, where: str) -> Node:
     if not isinstance(devices, list):
         raise ScenarioError(f"{where}.devices", "must be a list of cards")
     cards: list[Card] = []
-    links: dict[frozenset, int] = {}
+    given: list[tuple[str, dict]] = []
+    agreed: dict[frozenset, int] = {}  # each pair's score as first given, to check the other side
     seen_index: dict[int, int] = {}
     uuids = set()
     for position, raw_card in enumerate(devices):
@@ -123,15 +126,14 @@ def parse_node(raw, where: str) -> Node:
         seen_index[card.index] = position
         uuids.add(card.uuid)
         cards.append(card)
+        given.append((card.uuid, card_links))
         for other, score in card_links.items():
-            pair = frozenset((card.uuid, other))
-            if pair in links and links[pair] != score:
+            first = agreed.setdefault(frozenset((card.uuid, other)), score)
+            if first != score:
                 raise ScenarioError(
-                    f"{card_where}.links.{other}",
-                    f"{score} disagrees with {links[pair]} given on {other}",
+                    f"{card_where}.links.{other}", f"{score} disagrees with {first} given on {other}"
                 )
-            links[pair] = score
-    for pair in links:
+    for pair in agreed:
         for uuid in pair:
             if uuid not in uuids:
                 raise ScenarioError(
@@ -146,7 +148,7 @@ def parse_node(raw, where: str) -> Node:
         annotations=_strings(raw.get("annotations"), f"{where}.annotations"),
         labels=_strings(raw.get("labels"), f"{where}.labels"),
         ready=ready,
-        links=links,
+        links=links_to_pairs(given),
     )
 
 
@@ -219,6 +221,29 @@ def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
     return Cluster(nodes), config, pods
 
 
+def _json_error(where: str, exc: json.JSONDecodeError) -> ScenarioError:
+    return ScenarioError(where, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}")
+
+
+def _yaml_at(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
+def read_scenario_text(text: str, where: str = "scenario"):
+    """A scenario as JSON, or YAML when it is not JSON (pasted text has no extension).
+    Raises ScenarioError saying where."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if text.lstrip().startswith(("{", "[")):
+            raise _json_error(where, exc) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(where, f"neither JSON nor valid YAML{_yaml_at(exc)}") from None
+
+
 def load_scenario_file(path: str | Path):
     """Read JSON, or YAML by extension. Raises ScenarioError for unreadable or malformed files."""
     path = Path(path)
@@ -227,21 +252,15 @@ def load_scenario_file(path: str | Path):
     except OSError as exc:
         raise ScenarioError(str(path), f"cannot read: {exc.strerror}") from None
     if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ScenarioError(str(path), f"not valid YAML{at}") from None
+            raise ScenarioError(str(path), f"not valid YAML{_yaml_at(exc)}") from None
     else:
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ScenarioError(
-                str(path), f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-            ) from None
+            raise _json_error(str(path), exc) from None
     return parse_scenario(raw)
 
 

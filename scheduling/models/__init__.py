@@ -4,10 +4,22 @@ Usage of a card is what its active allocations hold; `Card.used_*` are counters 
 equal to that sum, written only in the transaction that writes the allocations.
 """
 
-from .cluster import Card, Node
+from .cluster import INT32_MAX, Card, CardUsage, Node
 from .config import SchedulerConfig
 from .events import Event, record_event
 from .history import Cycle, Decision
 from .pods import Allocation, Pod
 
-__all__ = ["Allocation", "Card", "Cycle", "Decision", "Event", "Node", "Pod", "SchedulerConfig", "record_event"]
+__all__ = [
+    "INT32_MAX",
+    "Allocation",
+    "Card",
+    "CardUsage",
+    "Cycle",
+    "Decision",
+    "Event",
+    "Node",
+    "Pod",
+    "SchedulerConfig",
+    "record_event",
+]

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from django.db import models
 from django.db.models import F, Q
+
+#: The largest number the integer columns hold (capacities, counters, priority).
+INT32_MAX = 2**31 - 1
 
 
 class Node(models.Model):
@@ -24,6 +30,11 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def usage(self) -> CardUsage:
+        """What the node's present cards hold against their capacity (reads the prefetched cards)."""
+        return CardUsage.of(card for card in self.cards.all() if card.present)
 
 
 class Card(models.Model):
@@ -50,7 +61,10 @@ class Card(models.Model):
     used_memory = models.IntegerField(default=0)
     used_cores = models.IntegerField(default=0)
     over_capacity = models.CharField(
-        max_length=300, blank=True, default="", db_default="",
+        max_length=300,
+        blank=True,
+        default="",
+        db_default="",
         help_text="set when a report shrank the card under its tenants: which dimension, by how much",
     )
     updated_at = models.DateTimeField(auto_now=True)
@@ -65,6 +79,86 @@ class Card(models.Model):
 
     def __str__(self) -> str:
         return f"{self.uuid} ({self.node_id and self.node.name}#{self.index})"
+
+    @property
+    def usage(self) -> CardUsage:
+        return CardUsage.of([self])
+
+
+@dataclass
+class CardUsage:
+    """Slots, memory and cores held against capacity, summed over some cards: what the API's
+    `usage`, `used` and `free` and the dashboard's bars and heat colours show."""
+
+    slots: int = 0
+    used_slots: int = 0
+    memory: int = 0
+    used_memory: int = 0
+    cores: int = 0
+    used_cores: int = 0
+    cards: int = 0
+
+    @classmethod
+    def of(cls, cards: Iterable[Card]) -> CardUsage:
+        usage = cls()
+        for card in cards:
+            usage.add(card)
+        return usage
+
+    def add(self, card: Card) -> None:
+        self.cards += 1
+        self.slots += card.slots
+        self.used_slots += card.used_slots
+        self.memory += card.memory
+        self.used_memory += card.used_memory
+        self.cores += card.cores
+        self.used_cores += card.used_cores
+
+    @property
+    def used(self) -> dict[str, int]:
+        return {"slots": self.used_slots, "memory": self.used_memory, "cores": self.used_cores}
+
+    @property
+    def total(self) -> dict[str, int]:
+        return {"slots": self.slots, "memory": self.memory, "cores": self.cores}
+
+    @property
+    def free(self) -> dict[str, int]:
+        """What is left, never below 0 (a card shrunk under its tenants has nothing free)."""
+        return {
+            "slots": max(0, self.slots - self.used_slots),
+            "memory": max(0, self.memory - self.used_memory),
+            "cores": max(0, self.cores - self.used_cores),
+        }
+
+    @property
+    def peak(self) -> float:
+        """The fullest dimension, 0..1: what the heat colour shows."""
+        shares = [
+            used / total
+            for used, total in (
+                (self.used_slots, self.slots),
+                (self.used_memory, self.memory),
+                (self.used_cores, self.cores),
+            )
+            if total
+        ]
+        return max(shares, default=0.0)
+
+
+def over_capacity_text(used_slots, used_memory, used_cores, slots, memory, cores) -> str:
+    """'' when the tenants fit the capacity, else what is held beyond it, per dimension
+    (`Card.over_capacity`)."""
+    parts = [
+        f"{name} {used} held, {capacity} reported"
+        for name, used, capacity in (
+            ("slots", used_slots, slots),
+            ("memory MiB", used_memory, memory),
+            ("cores %", used_cores, cores),
+        )
+        if used > capacity
+    ]
+    return "; ".join(parts)[:300]
 
 
 def overcommitted_cards():

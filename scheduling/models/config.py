@@ -13,12 +13,17 @@ class SchedulerConfig(models.Model):
     """One change of the cluster defaults, with who made it and when. Rows are never edited,
     so the history of policy changes is the table itself."""
 
+    #: The most a resource default may be: a container's share of one card, in percent.
+    MAX_PERCENT = 100
+
     node_scheduler_policy = models.CharField(max_length=16, default="binpack")
     gpu_scheduler_policy = models.CharField(max_length=200, default="spread")
     memory_percentage = models.PositiveSmallIntegerField(
         default=100, help_text="memory share of a container naming neither gpumem nor gpumem-percentage"
     )
-    default_cores = models.PositiveSmallIntegerField(default=0, help_text="cores of a container not naming gpucores")
+    default_cores = models.PositiveSmallIntegerField(
+        default=0, help_text="cores of a container not naming gpucores"
+    )
     exclusive_cores = models.PositiveSmallIntegerField(
         default=100, help_text="cores of a container that wants the whole card"
     )
@@ -57,7 +62,12 @@ class SchedulerConfig(models.Model):
         }
 
     @classmethod
+    def in_force(cls) -> SchedulerConfig | None:
+        """The row in force, or None while the settings' defaults apply."""
+        return cls.objects.order_by("-id").first()
+
+    @classmethod
     def current(cls) -> ClusterConfig:
         """The config in force: the latest row, else the settings' defaults (one query)."""
-        latest = cls.objects.order_by("-id").first()
+        latest = cls.in_force()
         return latest.as_engine() if latest else parse_config(cls.default_raw())

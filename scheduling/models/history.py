@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from scheduling.engine import explain
+
 from .pods import Pod
 
 
@@ -36,7 +38,8 @@ class Cycle(models.Model):
 
 class Decision(models.Model):
     """One attempt at one pod. `payload` is the engine's explanation (SPEC 9 pod object, with
-    the K best node scores and K failed nodes; counts and `reasons` are always complete)."""
+    the K best node scores and K failed nodes; counts and `reasons` are always complete).
+    Read it through `scheduling.engine.explain`, as every face does."""
 
     SCHEDULED = "scheduled"
     PENDING = "pending"
@@ -50,7 +53,9 @@ class Decision(models.Model):
     ]
 
     pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="decisions")
-    cycle = models.ForeignKey(Cycle, null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")
+    cycle = models.ForeignKey(
+        Cycle, null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions"
+    )
     outcome = models.CharField(max_length=16, choices=OUTCOMES)
     node = models.CharField(max_length=253, blank=True, default="")
     reason = models.TextField(blank=True, default="")
@@ -73,11 +78,11 @@ class Decision(models.Model):
 
     @property
     def policy(self) -> dict:
-        return self.payload.get("policy") or {}
+        return explain.policy_of(self.payload)
 
     @property
     def chain(self) -> list[str]:
-        return self.policy.get("gpu") or []
+        return explain.chain_of(self.policy)
 
     @property
     def weights(self) -> dict | None:

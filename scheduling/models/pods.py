@@ -2,13 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from django.db import models
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from scheduling.engine import PodSpec
 
 from .cluster import Card, Node
+
+if TYPE_CHECKING:
+    from .history import Decision
+
+
+class PodQuerySet(models.QuerySet):
+    """Reads of pods that the API, the pages and the services share."""
+
+    def with_latest_decision(self) -> PodQuerySet:
+        """Each pod with `latest_decision_id`, the id of its newest decision or None: a subquery
+        on the (pod, -id) index, no query of its own."""
+        from .history import Decision  # history's models point at Pod
+
+        newest = Decision.objects.filter(pod=OuterRef("pk")).order_by("-id").values("id")[:1]
+        return self.annotate(latest_decision_id=Subquery(newest))
+
+    def latest_decisions(self, pods: Iterable[Pod]) -> dict[int, Decision]:
+        """The newest decision of each of `pods` (read `with_latest_decision`), by pod id, in one
+        query whatever their number. Each pod's `latest_decision` is set on the way."""
+        from .history import Decision
+
+        pods = list(pods)
+        ids = [pod.latest_decision_id for pod in pods if pod.latest_decision_id]
+        decisions = {decision.pod_id: decision for decision in Decision.objects.filter(pk__in=ids)}
+        for pod in pods:
+            pod.latest_decision = decisions.get(pod.pk)
+        return decisions
 
 
 class Pod(models.Model):
@@ -55,9 +86,12 @@ class Pod(models.Model):
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
     origin = models.CharField(
-        max_length=16, choices=ORIGINS, default=API, db_default=API,
+        max_length=16,
+        choices=ORIGINS,
+        default=API,
+        db_default=API,
         help_text="who submitted it: extender pods are placed only by kube-scheduler's filter calls",
-    )  # fmt: skip
+    )
     annotations = models.JSONField(default=dict, blank=True)
     containers = models.JSONField(default=list)
     init_containers = models.JSONField(default=list, blank=True)
@@ -78,6 +112,8 @@ class Pod(models.Model):
     spec_hash = models.CharField(max_length=64, blank=True, default="")
     revision = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = PodQuerySet.as_manager()
 
     class Meta:
         ordering = ["-priority", "submitted_at", "id"]
@@ -108,19 +144,16 @@ class Pod(models.Model):
             uid=self.uid,
         )
 
-    def placement_annotations(self) -> dict[str, str]:
-        """SPEC 8: what a binder writes on the Kubernetes pod once it is placed."""
-        if self.status not in self.BOUND or self.node_id is None:
-            return {}
-        stamp = str(int(self.scheduled_at.timestamp())) if self.scheduled_at else ""
-        return {
-            "hami.io/vgpu-node": self.node.name,
-            "hami.io/vgpu-time": stamp,
-            "hami.io/vgpu-devices-to-allocate": self.allocated,
-            "hami.io/vgpu-devices-allocated": self.allocated,
-            "hami.io/bind-phase": "allocating" if self.status == self.SCHEDULED else "success",
-            "hami.io/bind-time": stamp,
-        }
+    @classmethod
+    def split_key(cls, key: str) -> tuple[str, str]:
+        """`NAMESPACE/NAME` as (namespace, name); a bare NAME is in namespace `default`."""
+        namespace, _, name = key.rpartition("/")
+        return namespace or "default", name
+
+    @cached_property
+    def latest_decision(self) -> Decision | None:
+        """The newest decision (one query; none when read through `Pod.objects.latest_decisions`)."""
+        return self.decisions.order_by("-id").first()
 
 
 class Allocation(models.Model):

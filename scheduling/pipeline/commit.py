@@ -18,25 +18,36 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
+from scheduling.engine.fit import check_card
 from scheduling.engine.model import cordoned_uuids
-from scheduling.engine.scheduler import check_card
 
 from ..dbretry import retry_on_conflict
 from ..models import Allocation, Card, Cycle, Decision, Pod
-from .cycle import Attempt, CyclePlan, CycleReport
 from .observe import record_commit
 from .options import option
+from .plan import Attempt, CyclePlan, CycleReport
 
 POD_FIELDS = [
-    "status", "node_id", "scheduled_at", "attempts", "reason", "error", "error_field", "parked",
-    "next_attempt_at", "allocated", "revision", "updated_at",
-]  # fmt: skip
+    "status",
+    "node_id",
+    "scheduled_at",
+    "attempts",
+    "reason",
+    "error",
+    "error_field",
+    "parked",
+    "next_attempt_at",
+    "allocated",
+    "revision",
+    "updated_at",
+]
 COUNTERS = ["used_slots", "used_memory", "used_cores"]
 
 
@@ -61,19 +72,60 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
         .filter(pk__in=pks)
         .order_by("pk")
         .values_list(
-            "pk", "uuid", "index", "type", "slots", "memory", "cores", "numa", "health", "mode", "cordoned",
-            "present", "used_slots", "used_memory", "used_cores", "node__name", "node__ready",
+            "pk",
+            "uuid",
+            "index",
+            "type",
+            "slots",
+            "memory",
+            "cores",
+            "numa",
+            "health",
+            "mode",
+            "cordoned",
+            "present",
+            "used_slots",
+            "used_memory",
+            "used_cores",
+            "node__name",
+            "node__ready",
             "node__annotations",
-        )  # fmt: skip
+        )
     )
     cards = {}
-    for (pk, uuid, index, card_type, slots, memory, cores, numa, health, mode, cordoned, present,
-         used_slots, used_memory, used_cores, node, ready, node_annotations) in rows:  # fmt: skip
+    for (
+        pk,
+        uuid,
+        index,
+        card_type,
+        slots,
+        memory,
+        cores,
+        numa,
+        health,
+        mode,
+        cordoned,
+        present,
+        used_slots,
+        used_memory,
+        used_cores,
+        node,
+        ready,
+        node_annotations,
+    ) in rows:
         cordoned = cordoned or uuid in cordoned_uuids(node_annotations)
         engine = EngineCard(
-            uuid=uuid, index=index, memory=memory, type=card_type, slots=slots, cores=cores, numa=numa,
-            health=health, cordoned=cordoned, mode=mode,
-        )  # fmt: skip
+            uuid=uuid,
+            index=index,
+            memory=memory,
+            type=card_type,
+            slots=slots,
+            cores=cores,
+            numa=numa,
+            health=health,
+            cordoned=cordoned,
+            mode=mode,
+        )
         cards[uuid] = LockedCard(pk, engine, present, node, ready, [used_slots, used_memory, used_cores])
     return cards
 
@@ -81,6 +133,8 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
 def recheck(attempt: Attempt, cards: dict[str, LockedCard], added: dict[int, list[int]]):
     """This attempt's usage per card pk if it still fits, else (None, why)."""
     decision, parsed = attempt.decision, attempt.parsed
+    if parsed is None:  # only a scheduled decision is re-checked, and the engine parsed its pod
+        return None, "the pod was not parsed"
     mine: dict[int, list[int]] = {}
     for ask, container in zip(parsed.apps, decision.containers, strict=True):
         if ask is None:
@@ -149,11 +203,6 @@ def insert_rows(model, rows: list[dict]) -> None:
         )
 
 
-def asks_no_gpu(decision) -> bool:
-    """SPEC 2: such a pod is rejected for good; other invalid pods wait for a fixed spec."""
-    return decision.error_field == "containers" and "no GPU" in (decision.error or "")
-
-
 def backoff_until(attempts: int, now):
     """Exponential back-off after `attempts` tries, capped; capacity changes cut it short."""
     base, cap = option("BACKOFF_BASE_SECONDS"), option("BACKOFF_MAX_SECONDS")
@@ -175,8 +224,13 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
     commit_started = time.perf_counter()
     now = timezone.now()
     top = option("DECISION_TOP")
-    report = CycleReport(considered=len(plan.attempts), snapshot_ms=plan.snapshot_ms, decide_ms=plan.decide_ms)
-    node_ids = plan.snapshot.node_ids
+    report = CycleReport(
+        considered=len(plan.attempts), snapshot_ms=plan.snapshot_ms, decide_ms=plan.decide_ms
+    )
+    snapshot = plan.snapshot
+    if snapshot is None:  # a plan with attempts was planned on a snapshot (plan_cycle, plan_one)
+        raise ValueError("a plan with attempts needs its snapshot")
+    node_ids = snapshot.node_ids
     with transaction.atomic():
         locked = {
             pk: (status, parked, revision, attempts)
@@ -194,7 +248,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
             attempt.attempts = row[3]
             fresh.append(attempt)
 
-        card_ids = plan.snapshot.card_ids
+        card_ids = snapshot.card_ids
         wanted = sorted(
             {
                 card_ids[device.uuid]
@@ -223,7 +277,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
 
         conflicted = any(outcome == Decision.CONFLICT for _, outcome, _ in outcomes)
         cycle = Cycle.objects.create(
-            started_at=plan.started_at,
+            started_at=plan.started_at or now,
             trigger=plan.trigger[:100],
             worker=plan.worker[:200],
             considered=len(plan.attempts),
@@ -240,31 +294,58 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         allocations, pods, decisions = [], [], []
         for attempt, outcome, why in outcomes:
             decision = attempt.decision
-            pod = {
-                "id": attempt.pod_id, "status": Pod.PENDING, "node_id": None, "scheduled_at": None,
-                "attempts": attempt.attempts + 1, "reason": "", "error": "", "error_field": "", "parked": False,
-                "next_attempt_at": None, "allocated": "", "revision": locked[attempt.pod_id][2] + 1, "updated_at": now,
-            }  # fmt: skip
+            pod: dict[str, Any] = {
+                "id": attempt.pod_id,
+                "status": Pod.PENDING,
+                "node_id": None,
+                "scheduled_at": None,
+                "attempts": attempt.attempts + 1,
+                "reason": "",
+                "error": "",
+                "error_field": "",
+                "parked": False,
+                "next_attempt_at": None,
+                "allocated": "",
+                "revision": locked[attempt.pod_id][2] + 1,
+                "updated_at": now,
+            }
             payload = decision.as_dict(top=top)
-            if outcome == SCHEDULED:
-                pod.update(status=Pod.SCHEDULED, node_id=node_ids[decision.node], scheduled_at=now,
-                           allocated=decision.allocated, reason=decision.reason_text())  # fmt: skip
+            if outcome == SCHEDULED and decision.node is not None:
+                pod.update(
+                    status=Pod.SCHEDULED,
+                    node_id=node_ids[decision.node],
+                    scheduled_at=now,
+                    allocated=decision.allocated,
+                    reason=decision.reason_text(),
+                )
                 for index, container in enumerate(decision.containers):
                     for device in container.devices:
-                        allocations.append({
-                            "pod_id": attempt.pod_id, "container_index": index, "container_name": container.name[:253],
-                            "card_id": cards[device.uuid].pk, "memory": device.memory, "cores": device.cores,
-                            "active": True, "created_at": now, "released_at": None,
-                        })  # fmt: skip
-                report.placed.append((attempt.key, decision.node, decision.allocated))
+                        allocations.append(
+                            {
+                                "pod_id": attempt.pod_id,
+                                "container_index": index,
+                                "container_name": container.name[:253],
+                                "card_id": cards[device.uuid].pk,
+                                "memory": device.memory,
+                                "cores": device.cores,
+                                "active": True,
+                                "created_at": now,
+                                "released_at": None,
+                            }
+                        )
+                report.placed.append((attempt.key, decision.node, decision.allocated or ""))
             elif outcome == Decision.CONFLICT:
                 pod["reason"] = f"placement on {decision.node} lost a race ({why}); retrying"
                 payload["conflict"] = why
                 report.conflicts.append((attempt.key, why))
             elif outcome == REJECTED:
-                pod.update(status=Pod.REJECTED if asks_no_gpu(decision) else Pod.PENDING, parked=True,
-                           error=decision.error or "", error_field=(decision.error_field or "")[:300],
-                           reason=decision.reason_text())  # fmt: skip
+                pod.update(
+                    status=Pod.REJECTED if decision.asks_no_gpu else Pod.PENDING,
+                    parked=True,
+                    error=decision.error or "",
+                    error_field=(decision.error_field or "")[:300],
+                    reason=decision.reason_text(),
+                )
                 report.rejected.append((attempt.key, pod["error"]))
             else:
                 pod["reason"] = decision.reason_text()
@@ -272,11 +353,19 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                     pod["next_attempt_at"] = backoff_until(pod["attempts"], now)
                 report.pending.append((attempt.key, pod["reason"]))
             pods.append(pod)
-            decisions.append({
-                "pod_id": attempt.pod_id, "cycle_id": cycle.pk, "outcome": outcome, "node": decision.node or "",
-                "reason": pod["reason"], "error": decision.error or "", "payload": payload,
-                "duration_ms": decision.duration_ms, "created_at": now,
-            })  # fmt: skip
+            decisions.append(
+                {
+                    "pod_id": attempt.pod_id,
+                    "cycle_id": cycle.pk,
+                    "outcome": outcome,
+                    "node": decision.node or "",
+                    "reason": pod["reason"],
+                    "error": decision.error or "",
+                    "payload": payload,
+                    "duration_ms": decision.duration_ms,
+                    "created_at": now,
+                }
+            )
 
         insert_rows(Allocation, allocations)
         pause_for_fault_test()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
 
@@ -9,7 +11,7 @@ from ..models import Card
 from ..models.cluster import overcommitted_cards
 
 
-def counter_drift() -> list[dict]:
+def counter_drift() -> list[dict[str, Any]]:
     """Cards whose `used_*` differ from the sum of their active allocations (should be none)."""
     active = Q(allocations__active=True)
     cards = Card.objects.annotate(
@@ -18,7 +20,7 @@ def counter_drift() -> list[dict]:
         held_cores=Coalesce(Sum("allocations__cores", filter=active), 0),
     ).values("uuid", "used_slots", "used_memory", "used_cores", "held_slots", "held_memory", "held_cores")
     return [
-        card
+        dict(card)
         for card in cards
         if (card["used_slots"], card["used_memory"], card["used_cores"])
         != (card["held_slots"], card["held_memory"], card["held_cores"])

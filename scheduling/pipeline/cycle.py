@@ -1,77 +1,29 @@
-"""A scheduling cycle: one snapshot, the engine over many pods in memory, one commit.
+"""Planning a cycle: one snapshot, the engine over many pods in memory; nothing written.
 
 Planning reads and writes nothing but memory (after four queries), so it can take its
-time without holding a lock; the commit (pipeline.commit) re-checks what it places.
+time without holding a lock; the commit (`pipeline.commit`) re-checks what it places and
+`pipeline.flight.run_cycle` runs the two. `plan_one` is the same for one pod among given
+nodes (kube-scheduler's extender filter).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-from dataclasses import dataclass, field
 
 from django.utils import timezone
 
+from scheduling.engine import Cluster, PodSpec, Scheduler
 from scheduling.engine import Decision as EngineDecision
-from scheduling.engine import PodSpec, Scheduler
+from scheduling.engine import Node as EngineNode
 from scheduling.engine.decision import REJECTED
-from scheduling.engine.scheduler import ParsedPod, describe_policy
+from scheduling.engine.pod import describe_policy
 
-from ..snapshot import Snapshot, due_pods, load_snapshot
 from .options import option
+from .plan import Attempt, CyclePlan, worker_name
+from .snapshot import Snapshot, due_pods, load_snapshot
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Attempt:
-    """One pod decided in this cycle, with what the commit needs to check and write it."""
-
-    pod_id: int
-    key: str
-    revision: int
-    attempts: int
-    decision: EngineDecision
-    parsed: ParsedPod | None = None
-
-
-@dataclass
-class CyclePlan:
-    """What a cycle decided in memory, not yet written."""
-
-    snapshot: Snapshot | None
-    attempts: list[Attempt]
-    trigger: str = ""
-    worker: str = ""
-    started_at: object = None
-    started: float = 0.0
-    snapshot_ms: float = 0.0
-    decide_ms: float = 0.0
-    full: bool = False  # the queue had at least `limit` due pods: more may be waiting
-
-
-@dataclass
-class CycleReport:
-    """What a committed cycle did, for commands, logs and tests."""
-
-    cycle_id: int | None = None
-    considered: int = 0
-    placed: list[tuple[str, str, str]] = field(default_factory=list)  # (pod, node, allocated)
-    pending: list[tuple[str, str]] = field(default_factory=list)  # (pod, reason)
-    rejected: list[tuple[str, str]] = field(default_factory=list)  # (pod, error)
-    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
-    skipped: list[str] = field(default_factory=list)  # changed since the snapshot
-    more: bool = False  # worth running another cycle now
-    snapshot_ms: float = 0.0
-    decide_ms: float = 0.0
-    commit_ms: float = 0.0
-    duration_ms: float = 0.0
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def unexpected_failure(spec: PodSpec, config, exc: Exception) -> EngineDecision:
@@ -100,9 +52,13 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     attempts = []
     for pod_id, namespace, name, uid, pod_annotations, containers, inits, revision, tries in rows:
         spec = PodSpec(
-            name=name, namespace=namespace, annotations=pod_annotations, containers=containers,
-            init_containers=inits, uid=uid,
-        )  # fmt: skip
+            name=name,
+            namespace=namespace,
+            annotations=pod_annotations,
+            containers=containers,
+            init_containers=inits,
+            uid=uid,
+        )
         try:
             decision, parsed = scheduler.decide_parsed(spec)
             scheduler.assume(decision)
@@ -124,11 +80,28 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     )
 
 
-def run_cycle(trigger: str = "", worker: str = "", limit: int | None = None) -> CycleReport:
-    """Plan and commit one cycle. Cheap (one query) when nothing is due."""
-    from .commit import commit_plan
+def restricted(snapshot: Snapshot, names: list[str]) -> Cluster:
+    """The snapshot's nodes among `names`; a name hamiadmin does not know is a node without cards."""
+    known = snapshot.cluster.by_name
+    return Cluster([known[name] if name in known else EngineNode(name=name) for name in dict.fromkeys(names)])
 
-    plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
-    if not plan.attempts:
-        return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
-    return commit_plan(plan)
+
+def plan_one(row, names: list[str], trigger: str = "extender filter") -> CyclePlan:
+    """A one-pod plan: `row` (a Pod) decided among the nodes `names` only, on a fresh snapshot."""
+    started = time.perf_counter()
+    snapshot = load_snapshot()
+    scheduler = Scheduler(restricted(snapshot, names), snapshot.config)
+    spec = row.as_spec()
+    try:
+        decision, parsed = scheduler.decide_parsed(spec)
+    except Exception as exc:  # noqa: BLE001 - one odd pod must not fail the request
+        log.exception("deciding %s failed", row.key)
+        decision, parsed = unexpected_failure(spec, snapshot.config, exc), None
+    return CyclePlan(
+        snapshot=snapshot,
+        attempts=[Attempt(row.pk, row.key, row.revision, row.attempts, decision, parsed)],
+        trigger=trigger,
+        worker=worker_name(),
+        started_at=timezone.now(),
+        started=started,
+    )

@@ -1,8 +1,9 @@
-"""Running cycles for whoever asked, one at a time across all workers.
+"""Running cycles: `run_cycle` (plan, then commit) and, for whoever asked, one at a time
+across all workers, `run_requested_cycles`.
 
 The holder of the cycle lock keeps running cycles while there is a reason to: the queue
 had more due pods than one cycle takes, a placement lost a race, or someone asked for a
-cycle while this one ran (the request flag, see scheduling.triggers). A caller that cannot
+cycle while this one ran (the request flag, see scheduling.pipeline.triggers). A caller that cannot
 get the lock leaves: the holder sees its request. After releasing, the holder looks at the
 flag once more, so a request made between its last look and the release is not lost.
 """
@@ -10,15 +11,28 @@ flag once more, so a request made between its last look and the release is not l
 from __future__ import annotations
 
 import logging
+import time
 
-from .. import triggers
-from ..locks import cycle_lock
-from .cycle import CycleReport, run_cycle, worker_name
+from . import triggers
+from .commit import commit_plan
+from .cycle import plan_cycle
+from .locks import cycle_lock
+from .plan import CycleReport, worker_name
 
 log = logging.getLogger(__name__)
 
 
-def run_requested_cycles(trigger: str = "requested", worker: str = "", max_cycles: int = 50) -> list[CycleReport]:
+def run_cycle(trigger: str = "", worker: str = "", limit: int | None = None) -> CycleReport:
+    """Plan and commit one cycle. Cheap (one query) when nothing is due."""
+    plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
+    if not plan.attempts:
+        return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
+    return commit_plan(plan)
+
+
+def run_requested_cycles(
+    trigger: str = "requested", worker: str = "", max_cycles: int = 50
+) -> list[CycleReport]:
     """Cycles until nothing more is asked for (or `max_cycles`, a guard against spinning)."""
     worker = worker or worker_name()
     reports: list[CycleReport] = []
@@ -33,9 +47,15 @@ def run_requested_cycles(trigger: str = "requested", worker: str = "", max_cycle
                 if report.considered:
                     log.info(
                         "cycle %s (%s): %d considered, %d placed, %d pending, %d rejected, %d conflicts in %.0f ms",
-                        report.cycle_id, trigger, report.considered, len(report.placed), len(report.pending),
-                        len(report.rejected), len(report.conflicts), report.duration_ms,
-                    )  # fmt: skip
+                        report.cycle_id,
+                        trigger,
+                        report.considered,
+                        len(report.placed),
+                        len(report.pending),
+                        len(report.rejected),
+                        len(report.conflicts),
+                        report.duration_ms,
+                    )
                 trigger = "follow-up"
                 if not (report.more or triggers.take_request()):
                     break

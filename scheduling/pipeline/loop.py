@@ -1,7 +1,7 @@
 """The in-process scheduler: a thread that runs cycles when woken and on a short poll.
 
 Used where no Celery worker runs (`make run`, `manage.py schedule`). Writes in this process
-wake it at once through `scheduling.triggers`; the poll (LOOP_POLL_SECONDS) picks up pods
+wake it at once through `scheduling.pipeline.triggers`; the poll (LOOP_POLL_SECONDS) picks up pods
 submitted or freed by other processes, and housekeeping runs every HOUSEKEEPING_SECONDS.
 """
 
@@ -13,7 +13,8 @@ import time
 
 from django.db import close_old_connections, connection
 
-from .. import triggers
+from scheduling.pipeline import triggers
+
 from .flight import run_requested_cycles
 from .housekeeping import housekeeping
 from .options import option

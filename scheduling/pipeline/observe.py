@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 
-from scheduling import metrics
+from scheduling.engine import explain
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
+from scheduling.ops import metrics
 
 log = logging.getLogger("hamiadmin.decisions")
 
@@ -24,7 +25,7 @@ CONFLICT = "conflict"
 
 
 def attempt_reasons(outcome: str, decision, why: str) -> list[str]:
-    """The reason labels one decision counts under (bounded: see scheduling.metrics)."""
+    """The reason labels one decision counts under (bounded: see scheduling.ops.metrics)."""
     if outcome == SCHEDULED:
         return [metrics.NONE]
     if outcome == PENDING:
@@ -32,9 +33,7 @@ def attempt_reasons(outcome: str, decision, why: str) -> list[str]:
     if outcome == REJECTED:
         if (decision.error or "").startswith("scheduler error:"):  # cycle.unexpected_failure
             return [metrics.SCHEDULER_ERROR]
-        from .commit import asks_no_gpu  # commit imports this module
-
-        if asks_no_gpu(decision):
+        if decision.asks_no_gpu:
             return [metrics.NO_GPU]
         return [metrics.INVALID]
     # conflict: `why` is "<uuid> <code>" when a card check failed, else a sentence
@@ -85,7 +84,7 @@ def log_decision(attempt, outcome: str, why: str, cycle_id) -> None:
         "outcome": outcome,
         "node": node,
         "cards": cards,
-        "chain": list((decision.policy or {}).get("gpu") or []),
+        "chain": explain.chain_of(decision.policy),
         "duration_ms": round(decision.duration_ms, 3),
         "reason": reason,
         "cycle": cycle_id,
@@ -100,9 +99,21 @@ def log_decision(attempt, outcome: str, why: str, cycle_id) -> None:
         for container in decision.containers:
             for card in container.cards:
                 log.debug(
-                    "pod %s on %s, container %s: card %s score %.4f%s", attempt.key, node, container.name,
-                    card.uuid, card.score, "" if card.eligible else f" not eligible ({card.reason})",
-                    extra={"pod": attempt.key, "node": node, "container": container.name, "uuid": card.uuid,
-                           "score": round(card.score, 6), "eligible": card.eligible, "reason": card.reason,
-                           "chosen": card.chosen},
-                )  # fmt: skip
+                    "pod %s on %s, container %s: card %s score %.4f%s",
+                    attempt.key,
+                    node,
+                    container.name,
+                    card.uuid,
+                    card.score,
+                    "" if card.eligible else f" not eligible ({card.reason})",
+                    extra={
+                        "pod": attempt.key,
+                        "node": node,
+                        "container": container.name,
+                        "uuid": card.uuid,
+                        "score": round(card.score, 6),
+                        "eligible": card.eligible,
+                        "reason": card.reason,
+                        "chosen": card.chosen,
+                    },
+                )

@@ -48,9 +48,21 @@ def meter(label, used, total, unit=""):
         '<div class="meter heat-{}" title="{}: {}/{} {} ({}%)" data-label="{}" data-used="{}" data-total="{}">'
         '<span class="meter-label">{}</span><span class="meter-track"><span class="meter-fill" style="width: {}%">'
         '</span></span><span class="meter-value">{}/{}{}</span></div>',
-        heat(share), label, used, total, unit, percent, label, used, total,
-        label, percent, used, total, unit_html,
-    )  # fmt: skip
+        heat(share),
+        label,
+        used,
+        total,
+        unit,
+        percent,
+        label,
+        used,
+        total,
+        label,
+        percent,
+        used,
+        total,
+        unit_html,
+    )
 
 
 @dataclass
@@ -75,11 +87,26 @@ def hbar_chart(rows, unit="", label_width=140, width=520, row_height=22):
     bars = []
     for i, (label, value, *rest) in enumerate(rows):
         highlight = bool(rest[0]) if rest else False
-        bars.append(Bar(label=str(label), value=value, x=label_width, y=i * row_height + 3,
-                        width=max(1.0, plot * abs(value) / top), height=row_height - 6,
-                        highlight=highlight, text=f"{value:.3f}".rstrip("0").rstrip(".")))
-    return {"bars": bars, "width": width, "height": max(row_height, len(bars) * row_height),
-            "label_width": label_width, "unit": unit, "row_height": row_height}
+        bars.append(
+            Bar(
+                label=str(label),
+                value=value,
+                x=label_width,
+                y=i * row_height + 3,
+                width=max(1.0, plot * abs(value) / top),
+                height=row_height - 6,
+                highlight=highlight,
+                text=f"{value:.3f}".rstrip("0").rstrip("."),
+            )
+        )
+    return {
+        "bars": bars,
+        "width": width,
+        "height": max(row_height, len(bars) * row_height),
+        "label_width": label_width,
+        "unit": unit,
+        "row_height": row_height,
+    }
 
 
 @register.inclusion_tag("scheduling/includes/column_chart.html")
@@ -93,13 +120,30 @@ def column_chart(points, title="", unit="", width=720, height=140):
     bars = []
     for i, (label, value) in enumerate(points):
         h = plot_h * (value or 0) / top
-        bars.append(Bar(label=str(label), value=value, x=pad_left + i * step + step * 0.1,
-                        y=8 + plot_h - h, width=max(1.0, step * 0.8), height=h,
-                        text=f"{value:.1f}".rstrip("0").rstrip(".")))
+        bars.append(
+            Bar(
+                label=str(label),
+                value=value,
+                x=pad_left + i * step + step * 0.1,
+                y=8 + plot_h - h,
+                width=max(1.0, step * 0.8),
+                height=h,
+                text=f"{value:.1f}".rstrip("0").rstrip("."),
+            )
+        )
     ticks = [(8 + plot_h * (1 - f), f"{top * f:.1f}".rstrip("0").rstrip(".")) for f in (0, 0.5, 1)]
-    return {"bars": bars, "width": width, "height": height, "title": title, "unit": unit,
-            "ticks": ticks, "pad_left": pad_left, "base": 8 + plot_h,
-            "first": points[0][0] if points else "", "last": points[-1][0] if points else ""}
+    return {
+        "bars": bars,
+        "width": width,
+        "height": height,
+        "title": title,
+        "unit": unit,
+        "ticks": ticks,
+        "pad_left": pad_left,
+        "base": 8 + plot_h,
+        "first": points[0][0] if points else "",
+        "last": points[-1][0] if points else "",
+    }
 
 
 @register.filter

@@ -31,14 +31,23 @@ def run_briefly(env: dict) -> tuple[int, str]:
         key: value for key, value in os.environ.items() if key not in ("LOG_FORMAT", "HAMIADMIN_ENV")
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "agents.nvml", "--simulate", str(ROOT / "deploy/demo/gpu-t4.yaml"),
-         "--api", f"http://127.0.0.1:{closed_port()}", "--interval", "0.1"],
+        [
+            sys.executable,
+            "-m",
+            "agents.nvml",
+            "--simulate",
+            str(ROOT / "deploy/demo/gpu-t4.yaml"),
+            "--api",
+            f"http://127.0.0.1:{closed_port()}",
+            "--interval",
+            "0.1",
+        ],
         cwd=ROOT,
         env={**inherited, "PYTHONPATH": str(ROOT), "HAMIADMIN_AGENT_TOKEN": TOKEN, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
     try:
         time.sleep(1.0)
         process.send_signal(signal.SIGTERM)
@@ -80,8 +89,14 @@ def test_plain_lines_stay_the_default():
 def test_the_agent_imports_no_django():
     """It runs on GPU nodes from the same image but needs nothing of the web application."""
     probe = "import sys, agents.nvml.__main__; print(sorted({m.split('.')[0] for m in sys.modules} & {'django', 'celery'}))"
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

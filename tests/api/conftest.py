@@ -74,7 +74,9 @@ TWO_NODES = {
 def cluster(client_for):
     """node1 (2 x T4) and node2 (2 x T4 + 1 A100), reported by their agents."""
     for name, cards in TWO_NODES.items():
-        answer = client_for(f"agent:{name}").post("/api/v1/agents/report/", report_body(name, *cards), format="json")
+        answer = client_for(f"agent:{name}").post(
+            "/api/v1/agents/report/", report_body(name, *cards), format="json"
+        )
         assert answer.status_code == 200, answer.content
     return TWO_NODES
 

@@ -44,10 +44,16 @@ ENDPOINTS = [
     ("get", "/api/v1/cycles/{cycle}/", "viewer", None),
     ("post", "/api/v1/simulate/", "viewer", SCENARIO),
     ("get", "/api/v1/config/", "viewer", None),
-    ("put", "/api/v1/config/", "admin", {
-        "node_scheduler_policy": "spread", "gpu_scheduler_policy": "binpack",
-        "resources": {"memory_percentage": 100, "cores": 0, "exclusive_cores": 100},
-    }),  # fmt: skip
+    (
+        "put",
+        "/api/v1/config/",
+        "admin",
+        {
+            "node_scheduler_policy": "spread",
+            "gpu_scheduler_policy": "binpack",
+            "resources": {"memory_percentage": 100, "cores": 0, "exclusive_cores": 100},
+        },
+    ),
     ("patch", "/api/v1/config/", "admin", {"gpu_scheduler_policy": "mutex,binpack"}),
 ]
 
@@ -134,7 +140,7 @@ def test_browser_session_works_and_writes_need_the_csrf_token(cluster):
     from django.contrib.auth.models import User
     from rest_framework.test import APIClient
 
-    from scheduling.api.permissions import role_group
+    from scheduling.roles import role_group
 
     user = User.objects.create_user("olga", password="a-long-password-1")
     user.groups.add(role_group("operator"))

@@ -20,7 +20,9 @@ def report(client, body):
 
 def cluster_rows():
     nodes = list(Node.objects.values_list("name", "labels", "annotations").order_by("name"))
-    cards = list(Card.objects.values_list("uuid", "node__name", "memory", "present", "cordoned").order_by("uuid"))
+    cards = list(
+        Card.objects.values_list("uuid", "node__name", "memory", "present", "cordoned").order_by("uuid")
+    )
     return nodes, cards
 
 
@@ -40,7 +42,14 @@ def test_report_upserts_node_and_cards_and_beats_the_heart(client_for):
     assert node.labels == {"zone": "eu-1"} and node.ready and node.last_heartbeat is not None
     b = Card.objects.get(uuid="GPU-b")
     assert (b.node.name, b.index, b.type, b.memory, b.numa, b.health, b.mode, b.links) == (
-        "node1", 1, "NVIDIA-Tesla T4", 15360, 1, False, "hami-core", {"GPU-a": 100}
+        "node1",
+        1,
+        "NVIDIA-Tesla T4",
+        15360,
+        1,
+        False,
+        "hami-core",
+        {"GPU-a": 100},
     )
     first_beat = node.last_heartbeat
     body["devices"][0]["memory"] = 16000
@@ -58,7 +67,9 @@ def test_a_card_missing_from_the_report_is_kept_absent_and_takes_no_pods(client_
     assert answer.status_code == 200 and answer.json()["absent"] == ["GPU-b"]
     gone = Card.objects.get(uuid="GPU-b")
     assert not gone.present and gone.node.name == "node1"
-    operator.post("/api/v1/pods/", gpu_pod("wants-b", annotations={"nvidia.com/use-gpuuuid": "GPU-b"}), format="json")
+    operator.post(
+        "/api/v1/pods/", gpu_pod("wants-b", annotations={"nvidia.com/use-gpuuuid": "GPU-b"}), format="json"
+    )
     run_cycle(trigger="test")
     assert Pod.objects.get(name="wants-b").status == "pending"
     cards = operator.get("/api/v1/cards/?present=false").json()["results"]
@@ -115,7 +126,9 @@ INVALID = [
 ]
 
 
-@pytest.mark.parametrize("change, field", INVALID, ids=[f"{i}-{field}" for i, (_, field) in enumerate(INVALID)])
+@pytest.mark.parametrize(
+    "change, field", INVALID, ids=[f"{i}-{field}" for i, (_, field) in enumerate(INVALID)]
+)
 def test_one_bad_card_refuses_the_whole_report(client_for, change, field):
     agent = client_for("agent:node1")
     good = report_body("node1", t4("GPU-a", 0, links={"GPU-b": 100}), t4("GPU-b", 1), labels={"zone": "a"})

@@ -26,14 +26,24 @@ def test_a_silent_nodes_cards_cannot_be_taken_by_another_agent_and_its_agent_com
     settings.HAMIADMIN = {**settings.HAMIADMIN, "HEARTBEAT_TIMEOUT_SECONDS": 0}
     assert mark_silent_nodes_not_ready() == 1  # node1 is down: the old rule let its cards move
 
-    answer = report(attacker, report_body("node2", t4("GPU-x", 0), t4("GPU-a", 1, links={"GPU-x": 100}),
-                                          t4("GPU-x", 0) | {"uuid": "GPU-y", "index": 2}))  # fmt: skip
+    answer = report(
+        attacker,
+        report_body(
+            "node2",
+            t4("GPU-x", 0),
+            t4("GPU-a", 1, links={"GPU-x": 100}),
+            t4("GPU-x", 0) | {"uuid": "GPU-y", "index": 2},
+        ),
+    )
     assert answer.status_code == 200, answer.content
     refused = answer.json()["refused"]
     assert [(r["field"], r["uuid"]) for r in refused] == [("devices[1].uuid", "GPU-a")]
     assert "belongs to node node1" in refused[0]["message"]
     assert Card.objects.get(uuid="GPU-a").node.name == "node1"
-    assert sorted(Card.objects.filter(node__name="node2").values_list("uuid", flat=True)) == ["GPU-x", "GPU-y"]
+    assert sorted(Card.objects.filter(node__name="node2").values_list("uuid", flat=True)) == [
+        "GPU-x",
+        "GPU-y",
+    ]
     assert Card.objects.get(uuid="GPU-x").links == {}, "no pair score towards a card it does not own"
     event = Event.objects.get(kind=Event.CARD_CLAIM_REFUSED, subject="card/GPU-a")
     assert event.actor == "agent:node2" and event.reason == "ClaimedByAnotherNode"
@@ -45,8 +55,9 @@ def test_a_silent_nodes_cards_cannot_be_taken_by_another_agent_and_its_agent_com
     assert comeback.json()["refused"] == []
     assert Node.objects.get(name="node1").ready
     assert set(Card.objects.filter(node__name="node1", present=True).values_list("uuid", flat=True)) == {
-        "GPU-a", "GPU-b"
-    }  # fmt: skip
+        "GPU-a",
+        "GPU-b",
+    }
 
 
 def test_a_report_that_shrinks_a_card_under_its_tenants_keeps_them_and_marks_the_card(client_for, operator):

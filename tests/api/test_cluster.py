@@ -20,8 +20,11 @@ def results(answer) -> list[dict]:
 
 
 def test_nodes_list_their_cards_and_usage(cluster, operator, viewer):
-    operator.post("/api/v1/pods/", gpu_pod("p", mem=3000, cores=30,
-                  annotations={"nvidia.com/use-gputype": "A100"}), format="json")  # fmt: skip
+    operator.post(
+        "/api/v1/pods/",
+        gpu_pod("p", mem=3000, cores=30, annotations={"nvidia.com/use-gputype": "A100"}),
+        format="json",
+    )
     run_cycle(trigger="test")
     nodes = results(viewer.get("/api/v1/nodes/"))
     assert [n["name"] for n in nodes] == ["node1", "node2"]
@@ -78,14 +81,22 @@ def test_bad_filter_values_are_400_naming_the_filter(viewer, query, field):
 
 @AFTER_COMMIT
 def test_cordon_keeps_new_pods_off_and_tenants_on(cluster, operator):
-    operator.post("/api/v1/pods/", gpu_pod("tenant", mem=1000, annotations={"nvidia.com/use-gpuuuid": "GPU-1-0"}),
-                  format="json")  # fmt: skip
+    operator.post(
+        "/api/v1/pods/",
+        gpu_pod("tenant", mem=1000, annotations={"nvidia.com/use-gpuuuid": "GPU-1-0"}),
+        format="json",
+    )
     run_cycle(trigger="test")
     answer = operator.post("/api/v1/cards/GPU-1-0/cordon/")
     assert answer.status_code == 200 and answer.json()["cordoned"] is True
-    assert answer.json()["tenants"] == [{"pod": "default/tenant", "container": "main", "memory": 1000, "cores": 0}]
-    operator.post("/api/v1/pods/", gpu_pod("newcomer", mem=1000, annotations={"nvidia.com/use-gpuuuid": "GPU-1-0"}),
-                  format="json")  # fmt: skip
+    assert answer.json()["tenants"] == [
+        {"pod": "default/tenant", "container": "main", "memory": 1000, "cores": 0}
+    ]
+    operator.post(
+        "/api/v1/pods/",
+        gpu_pod("newcomer", mem=1000, annotations={"nvidia.com/use-gpuuuid": "GPU-1-0"}),
+        format="json",
+    )
     run_cycle(trigger="test")
     newcomer = operator.get("/api/v1/pods/default/newcomer/").json()
     assert newcomer["status"] == "pending" and "CardCordoned" in newcomer["decision"]["failed_nodes"]["node1"]
@@ -100,16 +111,29 @@ def test_cordon_unknown_card_is_404(operator):
 
 
 def test_allocations_filter_by_node_card_and_namespace(cluster, operator, viewer):
-    operator.post("/api/v1/pods/", gpu_pod("a", "team-a", mem=1000, annotations={"nvidia.com/use-gpuuuid": "GPU-1-0"}),
-                  format="json")  # fmt: skip
-    operator.post("/api/v1/pods/", gpu_pod("b", "team-b", gpu=2, mem=1000,
-                  annotations={"nvidia.com/use-gputype": "T4", "hami.io/node-scheduler-policy": "spread"}),
-                  format="json")  # fmt: skip
+    operator.post(
+        "/api/v1/pods/",
+        gpu_pod("a", "team-a", mem=1000, annotations={"nvidia.com/use-gpuuuid": "GPU-1-0"}),
+        format="json",
+    )
+    operator.post(
+        "/api/v1/pods/",
+        gpu_pod(
+            "b",
+            "team-b",
+            gpu=2,
+            mem=1000,
+            annotations={"nvidia.com/use-gputype": "T4", "hami.io/node-scheduler-policy": "spread"},
+        ),
+        format="json",
+    )
     run_cycle(trigger="test")
     everything = results(viewer.get("/api/v1/allocations/"))
     assert sorted((a["pod"], a["card"]) for a in everything) == [
-        ("team-a/a", "GPU-1-0"), ("team-b/b", "GPU-2-0"), ("team-b/b", "GPU-2-1"),
-    ]  # fmt: skip
+        ("team-a/a", "GPU-1-0"),
+        ("team-b/b", "GPU-2-0"),
+        ("team-b/b", "GPU-2-1"),
+    ]
     assert {a["pod"] for a in results(viewer.get("/api/v1/allocations/?node=node2"))} == {"team-b/b"}
     assert [a["pod"] for a in results(viewer.get("/api/v1/allocations/?card=GPU-1-0"))] == ["team-a/a"]
     assert len(results(viewer.get("/api/v1/allocations/?namespace=team-b"))) == 2

@@ -20,32 +20,65 @@ TOLERANCE = 1e-3
 
 
 def t4(uuid, index, numa, links):
-    return {"uuid": uuid, "index": index, "type": "NVIDIA-Tesla T4", "memory": 15360, "numa": numa, "links": links}
+    return {
+        "uuid": uuid,
+        "index": index,
+        "type": "NVIDIA-Tesla T4",
+        "memory": 15360,
+        "numa": numa,
+        "links": links,
+    }
 
 
 def a100(uuid, index):
-    return {"uuid": uuid, "index": index, "type": "NVIDIA-A100-SXM4-40GB", "memory": 40960, "slots": 4, "numa": index}
+    return {
+        "uuid": uuid,
+        "index": index,
+        "type": "NVIDIA-A100-SXM4-40GB",
+        "memory": 40960,
+        "slots": 4,
+        "numa": index,
+    }
 
 
 NODES = [
-    {"name": "gpu-a", "labels": {"zone": "z1"}, "annotations": {}, "devices": [
-        t4("A-0", 0, 0, {"A-1": 100, "A-2": 20, "A-3": 10}),
-        t4("A-1", 1, 0, {"A-0": 100, "A-2": 10, "A-3": 20}),
-        t4("A-2", 2, 1, {"A-0": 20, "A-1": 10, "A-3": 100}),
-        t4("A-3", 3, 1, {"A-0": 10, "A-1": 20, "A-2": 100}),
-    ]},
-    {"name": "gpu-b", "labels": {"zone": "z2"}, "annotations": {}, "devices": [a100("B-0", 0), a100("B-1", 1)]},
-]  # fmt: skip
+    {
+        "name": "gpu-a",
+        "labels": {"zone": "z1"},
+        "annotations": {},
+        "devices": [
+            t4("A-0", 0, 0, {"A-1": 100, "A-2": 20, "A-3": 10}),
+            t4("A-1", 1, 0, {"A-0": 100, "A-2": 10, "A-3": 20}),
+            t4("A-2", 2, 1, {"A-0": 20, "A-1": 10, "A-3": 100}),
+            t4("A-3", 3, 1, {"A-0": 10, "A-1": 20, "A-2": 100}),
+        ],
+    },
+    {
+        "name": "gpu-b",
+        "labels": {"zone": "z2"},
+        "annotations": {},
+        "devices": [a100("B-0", 0), a100("B-1", 1)],
+    },
+]
 
 
 def pod(name, annotations=None, gpu=1, mem=None, pct=None, cores=None, priority=0):
     limits = {"nvidia.com/gpu": gpu}
-    for key, value in (("nvidia.com/gpumem", mem), ("nvidia.com/gpumem-percentage", pct),
-                       ("nvidia.com/gpucores", cores)):  # fmt: skip
+    for key, value in (
+        ("nvidia.com/gpumem", mem),
+        ("nvidia.com/gpumem-percentage", pct),
+        ("nvidia.com/gpucores", cores),
+    ):
         if value is not None:
             limits[key] = value
-    return {"name": name, "namespace": "e2e", "annotations": annotations or {}, "priority": priority,
-            "containers": [{"name": "main", "resources": {"limits": limits}}], "initContainers": []}  # fmt: skip
+    return {
+        "name": name,
+        "namespace": "e2e",
+        "annotations": annotations or {},
+        "priority": priority,
+        "containers": [{"name": "main", "resources": {"limits": limits}}],
+        "initContainers": [],
+    }
 
 
 CHAIN = "hami.io/gpu-scheduler-policy"
@@ -111,11 +144,16 @@ def test_api_agrees_with_the_simulator(celery_worker, client_for):
         answer = operator.post("/api/v1/pods/", body, format="json")
         assert answer.status_code == 201, answer.content
         # one at a time, as the simulator does: each pod sees the placements before it
-        wait_for(lambda name=body["name"]: Pod.objects.get(namespace="e2e", name=name).attempts >= 1, 30,
-                 celery_worker)  # fmt: skip
+        wait_for(
+            lambda name=body["name"]: Pod.objects.get(namespace="e2e", name=name).attempts >= 1,
+            30,
+            celery_worker,
+        )
 
-    scenario = {"nodes": [{"name": n["name"], "labels": n["labels"], "devices": n["devices"]} for n in NODES],
-                "pods": copy.deepcopy(PODS)}  # fmt: skip
+    scenario = {
+        "nodes": [{"name": n["name"], "labels": n["labels"], "devices": n["devices"]} for n in NODES],
+        "pods": copy.deepcopy(PODS),
+    }
     expected = {p["name"]: p for p in run_scenario(scenario)["pods"]}
     # the story covers both nodes, several cards, and a pod that waits
     assert {p["node"] for p in expected.values()} == {"gpu-a", "gpu-b", None}
@@ -138,7 +176,9 @@ def test_api_agrees_with_the_simulator(celery_worker, client_for):
             close(decision["containers"], want["containers"], f"{body['name']}.containers")
             for container in want["containers"]:
                 for device in container["devices"]:
-                    expected_allocations.add((f"e2e/{body['name']}", device["uuid"], device["memory"], device["cores"]))
+                    expected_allocations.add(
+                        (f"e2e/{body['name']}", device["uuid"], device["memory"], device["cores"])
+                    )
 
     allocations = viewer.get("/api/v1/allocations/?namespace=e2e&limit=1000").json()["results"]
     assert {(a["pod"], a["card"], a["memory"], a["cores"]) for a in allocations} == expected_allocations
@@ -148,4 +188,3 @@ def test_api_agrees_with_the_simulator(celery_worker, client_for):
     assert history and all(d["outcome"] == "pending" for d in history)
     cycles = viewer.get("/api/v1/cycles/").json()["results"]
     assert sum(c["placed"] for c in cycles) == len(PODS) - 1 == len(expected_placed(expected))
-

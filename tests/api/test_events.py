@@ -19,12 +19,28 @@ def results(answer) -> list[dict]:
 
 @pytest.fixture
 def events():
-    record_event(Event.OBJECT_REFUSED, "node/gpu-1", "InventoryInvalid", "malformed hami.io/node-nvidia-score",
-                 actor="kube-agent")  # fmt: skip
-    record_event(Event.OBJECT_REFUSED, "pod/ml/train", "PodInvalid", "annotations.note: the value contains a NUL",
-                 actor="kube-agent")  # fmt: skip
-    record_event(Event.BIND_REPAIRED, "pod/ml/infer", "BindCompleted", "wrote bind-phase success",
-                 actor="kube-agent", severity=Event.NORMAL)  # fmt: skip
+    record_event(
+        Event.OBJECT_REFUSED,
+        "node/gpu-1",
+        "InventoryInvalid",
+        "malformed hami.io/node-nvidia-score",
+        actor="kube-agent",
+    )
+    record_event(
+        Event.OBJECT_REFUSED,
+        "pod/ml/train",
+        "PodInvalid",
+        "annotations.note: the value contains a NUL",
+        actor="kube-agent",
+    )
+    record_event(
+        Event.BIND_REPAIRED,
+        "pod/ml/infer",
+        "BindCompleted",
+        "wrote bind-phase success",
+        actor="kube-agent",
+        severity=Event.NORMAL,
+    )
     Event.objects.filter(subject="node/gpu-1").update(last_seen=timezone.now() - timedelta(hours=2))
 
 
@@ -34,11 +50,24 @@ def test_a_viewer_reads_events_newest_first_counted(viewer, events):
     assert [e["subject"] for e in listed] == ["pod/ml/train", "pod/ml/infer", "node/gpu-1"]
     train = listed[0]
     assert (train["kind"], train["reason"], train["count"], train["severity"]) == (
-        "object_refused", "PodInvalid", 2, "Warning",
-    )  # fmt: skip
+        "object_refused",
+        "PodInvalid",
+        2,
+        "Warning",
+    )
     assert train["message"] == "seen again at the next resync"
-    assert set(train) == {"id", "kind", "severity", "subject", "reason", "message", "actor", "count", "first_seen",
-                          "last_seen"}  # fmt: skip
+    assert set(train) == {
+        "id",
+        "kind",
+        "severity",
+        "subject",
+        "reason",
+        "message",
+        "actor",
+        "count",
+        "first_seen",
+        "last_seen",
+    }
 
 
 def test_filters_kind_subject_prefix_and_since(viewer, events):
@@ -46,8 +75,9 @@ def test_filters_kind_subject_prefix_and_since(viewer, events):
         "pod/ml/infer"
     ]
     assert {e["subject"] for e in results(viewer.get("/api/v1/events/?subject=pod/ml/"))} == {
-        "pod/ml/train", "pod/ml/infer",
-    }  # fmt: skip
+        "pod/ml/train",
+        "pod/ml/infer",
+    }
     since = (timezone.now() - timedelta(hours=1)).isoformat()
     recent = results(viewer.get("/api/v1/events/", {"since": since}))
     assert "node/gpu-1" not in {e["subject"] for e in recent} and len(recent) == 2

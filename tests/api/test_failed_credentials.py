@@ -103,10 +103,15 @@ def test_bad_extender_tokens_are_throttled(limit, settings):
     failures, throttled = counted("extender")
     body = json.dumps({"Pod": {"metadata": {"name": "p"}}})
     attacker = APIClient(REMOTE_ADDR=ATTACKER)
-    answers = [attacker.post(f"/extender/key/guess-{i}/filter", body, content_type="application/json")
-               for i in range(limit - 1)]  # fmt: skip
-    answers.append(attacker.post("/extender/filter", body, content_type="application/json",
-                                 HTTP_AUTHORIZATION="Bearer guess"))  # fmt: skip
+    answers = [
+        attacker.post(f"/extender/key/guess-{i}/filter", body, content_type="application/json")
+        for i in range(limit - 1)
+    ]
+    answers.append(
+        attacker.post(
+            "/extender/filter", body, content_type="application/json", HTTP_AUTHORIZATION="Bearer guess"
+        )
+    )
     assert [answer.status_code for answer in answers] == [401] * limit
     right = "/extender/key/s3cret-extender/filter"
     assert attacker.post(right, body, content_type="application/json").status_code == 429

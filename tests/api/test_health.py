@@ -62,23 +62,34 @@ def test_readyz_is_503_when_the_database_is_down(client, monkeypatch):
 
     monkeypatch.setattr(connection, "cursor", refuse)
     answer = client.get("/readyz")
-    assert answer.status_code == 503 and answer.json()["checks"]["database"] == "database unreachable: OperationalError"
+    assert (
+        answer.status_code == 503
+        and answer.json()["checks"]["database"] == "database unreachable: OperationalError"
+    )
 
 
 @pytest.mark.slow
 def test_production_settings_pass_check_deploy(tmp_path):
     env = {
-        key: value for key, value in os.environ.items()
+        key: value
+        for key, value in os.environ.items()
         if key not in {"DEBUG", "DJANGO_SETTINGS_MODULE", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS"}
-    }  # fmt: skip
+    }
     env.update(
-        HAMIADMIN_ENV="production", SECRET_KEY=secrets.token_urlsafe(60), ALLOWED_HOSTS="hamiadmin.example",
-        HAMIADMIN_VAR_DIR=str(tmp_path), DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
-    )  # fmt: skip
+        HAMIADMIN_ENV="production",
+        SECRET_KEY=secrets.token_urlsafe(60),
+        ALLOWED_HOSTS="hamiadmin.example",
+        HAMIADMIN_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    )
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 

@@ -20,11 +20,16 @@ def results(answer) -> list[dict]:
 
 
 def test_pending_is_oldest_first_with_age_chain_and_reasons(cluster, operator, viewer):
-    operator.post("/api/v1/pods/", gpu_pod("old", gpu=4, annotations={"hami.io/gpu-scheduler-policy": "mutex,binpack"}),
-                  format="json")  # fmt: skip
+    operator.post(
+        "/api/v1/pods/",
+        gpu_pod("old", gpu=4, annotations={"hami.io/gpu-scheduler-policy": "mutex,binpack"}),
+        format="json",
+    )
     operator.post("/api/v1/pods/", gpu_pod("urgent", gpu=5, priority=100), format="json")
     operator.post("/api/v1/pods/", gpu_pod("fits", mem=100), format="json")
-    Pod.objects.filter(name="old").update(submitted_at=Pod.objects.get(name="old").submitted_at - timedelta(hours=1))
+    Pod.objects.filter(name="old").update(
+        submitted_at=Pod.objects.get(name="old").submitted_at - timedelta(hours=1)
+    )
     run_cycle(trigger="test")
     pending = results(viewer.get("/api/v1/pending/"))
     assert [p["name"] for p in pending] == ["old", "urgent"]

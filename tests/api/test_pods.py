@@ -29,19 +29,32 @@ def test_submit_answers_201_pending_and_queues_the_pod(operator):
     answer = submit(operator, gpu_pod("train", "team-a", mem=2000, priority=5))
     assert answer.status_code == 201, answer.content
     body = answer.json()
-    assert (body["status"], body["node"], body["allocated"], body["decision"]) == ("pending", None, None, None)
+    assert (body["status"], body["node"], body["allocated"], body["decision"]) == (
+        "pending",
+        None,
+        None,
+        None,
+    )
     assert body["warnings"] == {}
     pod = Pod.objects.get(namespace="team-a", name="train")
     assert pod.priority == 5 and pod.containers[0]["resources"]["limits"]["nvidia.com/gpumem"] == 2000
 
 
 def test_unknown_chain_names_are_accepted_and_reported_as_warnings(operator):
-    body = gpu_pod("p", annotations={"hami.io/gpu-scheduler-policy": "Mutex, fastest ,binpack",
-                                     "hami.io/node-scheduler-policy": "roundrobin"})  # fmt: skip
+    body = gpu_pod(
+        "p",
+        annotations={
+            "hami.io/gpu-scheduler-policy": "Mutex, fastest ,binpack",
+            "hami.io/node-scheduler-policy": "roundrobin",
+        },
+    )
     answer = submit(operator, body)
     assert answer.status_code == 201, answer.content
     warnings = answer.json()["warnings"]
-    assert list(warnings) == ["annotations.hami.io/gpu-scheduler-policy", "annotations.hami.io/node-scheduler-policy"]
+    assert list(warnings) == [
+        "annotations.hami.io/gpu-scheduler-policy",
+        "annotations.hami.io/node-scheduler-policy",
+    ]
     assert "'fastest'" in warnings["annotations.hami.io/gpu-scheduler-policy"][0]
     assert "'roundrobin'" in warnings["annotations.hami.io/node-scheduler-policy"][0]
 
@@ -74,21 +87,44 @@ INVALID = [
     (lambda b: b.update(containers=["main"]), "containers[0]"),
     (lambda b: b["containers"][0].update(resources=[1]), "containers[0].resources"),
     (lambda b: b["containers"][0]["resources"].update(limits="gpu"), f"{LIMITS}"),
-    (lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": 0}), f"{LIMITS}.nvidia.com/gpu"),
-    (lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "two"}), f"{LIMITS}.nvidia.com/gpu"),
-    (lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": 1.5}), f"{LIMITS}.nvidia.com/gpu"),
-    (lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem": -1}),
-     f"{LIMITS}.nvidia.com/gpumem"),
-    (lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": 101}),
-     f"{LIMITS}.nvidia.com/gpumem-percentage"),
-    (lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": 0}),
-     f"{LIMITS}.nvidia.com/gpumem-percentage"),
-    (lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpucores": 101}),
-     f"{LIMITS}.nvidia.com/gpucores"),
-    (lambda b: b["containers"][0]["resources"].update(requests={"nvidia.com/gpucores": -3}),
-     "containers[0].resources.requests.nvidia.com/gpucores"),
-    (lambda b: b.update(initContainers=[{"name": "init", "resources": {"limits": {"nvidia.com/gpu": -1}}}]),
-     "initContainers[0].resources.limits.nvidia.com/gpu"),
+    (
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": 0}),
+        f"{LIMITS}.nvidia.com/gpu",
+    ),
+    (
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "two"}),
+        f"{LIMITS}.nvidia.com/gpu",
+    ),
+    (
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": 1.5}),
+        f"{LIMITS}.nvidia.com/gpu",
+    ),
+    (
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem": -1}),
+        f"{LIMITS}.nvidia.com/gpumem",
+    ),
+    (
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": 101}),
+        f"{LIMITS}.nvidia.com/gpumem-percentage",
+    ),
+    (
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": 0}),
+        f"{LIMITS}.nvidia.com/gpumem-percentage",
+    ),
+    (
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpucores": 101}),
+        f"{LIMITS}.nvidia.com/gpucores",
+    ),
+    (
+        lambda b: b["containers"][0]["resources"].update(requests={"nvidia.com/gpucores": -3}),
+        "containers[0].resources.requests.nvidia.com/gpucores",
+    ),
+    (
+        lambda b: b.update(
+            initContainers=[{"name": "init", "resources": {"limits": {"nvidia.com/gpu": -1}}}]
+        ),
+        "initContainers[0].resources.limits.nvidia.com/gpu",
+    ),
     (lambda b: b["containers"][0].update(resources={"limits": {"cpu": "1"}}), "containers"),
     # annotations (SPEC 3 and 5)
     (lambda b: b["annotations"].update({WEIGHTS: ""}), f"annotations.{WEIGHTS}"),
@@ -98,12 +134,16 @@ INVALID = [
     (lambda b: b["annotations"].update({WEIGHTS: "slot=1,slot=2,core=1,memory=1"}), f"annotations.{WEIGHTS}"),
     (lambda b: b["annotations"].update({WEIGHTS: "slot=1,core=1,memory=1,disk=1"}), f"annotations.{WEIGHTS}"),
     (lambda b: b["annotations"].update({"nvidia.com/numa-bind": True}), "annotations.nvidia.com/numa-bind"),
-    (lambda b: b["annotations"].update({"hami.io/gpu-scheduler-policy": ["binpack"]}),
-     "annotations.hami.io/gpu-scheduler-policy"),
+    (
+        lambda b: b["annotations"].update({"hami.io/gpu-scheduler-policy": ["binpack"]}),
+        "annotations.hami.io/gpu-scheduler-policy",
+    ),
 ]
 
 
-@pytest.mark.parametrize("change, field", INVALID, ids=[f"{i}-{field}" for i, (_, field) in enumerate(INVALID)])
+@pytest.mark.parametrize(
+    "change, field", INVALID, ids=[f"{i}-{field}" for i, (_, field) in enumerate(INVALID)]
+)
 def test_invalid_pod_is_refused_naming_the_field_and_nothing_is_written(operator, change, field):
     body = gpu_pod("bad", mem=1000)
     change(body)
@@ -137,7 +177,7 @@ def test_a_placed_pod_cannot_change_its_containers(cluster, operator):
         (b'{"name": "p", "containers": [', "application/json", 400),
         (b"[1, 2, 3]", "application/json", 400),
         (b'"just a string"', "application/json", 400),
-        (b"{\"name\": \"p\", \"priority\": NaN}", "application/json", 400),
+        (b'{"name": "p", "priority": NaN}', "application/json", 400),
         (b"\xff\xfe\x00", "application/json", 400),
         (b"[" * 100_000 + b"]" * 100_000, "application/json", 400),
         (b"name=p", "application/x-www-form-urlencoded", 415),
@@ -187,7 +227,10 @@ def test_pending_pod_detail_says_why(cluster, operator, viewer):
     pod = viewer.get("/api/v1/pods/default/wide/").json()
     assert pod["status"] == "pending" and pod["node"] is None and pod["allocated"] is None
     decision = pod["decision"]
-    assert decision["failed_nodes"] == {"node1": "2/2 NodeInsufficientDevice", "node2": "3/3 NodeInsufficientDevice"}
+    assert decision["failed_nodes"] == {
+        "node1": "2/2 NodeInsufficientDevice",
+        "node2": "3/3 NodeInsufficientDevice",
+    }
     assert decision["reasons"] == {"NodeInsufficientDevice": 5}
     assert "0/2 nodes are available" in pod["reason"]
 
@@ -232,12 +275,15 @@ def test_complete_of_a_pod_that_never_ran_is_409(cluster, operator):
     assert Pod.objects.get(name="wide").status == "pending"
 
 
-@pytest.mark.parametrize("method, path", [
-    ("get", "/api/v1/pods/default/ghost/"),
-    ("delete", "/api/v1/pods/default/ghost/"),
-    ("post", "/api/v1/pods/default/ghost/complete/"),
-    ("get", "/api/v1/pods/nowhere/ghost/"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("get", "/api/v1/pods/default/ghost/"),
+        ("delete", "/api/v1/pods/default/ghost/"),
+        ("post", "/api/v1/pods/default/ghost/complete/"),
+        ("get", "/api/v1/pods/nowhere/ghost/"),
+    ],
+)
 def test_unknown_pod_is_404(operator, method, path):
     answer = getattr(operator, method)(path)
     assert answer.status_code == 404 and answer.json()["detail"]
@@ -289,8 +335,13 @@ def test_list_filters_by_origin(operator, viewer):
     from scheduling import services
 
     submit(operator, gpu_pod("by-client", mem=1000))
-    services.submit_pod("default", "watched", containers=gpu_pod("watched", mem=1000)["containers"],
-                        uid="u-1", origin=Pod.KUBERNETES)  # fmt: skip
+    services.submit_pod(
+        "default",
+        "watched",
+        containers=gpu_pod("watched", mem=1000)["containers"],
+        uid="u-1",
+        origin=Pod.KUBERNETES,
+    )
 
     def names(query):
         answer = viewer.get(f"/api/v1/pods/?{query}")

@@ -3,6 +3,7 @@ request (schemathesis, property-based, as admin) makes the API answer 500."""
 
 from __future__ import annotations
 
+import inspect
 import io
 
 import pytest
@@ -12,6 +13,7 @@ from django.core.management import call_command
 from hypothesis import HealthCheck, settings
 
 from scheduling.api.tokens import issue_agent_token, issue_role_token
+from scheduling.api.views import RoleView
 from scheduling.pipeline import run_cycle
 
 from .conftest import gpu_pod, report_body, t4
@@ -64,11 +66,25 @@ def test_schema_is_valid_and_documents_every_endpoint():
     assert documented == ENDPOINTS
     for path, methods in document["paths"].items():
         for method, operation in methods.items():
-            assert operation.get("description") or operation.get("summary") or path.endswith("/"), (path, method)
+            assert operation.get("description") or operation.get("summary") or path.endswith("/"), (
+                path,
+                method,
+            )
             assert any(code.startswith("2") for code in operation["responses"]), (path, method)
     pods = document["paths"]["/api/v1/pods/"]["post"]
-    assert "PodSubmitDocRequest" in str(pods["requestBody"]) and "201" in pods["responses"]
+    assert "PodSubmitRequest" in str(pods["requestBody"]) and "201" in pods["responses"]
     assert {"tokenAuth", "cookieAuth"} <= set(document["components"]["securitySchemes"])
+
+
+def test_every_operation_is_described_by_its_own_view():
+    """Not empty, and not a base class's docstring (the role mixin's) standing in for the view's."""
+    inherited = inspect.cleandoc(RoleView.__doc__)
+    for path, methods in schema_document()["paths"].items():
+        for method, operation in methods.items():
+            if method == "parameters":
+                continue
+            description = (operation.get("description") or "").strip()
+            assert description and description != inherited, (path, method)
 
 
 @pytest.mark.django_db
@@ -87,7 +103,9 @@ def admin_key(db):
 
         agent = APIClient()
         agent.credentials(HTTP_AUTHORIZATION=f"Token {issue_agent_token(name)}")
-        assert agent.post("/api/v1/agents/report/", report_body(name, *cards), format="json").status_code == 200
+        assert (
+            agent.post("/api/v1/agents/report/", report_body(name, *cards), format="json").status_code == 200
+        )
     key = issue_role_token("schemathesis", "admin")
     from scheduling import services
 

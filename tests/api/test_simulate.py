@@ -29,8 +29,11 @@ SCENARIO = {
     "pods": [
         {"name": "p1", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpumem": 2000}}}]},
         {"name": "p2", "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 3}}}]},
-        {"name": "p3", "annotations": {"hami.io/device-scoring-weights": "slot=1"},
-         "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+        {
+            "name": "p3",
+            "annotations": {"hami.io/device-scoring-weights": "slot=1"},
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}],
+        },
     ],
 }
 
@@ -84,8 +87,9 @@ def test_malformed_scenario_is_400_keyed_by_where(viewer, change, where):
 
 def test_scenario_that_is_not_an_object_is_400(viewer):
     answer = simulate(viewer, [1, 2])
-    assert answer.status_code == 400 and answer.json() == {"non_field_errors": [
-        "a scenario must be an object with nodes and pods"]}  # fmt: skip
+    assert answer.status_code == 400 and answer.json() == {
+        "non_field_errors": ["a scenario must be an object with nodes and pods"]
+    }
 
 
 def test_request_size_is_bounded(viewer, settings):
@@ -105,12 +109,28 @@ def limits(settings, **values):
 def wide_scenario(nodes: int, cards: int, pods: int) -> dict:
     """`nodes` nodes of `cards` A100s each and `pods` pods of one 1000 MiB vGPU each."""
     return {
-        "nodes": [{"name": f"node-{n:03d}", "devices": [
-            {"uuid": f"GPU-{n:03d}-{i}", "index": i, "type": "NVIDIA-A100", "memory": 40960} for i in range(cards)]}
-            for n in range(nodes)],  # fmt: skip
-        "pods": [{"name": f"pod-{p:04d}", "containers": [
-            {"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}]}
-            for p in range(pods)],  # fmt: skip
+        "nodes": [
+            {
+                "name": f"node-{n:03d}",
+                "devices": [
+                    {"uuid": f"GPU-{n:03d}-{i}", "index": i, "type": "NVIDIA-A100", "memory": 40960}
+                    for i in range(cards)
+                ],
+            }
+            for n in range(nodes)
+        ],
+        "pods": [
+            {
+                "name": f"pod-{p:04d}",
+                "containers": [
+                    {
+                        "name": "main",
+                        "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}},
+                    }
+                ],
+            }
+            for p in range(pods)
+        ],
     }
 
 
@@ -139,8 +159,10 @@ def test_more_work_than_the_hard_limit_is_413_naming_the_counts_and_the_limit(vi
     limits(settings, SIMULATE_MAX_WORK=14)
     answer = simulate(viewer, SCENARIO)  # 3 pods x (2 nodes + 3 cards) = 15
     assert answer.status_code == 413, answer.content
-    assert answer.json() == {"detail": "Scenario too big to simulate: 3 pods x (2 nodes + 3 cards) = 15 work units, "
-                                       "more than HAMI_SIMULATE_MAX_WORK (14)."}  # fmt: skip
+    assert answer.json() == {
+        "detail": "Scenario too big to simulate: 3 pods x (2 nodes + 3 cards) = 15 work units, "
+        "more than HAMI_SIMULATE_MAX_WORK (14)."
+    }
     limits(settings, SIMULATE_MAX_WORK=15)
     assert simulate(viewer, SCENARIO).status_code == 200
 

@@ -36,8 +36,16 @@ def test_apitoken_prints_the_key_alone_and_the_role_works():
     assert KEY.fullmatch(key) and out == key + "\n"
     user = User.objects.get(username="alice")
     assert list(user.groups.values_list("name", flat=True)) == ["operator"] and not user.has_usable_password()
-    assert client(key).post("/api/v1/pods/", {"name": "p", "containers": [
-        {"resources": {"limits": {"nvidia.com/gpu": 1}}}]}, format="json").status_code == 201  # fmt: skip
+    assert (
+        client(key)
+        .post(
+            "/api/v1/pods/",
+            {"name": "p", "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+            format="json",
+        )
+        .status_code
+        == 201
+    )
 
 
 def test_apitoken_keeps_the_key_changes_the_role_and_rotates_on_request():
@@ -51,10 +59,13 @@ def test_apitoken_keeps_the_key_changes_the_role_and_rotates_on_request():
     assert client(rotated).get("/api/v1/config/").status_code == 200
 
 
-@pytest.mark.parametrize("args, message", [
-    (["agent:node1", "--role", "admin"], "reserved for agents"),
-    (["", "--role", "admin"], "USERNAME"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["agent:node1", "--role", "admin"], "reserved for agents"),
+        (["", "--role", "admin"], "USERNAME"),
+    ],
+)
 def test_apitoken_refuses(args, message):
     with pytest.raises(CommandError, match=message):
         run("apitoken", *args)
@@ -72,8 +83,14 @@ def test_agenttoken_is_bound_to_its_node():
     user = User.objects.get(username="agent:gpu-node-7")
     assert list(user.groups.values_list("name", flat=True)) == ["agent"]
     agent = client(key)
-    assert agent.post("/api/v1/agents/report/", report_body("gpu-node-7", t4("G", 0)), format="json").status_code == 200
-    assert agent.post("/api/v1/agents/report/", report_body("gpu-node-8", t4("H", 0)), format="json").status_code == 403
+    assert (
+        agent.post("/api/v1/agents/report/", report_body("gpu-node-7", t4("G", 0)), format="json").status_code
+        == 200
+    )
+    assert (
+        agent.post("/api/v1/agents/report/", report_body("gpu-node-8", t4("H", 0)), format="json").status_code
+        == 403
+    )
     assert agent.get("/api/v1/nodes/").status_code == 403
     assert run("agenttoken", "gpu-node-7").strip() == key
 
@@ -81,18 +98,26 @@ def test_agenttoken_is_bound_to_its_node():
 def test_agenttoken_with_a_provisioned_key():
     key = "k" * 20 + "-_" + "0123456789abcdef"
     assert run("agenttoken", "node1", "--key", key).strip() == key
-    assert client(key).post("/api/v1/agents/report/", report_body("node1", t4("G", 0)), format="json").status_code == 200
+    assert (
+        client(key)
+        .post("/api/v1/agents/report/", report_body("node1", t4("G", 0)), format="json")
+        .status_code
+        == 200
+    )
     assert run("agenttoken", "node1", "--key", key).strip() == key  # idempotent for a Secret re-applied
 
 
-@pytest.mark.parametrize("args, message", [
-    (["node1", "--key", "short"], "32 to 40"),
-    (["node1", "--key", "x" * 41], "32 to 40"),
-    (["node1", "--key", "a" * 31 + " " + "b"], "32 to 40"),
-    (["node1", "--key", "a" * 32 + ":"], "32 to 40"),
-    (["Node_1"], "not a Kubernetes node name"),
-    (["node-"], "not a Kubernetes node name"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["node1", "--key", "short"], "32 to 40"),
+        (["node1", "--key", "x" * 41], "32 to 40"),
+        (["node1", "--key", "a" * 31 + " " + "b"], "32 to 40"),
+        (["node1", "--key", "a" * 32 + ":"], "32 to 40"),
+        (["Node_1"], "not a Kubernetes node name"),
+        (["node-"], "not a Kubernetes node name"),
+    ],
+)
 def test_agenttoken_refuses_bad_input(args, message):
     with pytest.raises(CommandError, match=message):
         run("agenttoken", *args)

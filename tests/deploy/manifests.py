@@ -3,7 +3,7 @@
 The deploy tests use this module, and so can later checks that hold the code against the
 manifests: `rbac_rules(overlay, service_account)` is the machine-readable list of what an
 identity may do, read from the rendered ClusterRoles/Roles and their bindings
-(tests/deploy/test_rbac.py compares it with agents/kube/api.py).
+(tests/deploy/test_rbac.py compares it with kube/api.py).
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def invocations(argv: list[str]) -> list[list[str]]:
 def is_django_container(container: dict) -> bool:
     """Runs Django settings: manage.py, gunicorn, celery or the Kubernetes integration."""
     joined = " ".join(command_of(container))
-    return any(marker in joined for marker in ("manage.py", "gunicorn", "celery", "agents.kube"))
+    return any(marker in joined for marker in ("manage.py", "gunicorn", "celery", "kube"))
 
 
 def kube_agent_rbac_rules(overlay: str = "production") -> set[RbacGrant]:
@@ -195,9 +195,7 @@ def rbac_rules(overlay: str, service_account: str) -> set[RbacGrant]:
         if binding["kind"] not in {"ClusterRoleBinding", "RoleBinding"}:
             continue
         bound = any(
-            s["kind"] == "ServiceAccount"
-            and s["name"] == service_account
-            and s.get("namespace") == NAMESPACE
+            s["kind"] == "ServiceAccount" and s["name"] == service_account and s.get("namespace") == NAMESPACE
             for s in binding.get("subjects", [])
         )
         if not bound:

@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from scheduling import liveness
+from scheduling.ops import liveness
 
 from .manifests import DEPLOY, REPO, invocations
 
@@ -109,7 +109,7 @@ def test_worker_and_beat_are_health_checked_by_their_heartbeat_file(services, ro
     check = services[role]["healthcheck"]
     assert check["test"][0] == "CMD"
     command = check["test"][1:]
-    assert command[:4] == ["python", "-m", "scheduling.liveness", role]
+    assert command[:4] == ["python", "-m", "scheduling.ops.liveness", role]
     heartbeat = tmp_path / role
     monkeypatch.setenv(liveness.ROLES[role][0], str(heartbeat))
     liveness.touch(heartbeat)

@@ -60,7 +60,7 @@ def test_every_python_module_started_exists_and_accepts_its_flags(started):
     for argv in started:
         if argv[1] == "-m":
             modules.setdefault(argv[2], set()).update(flags(argv))
-    assert {"agents.nvml", "agents.kube"} <= set(modules)
+    assert {"agents.nvml", "kube"} <= set(modules)
     for module, used in sorted(modules.items()):
         runnable = importlib.util.find_spec(module)
         if runnable is not None and runnable.submodule_search_locations is not None:
@@ -108,7 +108,9 @@ def test_every_gunicorn_loads_the_project_config_that_redacts_its_access_log():
 
     dockerfile = (DEPLOY / "Dockerfile").read_text().splitlines()
     image = [json.loads(line.removeprefix("CMD ")) for line in dockerfile if line.startswith("CMD ")]
-    servers = [argv for argv in image + compose_invocations() + manifest_invocations() if argv[0] == "gunicorn"]
+    servers = [
+        argv for argv in image + compose_invocations() + manifest_invocations() if argv[0] == "gunicorn"
+    ]
     assert len(servers) >= 1 + 1 + len(OVERLAYS), servers  # the image, compose web, web in every overlay
     for argv in servers:
         assert "python:hamiadmin.gunicorn_conf" in argv, argv

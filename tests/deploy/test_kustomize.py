@@ -237,7 +237,7 @@ def test_the_extender_overlay_is_production_with_the_agent_in_extender_mode():
     production, extender = render_overlay("production"), render_overlay("extender")
     agent = find(extender, "Deployment", "hamiadmin-kube-agent")["spec"]["template"]["spec"]
     [container] = agent["containers"]
-    assert command_of(container) == ["python", "-m", "agents.kube", "--extender"]
+    assert command_of(container) == ["python", "-m", "kube", "--extender"]
     for base in (production, render_overlay("dev")):
         [watcher] = find(base, "Deployment", "hamiadmin-kube-agent")["spec"]["template"]["spec"]["containers"]
         assert "--extender" not in command_of(watcher)
@@ -246,10 +246,16 @@ def test_the_extender_overlay_is_production_with_the_agent_in_extender_mode():
     # Apart from the identities, the same objects as production: same replicas, images, config.
     same = {(o["kind"], o["metadata"]["name"]) for o in production}
     added = {(o["kind"], o["metadata"]["name"]) for o in extender} - same
-    assert added == {("ServiceAccount", EXTENDER_WEB_SERVICE_ACCOUNT), ("ClusterRole", "hamiadmin-extender"),
-                     ("ClusterRoleBinding", "hamiadmin-extender")}  # fmt: skip
-    for kind, name in same - {("Deployment", "hamiadmin-web"), ("Deployment", "hamiadmin-kube-agent"),
-                              ("ClusterRole", "hamiadmin-kube")}:  # fmt: skip
+    assert added == {
+        ("ServiceAccount", EXTENDER_WEB_SERVICE_ACCOUNT),
+        ("ClusterRole", "hamiadmin-extender"),
+        ("ClusterRoleBinding", "hamiadmin-extender"),
+    }
+    for kind, name in same - {
+        ("Deployment", "hamiadmin-web"),
+        ("Deployment", "hamiadmin-kube-agent"),
+        ("ClusterRole", "hamiadmin-kube"),
+    }:
         assert find(extender, kind, name) == find(production, kind, name), f"{kind}/{name}"
 
 

@@ -1,7 +1,7 @@
 """The Roles the manifests grant are exactly the calls the code makes, per identity and overlay.
 
 The chain is checked end to end: tests/kube/test_rbac.py runs each identity's code against
-the stand-in API server and compares the requests it sent with agents/kube/api.py's rules;
+the stand-in API server and compares the requests it sent with kube/api.py's rules;
 here every overlay is rendered with `kubectl kustomize` and the grants bound to each
 ServiceAccount are compared with the same rules, scope included (the leader Lease only in
 hamiadmin's namespace, the rest cluster-wide). A grant nothing calls fails, as does a call
@@ -10,7 +10,7 @@ nothing grants.
 
 import pytest
 
-from agents.kube.api import (
+from kube.api import (
     EXTENDER_AGENT_RBAC_RULES,
     EXTENDER_WEB_RBAC_RULES,
     OWN_NAMESPACE_RESOURCES,
@@ -39,7 +39,9 @@ EXPECTED = {
 def scoped(rules) -> set[RbacGrant]:
     """The rules as the manifests must grant them: the Lease in our namespace, the rest everywhere."""
     return {
-        RbacGrant(group, resource, verb, NAMESPACE if (group, resource) in OWN_NAMESPACE_RESOURCES else "cluster")
+        RbacGrant(
+            group, resource, verb, NAMESPACE if (group, resource) in OWN_NAMESPACE_RESOURCES else "cluster"
+        )
         for group, resource, verb in rules
     }
 
@@ -53,8 +55,12 @@ def test_every_api_caller_of_every_overlay_is_checked():
 def test_granted_equals_what_the_code_calls(overlay, service_account):
     granted = rbac_rules(overlay, service_account)
     wanted = scoped(EXPECTED[overlay, service_account])
-    assert not granted - wanted, f"{overlay}: {service_account} is granted what no call needs: {granted - wanted}"
-    assert not wanted - granted, f"{overlay}: {service_account} lacks grants its calls need: {wanted - granted}"
+    assert not granted - wanted, (
+        f"{overlay}: {service_account} is granted what no call needs: {granted - wanted}"
+    )
+    assert not wanted - granted, (
+        f"{overlay}: {service_account} lacks grants its calls need: {wanted - granted}"
+    )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

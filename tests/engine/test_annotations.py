@@ -2,6 +2,9 @@
 
 import pytest
 
+from scheduling.engine.annotations import parse_policy
+from scheduling.engine.model import ClusterConfig
+
 from .builders import (
     GPU_POLICY,
     NODE_POLICY,
@@ -181,3 +184,36 @@ def test_cordon_on_one_node_does_not_affect_another():
     out = run(nodes, [pod("p", None, ONE_GIB)])[0]
     assert out["node"] == "b"
     assert out["failed_nodes"] == {"a": "1/1 CardCordoned"}
+
+
+# -- accepted but ignored ---------------------------------------------------------------------
+
+
+def warnings_of(annotations: dict) -> dict[str, list[str]]:
+    return parse_policy(annotations, ClusterConfig()).warnings()
+
+
+def test_a_policy_that_reads_whole_has_no_warnings():
+    assert warnings_of({GPU_POLICY: "mutex,binpack", NODE_POLICY: "Spread"}) == {}
+
+
+def test_unknown_chain_names_are_warned_about_one_by_one_naming_the_known():
+    warnings = warnings_of({GPU_POLICY: "binpack,fastest,numa-bind"})
+    known = "known: binpack, spread, numa, mutex, topology-aware"
+    assert warnings == {
+        "annotations.hami.io/gpu-scheduler-policy": [
+            f"unknown policy 'fastest' ignored ({known})",
+            f"unknown policy 'numa-bind' ignored ({known})",
+        ]
+    }
+
+
+def test_an_unknown_node_policy_is_warned_about_with_the_policy_used_instead():
+    warnings = warnings_of({NODE_POLICY: "RoundRobin", GPU_POLICY: "gang"})
+    assert list(warnings) == [
+        "annotations.hami.io/gpu-scheduler-policy",
+        "annotations.hami.io/node-scheduler-policy",
+    ]
+    assert warnings["annotations.hami.io/node-scheduler-policy"] == [
+        "unknown node policy 'RoundRobin' ignored; using binpack"
+    ]

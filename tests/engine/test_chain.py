@@ -1,6 +1,13 @@
-"""SPEC 6: the GPU policy chain: parsing, filters, sort keys, tiebreak, numa-bind, topology-aware."""
+"""SPEC 6: the GPU policy chain: parsing, filters, sort keys, tiebreak, numa-bind, topology-aware,
+and the one filter protocol (a toy filter registered here changes decisions, nothing else edited)."""
+
+from typing import TYPE_CHECKING
 
 import pytest
+
+from scheduling.engine.annotations import parse_policy
+from scheduling.engine.chain import FILTERS, SORT_KEYS, BaseFilter, Filter, chain_names
+from scheduling.engine.model import ClusterConfig
 
 from .builders import (
     GPU_POLICY,
@@ -416,3 +423,124 @@ def test_topology_links_given_on_one_side_are_symmetric():
     )
     out = run_one([one], pod("p", {GPU_POLICY: "topology-aware"}, ask(gpu=2, mem=1000)))
     assert sorted(picked(out)) == ["G2", "G3"]
+
+
+# -- the filter registry ---------------------------------------------------------------------
+
+
+class ReverseFilter(BaseFilter):
+    """A toy choice filter: takes the cards the chain ranked last."""
+
+    name = "reverse"
+    words = "last-ranked cards first"
+    decides_fit = False
+
+    def select(self, ranked, count, node):
+        return ranked[::-1]
+
+
+class NumaOneOnlyFilter(BaseFilter):
+    """A toy card-level filter: cards on NUMA node 1 stay out."""
+
+    name = "numa0-only"
+    words = "only cards on NUMA node 0 pass"
+
+    def rejects(self, card, used):
+        return ("CardUuidMismatch", "toy") if card.numa == 1 else None
+
+
+class FewFilter(BaseFilter):
+    """A toy fitting-cards filter: a container may not take half or more of the fitting cards."""
+
+    name = "few"
+    words = "never half of the fitting cards"
+
+    def rejects_fitting(self, fitting, count):
+        return ("NumaNotFit", "few") if 2 * count >= len(fitting) else None
+
+
+if TYPE_CHECKING:
+    _toys: tuple[type[Filter], ...] = (ReverseFilter, NumaOneOnlyFilter, FewFilter)
+
+
+def busy_and_idle():
+    return node("n1", card("BUSY", used=(3, 3000, 0)), card("MID", used=(1, 1000, 0)), card("IDLE"))
+
+
+def test_a_registered_choice_filter_changes_the_choice(monkeypatch):
+    before = run_one([busy_and_idle()], pod("p", {GPU_POLICY: "reverse,binpack"}, ONE_GIB))
+    monkeypatch.setitem(FILTERS, "reverse", ReverseFilter())
+    after = run_one([busy_and_idle()], pod("p", {GPU_POLICY: "reverse,binpack"}, ONE_GIB))
+    assert (before["policy"]["ignored"], picked(before)) == (["reverse"], ["BUSY"])
+    assert (after["policy"]["filters"], picked(after)) == (["reverse"], ["IDLE"])
+    assert table_order(after) == ["BUSY", "MID", "IDLE"], "a filter chooses, it never ranks"
+
+
+def test_a_registered_card_filter_runs_at_check_6(monkeypatch):
+    monkeypatch.setitem(FILTERS, "numa0-only", NumaOneOnlyFilter())
+    one = node(
+        "n1",
+        card("FULL", numa=1, slots=1, used=(1, 1000, 0)),
+        card("SMALL", 500, numa=1),
+        card("OK", numa=0),
+    )
+    out = run_one([one], pod("p", {GPU_POLICY: "numa0-only"}, ONE_GIB))
+    assert picked(out) == ["OK"]
+    assert card_row(out, "FULL")["reason"] == "CardTimeSlicingExhausted", "check 5 comes first"
+    assert (card_row(out, "SMALL")["reason"], card_row(out, "SMALL")["stage"]) == ("CardUuidMismatch", "toy")
+
+
+def test_a_registered_fitting_filter_fails_every_fitting_card(monkeypatch):
+    monkeypatch.setitem(FILTERS, "few", FewFilter())
+    nodes = [node("n1", card("A0"), card("A1")), node("n2", card("B0"), card("B1"), card("B2"))]
+    out = run_one(nodes, pod("p", {GPU_POLICY: "few"}, ONE_GIB))
+    assert out["node"] == "n2"
+    assert out["failed_nodes"] == {"n1": "2/2 NumaNotFit"}
+
+
+def test_filters_run_in_registry_order_whatever_the_chain_order():
+    """numa-bind picks the NUMA node before topology picks within it (SPEC 6.8): binpack ranks
+    G0 first, so NUMA 0; topology over all four cards would take the better linked G2, G3."""
+    links = {("G0", "G1"): 10, ("G2", "G3"): 200}
+    numa = {"G0": {"numa": 0}, "G1": {"numa": 0}, "G2": {"numa": 1}, "G3": {"numa": 1}}
+    used = {"G0": (3, 3000, 0)}
+    one = linked_node(links, used, **numa)
+    for chain in ("topology-aware,binpack", "binpack,topology-aware"):
+        bound = run_one([one], pod("p", {GPU_POLICY: chain, NUMA_BIND: "true"}, ask(gpu=2, mem=1000)))
+        free = run_one([one], pod("p", {GPU_POLICY: chain}, ask(gpu=2, mem=1000)))
+        assert (picked(bound), sorted(picked(free))) == (["G0", "G1"], ["G2", "G3"]), chain
+
+
+def test_the_registry_holds_the_three_filters_in_hook_order():
+    assert list(FILTERS) == ["mutex", "numa-bind", "topology-aware"]
+    assert chain_names() == ("binpack", "spread", "numa", "mutex", "topology-aware")
+
+
+def test_numa_bind_is_registered_but_is_no_chain_name():
+    policy = policy_of("numa-bind,binpack")
+    assert (policy["gpu"], policy["ignored"], policy["filters"]) == (["binpack"], ["numa-bind"], [])
+
+
+def test_active_filters_follow_the_chain_and_the_numa_bind_annotation():
+    def active(annotations):
+        return [f.name for f in parse_policy(annotations, ClusterConfig()).active_filters]
+
+    assert active({GPU_POLICY: "topology-aware,binpack,mutex"}) == ["mutex", "topology-aware"]
+    assert active({GPU_POLICY: "binpack", NUMA_BIND: "true"}) == ["numa-bind"]
+    assert active({GPU_POLICY: "topology-aware", NUMA_BIND: "TRUE"}) == ["numa-bind", "topology-aware"]
+    assert active({}) == []
+
+
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("mutex", "only cards without tenants pass"),
+        ("topology-aware", "picks among fitting cards by NVLink/PCIe pair scores"),
+        ("numa-bind", "all cards of a container on one NUMA node"),
+        ("binpack", "fuller card first (higher score)"),
+        ("spread", "emptier card first (lower score)"),
+        ("numa", "lower NUMA node first"),
+    ],
+)
+def test_each_filter_and_sort_key_carries_its_words(name, words):
+    assert {**FILTERS, **SORT_KEYS}[name].words == words

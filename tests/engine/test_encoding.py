@@ -1,18 +1,65 @@
-"""SPEC 8: the allocation string and HAMi's node register, as HAMi-aware tools read them."""
+"""SPEC 8: the placement annotations, the allocation string, HAMi's node register and pair
+scores, as HAMi-aware tools read them."""
 
 import pytest
 
 from scheduling.engine.encoding import (
+    ALLOCATED,
+    BIND_PHASE,
+    BIND_TIME,
+    NODE,
+    TIME,
+    TO_ALLOCATE,
+    VENDOR,
     RegisteredCard,
     decode_allocation,
     decode_node_register,
     decode_node_scores,
     encode_allocation,
     encode_node_register,
+    links_to_pairs,
+    pairs_to_links,
+    placement_annotations,
 )
 from scheduling.engine.errors import ScenarioError
 
 from .builders import GPU_POLICY, ask, card, container, node, pod, run_one
+
+# -- what a placement writes on the pod -----------------------------------------------------
+
+
+def test_placement_writes_the_six_annotations_hami_reads():
+    written = placement_annotations(
+        "node1", "GPU-2,NVIDIA,1000,0:;", 1700000000.9, "allocating", 1700000042.5
+    )
+    assert written == {
+        "hami.io/vgpu-node": "node1",
+        "hami.io/vgpu-time": "1700000000",
+        "hami.io/vgpu-devices-to-allocate": "GPU-2,NVIDIA,1000,0:;",
+        "hami.io/vgpu-devices-allocated": "GPU-2,NVIDIA,1000,0:;",
+        "hami.io/bind-phase": "allocating",
+        "hami.io/bind-time": "1700000042",
+    }
+    assert list(written) == [NODE, TIME, TO_ALLOCATE, ALLOCATED, BIND_PHASE, BIND_TIME]
+
+
+def test_bind_time_is_when_the_annotations_are_written_not_when_the_pod_was_scheduled():
+    """HAMi's device plugin times out a pod left `allocating` against bind-time: a pod bound an
+    hour after it was scheduled must not look an hour stale."""
+    scheduled, bound = 1700000000, 1700003600
+    written = placement_annotations("node1", ";", scheduled, "success", bound)
+    assert (written[TIME], written[BIND_TIME]) == (str(scheduled), str(bound))
+
+
+def test_an_unknown_scheduling_time_is_the_write_time():
+    written = placement_annotations("node1", ";", None, "allocating", 1700000007.2)
+    assert written[TIME] == written[BIND_TIME] == "1700000007"
+
+
+def test_the_vendor_in_the_allocation_is_nvidia():
+    assert VENDOR == "NVIDIA"
+    assert encode_allocation([[("GPU-2", 1000, 0)]]) == f"GPU-2,{VENDOR},1000,0:;"
+
 
 # -- hami.io/vgpu-devices-allocated ---------------------------------------------------------
 
@@ -119,3 +166,43 @@ def test_malformed_pair_scores_are_refused(value):
     with pytest.raises(ScenarioError) as raised:
         decode_node_scores(value)
     assert "hami.io/node-nvidia-score" in str(raised.value)
+
+
+def test_pair_scores_given_differently_on_both_sides_keep_the_higher():
+    links = decode_node_scores('{"GPU-a": {"GPU-b": 100}, "GPU-b": {"GPU-a": 200}}')
+    assert links == {frozenset(("GPU-a", "GPU-b")): 200}
+
+
+# -- the two shapes of pair scores ------------------------------------------------------------
+
+
+def test_links_on_one_side_count_for_both():
+    pairs = links_to_pairs([("A", {"B": 100, "C": 20}), ("B", {}), ("C", {"B": 60})])
+    assert pairs == {frozenset("AB"): 100, frozenset("AC"): 20, frozenset("BC"): 60}
+
+
+def test_links_that_disagree_keep_the_higher_whichever_side_comes_first():
+    assert links_to_pairs([("A", {"B": 100}), ("B", {"A": 60})]) == {frozenset("AB"): 100}
+    assert links_to_pairs([("A", {"B": 60}), ("B", {"A": 100})]) == {frozenset("AB"): 100}
+
+
+def test_links_leave_out_self_pairs_booleans_and_what_is_not_a_number():
+    row = {"A": 100, "B": True, "C": "fast", "D": None, "E": 40.0}
+    assert links_to_pairs([("A", row), ("F", None)]) == {frozenset("AE"): 40}
+
+
+def test_pairs_become_links_both_ways_for_the_cards_named():
+    pairs = {frozenset("AB"): 100, frozenset("BC"): 60, frozenset("CX"): 20}
+    assert pairs_to_links(["A", "B", "C", "D"], pairs) == {
+        "A": {"B": 100},
+        "B": {"A": 100, "C": 60},
+        "C": {"B": 60},
+        "D": {},
+    }
+
+
+def test_links_and_pairs_round_trip():
+    links = {"A": {"B": 100, "C": 20}, "B": {"A": 100}, "C": {"A": 20}}
+    pairs = links_to_pairs(links.items())
+    assert pairs_to_links(links, pairs) == links
+    assert links_to_pairs(pairs_to_links(links, pairs).items()) == pairs

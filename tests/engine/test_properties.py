@@ -301,6 +301,7 @@ def test_chosen_cards_are_eligible_and_pass_every_filter_asked_for(raw):
 @BOUNDED
 @given(scenario_strategy())
 def test_failure_texts_account_for_every_card_and_sum_into_reasons(raw):
+    """The failed reasons (data) say what the texts say; node_order is node_scores as a list."""
     out = run_scenario(copy.deepcopy(raw))["pods"]
     sizes = {n["name"]: len(n["devices"]) for n in raw["nodes"]}
     for decision in out:
@@ -319,5 +320,9 @@ def test_failure_texts_account_for_every_card_and_sum_into_reasons(raw):
                 assert sum(int(m.group(1)) for m in items) == sizes[name], text
             for m in items:
                 totals[m.group(3)] = totals.get(m.group(3), 0) + int(m.group(1))
+            failed = decision["failed_reasons"][name]
+            assert failed == {"cards": sizes[name], "reasons": {m.group(3): int(m.group(1)) for m in items}}
+        assert list(decision["failed_reasons"]) == list(decision["failed_nodes"])
+        assert decision["node_order"] == [[name, score] for name, score in decision["node_scores"].items()]
         if decision["status"] == "pending":
             assert decision["reasons"] == totals

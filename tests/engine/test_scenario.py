@@ -152,6 +152,18 @@ def test_card_defaults():
     assert card_row(out, "G0")["score"] == pytest.approx(10 * (1 / 10 + 10 / 100 + 1000 / 10000), abs=1e-3)
 
 
+def test_scenario_card_defaults_are_the_engines():
+    from scheduling.engine.model import Card
+    from scheduling.engine.scenario import CARD_DEFAULTS
+
+    bare = Card(uuid="G0", index=0, memory=1000)
+    assert CARD_DEFAULTS == {"type": "NVIDIA", "slots": 10, "cores": 100, "numa": 0, "health": True}
+    assert CARD_DEFAULTS == {key: getattr(bare, key) for key in CARD_DEFAULTS}
+    cluster, _, _ = parse_scenario({"nodes": [node("n1", card("G0", 1000))], "pods": []})
+    parsed = cluster.node("n1").cards[0]
+    assert {key: getattr(parsed, key) for key in CARD_DEFAULTS} == CARD_DEFAULTS
+
+
 def test_default_slots_are_ten():
     pods = [pod(f"p{i}", None, ask(gpu=1, mem=10)) for i in range(11)]
     outs = run([node("n1", card("G0"))], pods)

@@ -1,7 +1,7 @@
 """A stand-in Kubernetes API server on 127.0.0.1, for the real `kubernetes` client to talk to.
 
 No real API server can run in the test environment, so this one implements only what
-agents/kube calls, with the semantics those calls rely on:
+kube calls, with the semantics those calls rely on:
 
 - list and watch of pods and nodes with resourceVersion; watches stream JSON lines in a
   chunked response, end after timeoutSeconds, and answer an ERROR event with code 410 when
@@ -15,7 +15,7 @@ agents/kube calls, with the semantics those calls rely on:
   on the same port, with the same objects (like an API server restart over the same etcd).
 
 Every request is recorded as (api group, resource, verb) the way Kubernetes authorizes
-it, so tests can compare what the code did with `agents.kube.api.RBAC_RULES`.
+it, so tests can compare what the code did with `kube.api.RBAC_RULES`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ ROUTES = [
     ("GET", r"^/api/v1/nodes$", "list_or_watch_nodes", ("", "nodes", None)),
     ("GET", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "get_pod", ("", "pods", "get")),
     ("PATCH", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "patch_pod", ("", "pods", "patch")),
-    ("POST", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding$", "bind_pod", ("", "pods/binding", "create")),
+    (
+        "POST",
+        r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding$",
+        "bind_pod",
+        ("", "pods/binding", "create"),
+    ),
     ("POST", r"^/api/v1/namespaces/([^/]+)/bindings$", "bind_via_bindings", ("", "bindings", "create")),
     ("POST", r"^/api/v1/namespaces/([^/]+)/events$", "create_event", ("", "events", "create")),
     ("PATCH", r"^/api/v1/namespaces/([^/]+)/events/([^/]+)$", "patch_event", ("", "events", "patch")),
@@ -118,8 +123,11 @@ class StandInApiServer:
     def __init__(self, history_limit: int = 10_000):
         self.lock = threading.Condition()
         self.objects: dict[str, dict[tuple[str, str], dict]] = {
-            "pods": {}, "nodes": {}, "events": {}, "leases": {}
-        }  # fmt: skip
+            "pods": {},
+            "nodes": {},
+            "events": {},
+            "leases": {},
+        }
         self.version = 100
         self.history: list[tuple[int, str, str, dict | None, dict | None]] = []  # rv, kind, type, old, new
         self.oldest = 0  # watches from before this version get 410
@@ -162,7 +170,9 @@ class StandInApiServer:
         self.port = httpd.server_address[1]
         self.httpd = httpd
         self.running = True
-        self.thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
         return self
 
@@ -219,7 +229,9 @@ class StandInApiServer:
         with self.lock:
             return self._store(kind, obj, silent)
 
-    def update(self, kind: str, namespace: str, name: str, change: Callable[[dict], None], silent=False) -> dict:
+    def update(
+        self, kind: str, namespace: str, name: str, change: Callable[[dict], None], silent=False
+    ) -> dict:
         with self.lock:
             obj = copy.deepcopy(self.objects[kind][(namespace, name)])
             change(obj)
@@ -315,8 +327,10 @@ class StandInApiServer:
         with self.lock:
             items = [copy.deepcopy(o) for o in self.objects[kind].values() if matches(o, terms)]
             version = str(self.version)
-        handler.send_json(200, {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": version},
-                                "items": items})  # fmt: skip
+        handler.send_json(
+            200,
+            {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": version}, "items": items},
+        )
 
     def _watch(self, handler, kind, terms, query):
         start = int(query.get("resourceVersion") or 0)
@@ -380,8 +394,11 @@ class StandInApiServer:
             current = self._pod(namespace, name)
             wanted = (body.get("metadata") or {}).get("resourceVersion")
             if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-                raise Failure(409, "Conflict", f'Operation cannot be fulfilled on pods "{name}": '
-                                               "the object has been modified")  # fmt: skip
+                raise Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods "{name}": the object has been modified',
+                )
             patched = merge_patch(current, body)
             patched["metadata"].pop("resourceVersion", None)
             obj = self._store("pods", patched)
@@ -397,15 +414,17 @@ class StandInApiServer:
             if uid and uid != current["metadata"]["uid"]:
                 raise Failure(409, "Conflict", "the pod's uid does not match the binding")
             if current.get("spec", {}).get("nodeName"):
-                raise Failure(409, "Conflict", f"pod {name} is already assigned to node "
-                                               f"{current['spec']['nodeName']!r}")  # fmt: skip
+                raise Failure(
+                    409, "Conflict", f"pod {name} is already assigned to node {current['spec']['nodeName']!r}"
+                )
             bound = copy.deepcopy(current)
             bound.setdefault("spec", {})["nodeName"] = target
             bound["metadata"].pop("resourceVersion")
             self._store("pods", bound)
         # What a real API server answers: a Status, which the generated Binding model rejects.
-        handler.send_json(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                "code": 201})  # fmt: skip
+        handler.send_json(
+            201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        )
 
     def bind_via_bindings(self, handler, query, body, namespace):
         return self.bind_pod(handler, query, body, namespace, (body.get("metadata") or {}).get("name", ""))
@@ -447,7 +466,9 @@ class StandInApiServer:
         meta = body.setdefault("metadata", {})
         with self.lock:
             if (namespace, meta.get("name")) in self.objects["leases"]:
-                raise Failure(409, "AlreadyExists", f'leases.coordination.k8s.io "{meta.get("name")}" already exists')
+                raise Failure(
+                    409, "AlreadyExists", f'leases.coordination.k8s.io "{meta.get("name")}" already exists'
+                )
             meta["namespace"] = namespace
             obj = self._store("leases", body)
         handler.send_json(201, obj)
@@ -467,9 +488,17 @@ class StandInApiServer:
 
 
 def gone_event(version: int) -> dict:
-    return {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                        "message": f"too old resource version: {version}",
-                                        "reason": "Expired", "code": 410}}  # fmt: skip
+    return {
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": f"too old resource version: {version}",
+            "reason": "Expired",
+            "code": 410,
+        },
+    }
 
 
 def watch_event(change: str, old: dict | None, new: dict | None, terms) -> dict | None:
@@ -495,9 +524,17 @@ class Handler(BaseHTTPRequestHandler):
         try:
             self.standin.dispatch(self, method)
         except Failure as failure:
-            self.send_json(failure.code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                          "message": failure.message, "reason": failure.reason,
-                                          "code": failure.code})  # fmt: skip
+            self.send_json(
+                failure.code,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "message": failure.message,
+                    "reason": failure.reason,
+                    "code": failure.code,
+                },
+            )
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
 

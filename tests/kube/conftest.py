@@ -14,8 +14,8 @@ from contextlib import contextmanager
 import pytest
 from django.db import close_old_connections, connections
 
-from agents.kube.agent import AgentOptions, KubeAgent
-from agents.kube.api import api_for_host
+from kube.agent import AgentOptions, KubeAgent
+from kube.api import api_for_host
 
 from .apiserver import StandInApiServer
 
@@ -42,8 +42,10 @@ def kube(apiserver):
 
 def register(*cards: tuple) -> str:
     """`hami.io/node-nvidia-register`, 9-field form: (uuid, slots, mem, cores, type, numa, health, index, mode)."""
-    return "".join(",".join(str(field).lower() if isinstance(field, bool) else str(field) for field in card) + ":"
-                   for card in cards)  # fmt: skip
+    return "".join(
+        ",".join(str(field).lower() if isinstance(field, bool) else str(field) for field in card) + ":"
+        for card in cards
+    )
 
 
 def t4_register(prefix: str, count: int = 2, memory: int = 15360) -> str:
@@ -112,9 +114,16 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: s
 
 
 def fast_options(**overrides) -> AgentOptions:
-    values = {"watch_timeout": 2, "resync_seconds": 0.5, "loop_seconds": 0.05, "event_seconds": 0.05,
-              "bind_backoff_base": 0.2, "bind_backoff_cap": 0.5,
-              "api_backoff_base": 0.1, "api_backoff_cap": 0.5}  # fmt: skip
+    values = {
+        "watch_timeout": 2,
+        "resync_seconds": 0.5,
+        "loop_seconds": 0.05,
+        "event_seconds": 0.05,
+        "bind_backoff_base": 0.2,
+        "bind_backoff_cap": 0.5,
+        "api_backoff_base": 0.1,
+        "api_backoff_cap": 0.5,
+    }
     values.update(overrides)
     return AgentOptions(**values)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone, KubeApi
+from kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone, KubeApi
 
 from .conftest import node_object, pod_object
 
@@ -15,22 +15,42 @@ def every_call(kube, apiserver):
     apiserver.put("nodes", node_object("n1"))
     found = {}
     return [
-        (KubeApi.list_pods, lambda: found.update(pods=kube.list_pods("spec.schedulerName=hami-scheduler")[1])),
-        (KubeApi.watch_pods,
-         lambda: list(kube.watch_pods(found["pods"], "spec.schedulerName=hami-scheduler", timeout_seconds=1))),
+        (
+            KubeApi.list_pods,
+            lambda: found.update(pods=kube.list_pods("spec.schedulerName=hami-scheduler")[1]),
+        ),
+        (
+            KubeApi.watch_pods,
+            lambda: list(
+                kube.watch_pods(found["pods"], "spec.schedulerName=hami-scheduler", timeout_seconds=1)
+            ),
+        ),
         (KubeApi.list_nodes, lambda: found.update(nodes=kube.list_nodes()[1])),
         (KubeApi.watch_nodes, lambda: list(kube.watch_nodes(found["nodes"], timeout_seconds=1))),
         (KubeApi.get_pod, lambda: found.update(pod=kube.get_pod("default", "p1"))),
-        (KubeApi.patch_pod, lambda: kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}})),
+        (
+            KubeApi.patch_pod,
+            lambda: kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}}),
+        ),
         (KubeApi.bind_pod, lambda: kube.bind_pod("default", "p1", found["pod"]["metadata"]["uid"], "n1")),
-        (KubeApi.create_event, lambda: kube.create_event(
-            "default", {"metadata": {"name": "p1.e"}, "involvedObject": {"kind": "Pod", "name": "p1"}})),
+        (
+            KubeApi.create_event,
+            lambda: kube.create_event(
+                "default", {"metadata": {"name": "p1.e"}, "involvedObject": {"kind": "Pod", "name": "p1"}}
+            ),
+        ),
         (KubeApi.patch_event, lambda: kube.patch_event("default", "p1.e", {"count": 2})),
         (KubeApi.get_lease, lambda: kube.get_lease("ns", "lease")),
-        (KubeApi.create_lease, lambda: found.update(lease=kube.create_lease(
-            "ns", {"metadata": {"name": "lease"}, "spec": {"holderIdentity": "a"}}))),
+        (
+            KubeApi.create_lease,
+            lambda: found.update(
+                lease=kube.create_lease(
+                    "ns", {"metadata": {"name": "lease"}, "spec": {"holderIdentity": "a"}}
+                )
+            ),
+        ),
         (KubeApi.replace_lease, lambda: kube.replace_lease("ns", "lease", found["lease"])),
-    ]  # fmt: skip
+    ]
 
 
 def test_each_call_sends_exactly_the_request_its_declared_grant_allows(kube, apiserver):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from agents.kube.agent import KubeAgent
-from agents.kube.api import api_for_host
-from agents.kube.binder import BOUND, Binder
-from agents.kube.leader import LeaderElector
+from kube.agent import KubeAgent
+from kube.api import api_for_host
+from kube.binder import BOUND, Binder
+from kube.leader import LeaderElector
 from scheduling import services
 from scheduling.models import Event, Pod
 from scheduling.pipeline import run_cycle
@@ -25,9 +25,16 @@ def placed(apiserver, name: str = "train") -> Pod:
     """A Kubernetes pod queued and placed on gpu-1 by a cycle (status `scheduled`)."""
     created = apiserver.put("pods", pod_object(name, gpu=1, mem=1000))
     services.report_inventory("gpu-1", {}, {}, [{"uuid": "GPU-a-0", "index": 0, "memory": 15360}])
-    services.submit_pod("default", name, {}, [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1,
-                        "nvidia.com/gpumem": 1000}}}], [], 0, created["metadata"]["uid"],
-                        origin=Pod.KUBERNETES)  # fmt: skip
+    services.submit_pod(
+        "default",
+        name,
+        {},
+        [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}],
+        [],
+        0,
+        created["metadata"]["uid"],
+        origin=Pod.KUBERNETES,
+    )
     assert run_cycle().placed
     return Pod.objects.select_related("node").get(name=name)
 
@@ -49,11 +56,19 @@ def repaired(name: str = "train") -> Event | None:
 
 def successor(kube, apiserver, **options) -> KubeAgent:
     """A new agent whose predecessor, `killed-leader`, holds the Lease and renews it no more."""
-    dead = LeaderElector(api_for_host(apiserver.url), "hamiadmin", "kube-agent", "killed-leader",
-                         lease_duration=1, renew_deadline=0.5, retry_period=0.1)  # fmt: skip
+    dead = LeaderElector(
+        api_for_host(apiserver.url),
+        "hamiadmin",
+        "kube-agent",
+        "killed-leader",
+        lease_duration=1,
+        renew_deadline=0.5,
+        retry_period=0.1,
+    )
     dead.step()
-    elector = LeaderElector(kube, "hamiadmin", "kube-agent", "successor", lease_duration=1, renew_deadline=0.5,
-                            retry_period=0.1)  # fmt: skip
+    elector = LeaderElector(
+        kube, "hamiadmin", "kube-agent", "successor", lease_duration=1, renew_deadline=0.5, retry_period=0.1
+    )
     return KubeAgent(kube, fast_options(**options), elector=elector)
 
 
@@ -114,14 +129,25 @@ def test_a_half_done_bind_hamiadmin_holds_no_placement_for_is_marked_failed(kube
         placed(apiserver)  # on gpu-1
     elif row == "pending":
         created = apiserver.put("pods", pod_object("train", gpu=1))
-        services.submit_pod("default", "train", {}, [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
-                            uid=created["metadata"]["uid"], origin=Pod.KUBERNETES)  # fmt: skip
+        services.submit_pod(
+            "default",
+            "train",
+            {},
+            [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            uid=created["metadata"]["uid"],
+            origin=Pod.KUBERNETES,
+        )
     else:
         apiserver.put("pods", pod_object("train", gpu=1))
-    apiserver.update("pods", "default", "train", lambda pod: (
-        pod["spec"].update(nodeName="gpu-2"),
-        pod["metadata"]["annotations"].update({PHASE: "allocating", "hami.io/vgpu-node": "gpu-2"}),
-    ))  # fmt: skip
+    apiserver.update(
+        "pods",
+        "default",
+        "train",
+        lambda pod: (
+            pod["spec"].update(nodeName="gpu-2"),
+            pod["metadata"]["annotations"].update({PHASE: "allocating", "hami.io/vgpu-node": "gpu-2"}),
+        ),
+    )
     with running(successor(kube, apiserver)):
         wait_until(lambda: annotations(apiserver)[PHASE] == "failed", timeout=15, what="bind-phase failed")
         wait_until(

@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from agents.kube.agent import KubeAgent
-from agents.kube.api import api_for_host
-from agents.kube.binder import BOUND, FAILED, GONE, UNAVAILABLE, Binder
-from agents.kube.leader import LeaderElector
+from kube.agent import KubeAgent
+from kube.api import api_for_host
+from kube.binder import BOUND, FAILED, GONE, UNAVAILABLE, Binder
+from kube.leader import LeaderElector
 from scheduling import services
 from scheduling.models import Card, Pod
 from scheduling.pipeline import run_cycle
@@ -19,8 +19,14 @@ from .conftest import fast_options, node_object, pod_object, running, t4_registe
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PLACEMENT = ("hami.io/vgpu-node", "hami.io/vgpu-time", "hami.io/vgpu-devices-to-allocate",
-             "hami.io/vgpu-devices-allocated", "hami.io/bind-phase", "hami.io/bind-time")  # fmt: skip
+PLACEMENT = (
+    "hami.io/vgpu-node",
+    "hami.io/vgpu-time",
+    "hami.io/vgpu-devices-to-allocate",
+    "hami.io/vgpu-devices-allocated",
+    "hami.io/bind-phase",
+    "hami.io/bind-time",
+)
 
 
 def row(name: str) -> Pod:
@@ -32,7 +38,9 @@ def kube_pod(apiserver, name: str) -> dict:
 
 
 def events_for(apiserver, name: str, reason: str) -> list[dict]:
-    return [e for e in apiserver.all("events") if e["involvedObject"]["name"] == name and e["reason"] == reason]
+    return [
+        e for e in apiserver.all("events") if e["involvedObject"]["name"] == name and e["reason"] == reason
+    ]
 
 
 def one_card_node(apiserver, name="gpu-1", prefix="GPU-a", count=1):
@@ -75,8 +83,11 @@ def test_the_annotations_go_on_before_the_binding(kube, apiserver):
     one_card_node(apiserver)
     apiserver.put("pods", pod_object("train", gpu=1))
     seen_at_binding = {}
-    apiserver.before("POST", "/pods/train/binding",
-                     lambda: seen_at_binding.update(kube_pod(apiserver, "train")["metadata"]["annotations"]))  # fmt: skip
+    apiserver.before(
+        "POST",
+        "/pods/train/binding",
+        lambda: seen_at_binding.update(kube_pod(apiserver, "train")["metadata"]["annotations"]),
+    )
     with running(KubeAgent(kube, fast_options())):
         wait_until(queued("train"))
         run_cycle()
@@ -89,9 +100,13 @@ def test_a_conflict_on_the_patch_is_read_again_and_reapplied(kube, apiserver):
     one_card_node(apiserver)
     apiserver.put("pods", pod_object("train", gpu=1))
     # Someone else (a label controller) writes the pod between our read and our patch.
-    apiserver.before("PATCH", "/pods/train",
-                     lambda: apiserver.update("pods", "default", "train",
-                                              lambda pod: pod["metadata"].setdefault("labels", {}).update(team="a")))  # fmt: skip
+    apiserver.before(
+        "PATCH",
+        "/pods/train",
+        lambda: apiserver.update(
+            "pods", "default", "train", lambda pod: pod["metadata"].setdefault("labels", {}).update(team="a")
+        ),
+    )
     with running(KubeAgent(kube, fast_options())):
         wait_until(queued("train"))
         run_cycle()
@@ -110,8 +125,12 @@ def test_a_refused_binding_marks_failed_releases_and_is_retried(kube, apiserver)
     with running(KubeAgent(kube, fast_options())):
         wait_until(queued("train"))
         assert run_cycle().placed
-        wait_until(lambda: kube_pod(apiserver, "train")["metadata"]["annotations"].get("hami.io/bind-phase")
-                   == "failed", what="bind-phase failed")  # fmt: skip
+        wait_until(
+            lambda: (
+                kube_pod(apiserver, "train")["metadata"]["annotations"].get("hami.io/bind-phase") == "failed"
+            ),
+            what="bind-phase failed",
+        )
         wait_until(lambda: row("train").status == Pod.PENDING, what="queued again")
         assert Card.objects.get(uuid="GPU-a-0").used_memory == 0, "cards released"
         wait_until(lambda: events_for(apiserver, "train", "FailedScheduling"), what="a failure event")
@@ -127,8 +146,15 @@ def place(apiserver, name="train") -> Pod:
     """Queue and place a pod without the agent running (the binder is driven directly)."""
     created = apiserver.put("pods", pod_object(name, gpu=1, mem=1000))
     services.report_inventory("gpu-1", {}, {}, [{"uuid": "GPU-a-0", "index": 0, "memory": 15360}])
-    services.submit_pod("default", name, {}, [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1,
-                        "nvidia.com/gpumem": 1000}}}], [], 0, created["metadata"]["uid"])  # fmt: skip
+    services.submit_pod(
+        "default",
+        name,
+        {},
+        [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}],
+        [],
+        0,
+        created["metadata"]["uid"],
+    )
     assert run_cycle().placed
     return row(name)
 
@@ -203,8 +229,15 @@ def test_a_waiting_pod_gets_one_failed_scheduling_event_not_one_per_cycle(kube, 
 def test_only_the_leader_writes(kube, apiserver):
     """A follower queues nothing while another replica holds the Lease; it takes over when
     that replica stops renewing."""
-    other = LeaderElector(api_for_host(apiserver.url), "hamiadmin", "kube-agent", "other",
-                          lease_duration=1, renew_deadline=0.5, retry_period=0.1)  # fmt: skip
+    other = LeaderElector(
+        api_for_host(apiserver.url),
+        "hamiadmin",
+        "kube-agent",
+        "other",
+        lease_duration=1,
+        renew_deadline=0.5,
+        retry_period=0.1,
+    )
     other.step()
     renewing = threading.Event()
 
@@ -215,26 +248,32 @@ def test_only_the_leader_writes(kube, apiserver):
     renewer = threading.Thread(target=keep_renewing, daemon=True)
     renewer.start()
     apiserver.put("pods", pod_object("train", gpu=1))
-    follower = LeaderElector(kube, "hamiadmin", "kube-agent", "follower",
-                             lease_duration=1, renew_deadline=0.5, retry_period=0.1)  # fmt: skip
+    follower = LeaderElector(
+        kube, "hamiadmin", "kube-agent", "follower", lease_duration=1, renew_deadline=0.5, retry_period=0.1
+    )
     agent = KubeAgent(kube, fast_options(), elector=follower)
     with running(agent):
         try:
-            wait_until(lambda: len(apiserver.calls("GET", "/leases/kube-agent")) > 20, what="a while of following")
+            wait_until(
+                lambda: len(apiserver.calls("GET", "/leases/kube-agent")) > 20, what="a while of following"
+            )
             assert not Pod.objects.exists(), "a follower wrote"
         finally:
             renewing.set()
             renewer.join()
         wait_until(lambda: follower.is_leader(), what="the takeover")
         wait_until(lambda: Pod.objects.filter(name="train").exists(), what="the new leader's sync")
-    assert apiserver.get("leases", "hamiadmin", "kube-agent")["spec"]["holderIdentity"] == "", "released on stop"
+    assert apiserver.get("leases", "hamiadmin", "kube-agent")["spec"]["holderIdentity"] == "", (
+        "released on stop"
+    )
 
 
 def test_a_failure_after_the_binding_undoes_nothing(kube, apiserver):
     """The pod is on its node: a refused last patch must not release its cards."""
     placed = place(apiserver)
-    apiserver.before("POST", "/pods/train/binding",
-                     lambda: apiserver.fail("PATCH", r"/pods/train$", 500, times=10))  # fmt: skip
+    apiserver.before(
+        "POST", "/pods/train/binding", lambda: apiserver.fail("PATCH", r"/pods/train$", 500, times=10)
+    )
     result = Binder(kube).bind(placed)
     assert result.outcome == BOUND and "bind-phase not updated" in result.detail
     assert row("train").status == Pod.RUNNING
@@ -253,8 +292,12 @@ def test_a_refused_binding_requeues_the_same_pod_after_the_delay_never_failed(ku
     assert Binder(kube).bind(placed, retry_after=60).outcome == FAILED
     again = row("train")
     assert (again.status, again.uid, again.attempts, again.submitted_at, again.finished_at) == (
-        Pod.PENDING, placed.uid, placed.attempts, placed.submitted_at, None,
-    )  # fmt: skip
+        Pod.PENDING,
+        placed.uid,
+        placed.attempts,
+        placed.submitted_at,
+        None,
+    )
     assert before + timedelta(seconds=59) < again.next_attempt_at <= timezone.now() + timedelta(seconds=60)
     assert "binding to gpu-1 failed: 422" in again.reason
     assert Card.objects.get(uuid="GPU-a-0").used_slots == 0
@@ -268,9 +311,16 @@ def test_a_late_outcome_for_a_replaced_pod_leaves_the_new_one_alone(kube, apiser
     placed = place(apiserver)
     apiserver.delete("pods", "default", "train")
     fresh = apiserver.put("pods", pod_object("train", gpu=1, mem=1000))
-    services.submit_pod("default", "train", {}, [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1,
-                        "nvidia.com/gpumem": 1000}}}], [], 0, fresh["metadata"]["uid"],
-                        origin=Pod.KUBERNETES)  # fmt: skip
+    services.submit_pod(
+        "default",
+        "train",
+        {},
+        [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}}}],
+        [],
+        0,
+        fresh["metadata"]["uid"],
+        origin=Pod.KUBERNETES,
+    )
     assert Card.objects.get(uuid="GPU-a-0").used_slots == 0, "the new uid released the old cards"
     assert Binder(kube).bind(placed).outcome == GONE
     current = row("train")

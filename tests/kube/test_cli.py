@@ -1,4 +1,4 @@
-"""`python -m agents.kube` as a process: kubeconfig, the Lease, syncing, a clean SIGTERM."""
+"""`python -m kube` as a process: kubeconfig, the Lease, syncing, a clean SIGTERM."""
 
 from __future__ import annotations
 
@@ -44,16 +44,39 @@ def kubeconfig(tmp_path: Path, server: str) -> Path:
 
 
 def agent_process(*args: str, env: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": database_url(), "PYTHONPATH": str(REPO), "REDIS_URL": "", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "agents.kube", *args], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "PYTHONPATH": str(REPO),
+        "REDIS_URL": "",
+        **(env or {}),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "kube", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_the_agent_leads_syncs_and_releases_its_lease_on_sigterm(apiserver, tmp_path):
     apiserver.put("pods", pod_object("train", gpu=1, scheduler="gpu-sched"))
-    process = agent_process("--kubeconfig", str(kubeconfig(tmp_path, apiserver.url)), "--scheduler-name",
-                            "gpu-sched", "--namespace", "hamiadmin", "--lease-name", "agent-lease",
-                            "--identity", "replica-1", "--watch-timeout", "2")  # fmt: skip
+    process = agent_process(
+        "--kubeconfig",
+        str(kubeconfig(tmp_path, apiserver.url)),
+        "--scheduler-name",
+        "gpu-sched",
+        "--namespace",
+        "hamiadmin",
+        "--lease-name",
+        "agent-lease",
+        "--identity",
+        "replica-1",
+        "--watch-timeout",
+        "2",
+    )
     try:
         wait_until(lambda: Pod.objects.filter(name="train").exists(), timeout=30, what="the agent's sync")
         lease = apiserver.get("leases", "hamiadmin", "agent-lease")
@@ -78,9 +101,19 @@ def test_no_usable_configuration_exits_2(tmp_path):
 
 def test_with_log_format_json_every_line_is_a_json_object_without_the_token(apiserver, tmp_path):
     apiserver.put("pods", pod_object("train", gpu=1, scheduler="gpu-sched"))
-    process = agent_process("--kubeconfig", str(kubeconfig(tmp_path, apiserver.url)), "--scheduler-name",
-                            "gpu-sched", "--namespace", "hamiadmin", "--identity", "replica-1",
-                            "--watch-timeout", "2", env={"LOG_FORMAT": "json"})  # fmt: skip
+    process = agent_process(
+        "--kubeconfig",
+        str(kubeconfig(tmp_path, apiserver.url)),
+        "--scheduler-name",
+        "gpu-sched",
+        "--namespace",
+        "hamiadmin",
+        "--identity",
+        "replica-1",
+        "--watch-timeout",
+        "2",
+        env={"LOG_FORMAT": "json"},
+    )
     try:
         wait_until(lambda: Pod.objects.filter(name="train").exists(), timeout=30, what="the agent's sync")
         process.send_signal(signal.SIGTERM)
@@ -92,7 +125,9 @@ def test_with_log_format_json_every_line_is_a_json_object_without_the_token(apis
     assert process.returncode == 0, stderr
     entries = [json.loads(line) for line in stderr.splitlines()]
     assert all({"time", "level", "logger", "message"} <= set(entry) for entry in entries)
-    assert any(entry["logger"] == "hamiadmin.kube" and entry["message"].startswith("kube agent replica-1: ")
-               for entry in entries)  # fmt: skip
+    assert any(
+        entry["logger"] == "hamiadmin.kube" and entry["message"].startswith("kube agent replica-1: ")
+        for entry in entries
+    )
     assert any("released the lease" in entry["message"] for entry in entries)
     assert "test-token" not in stderr

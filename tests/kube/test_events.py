@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.kube.events import EventRecorder, PodRef
+from kube.events import EventRecorder, PodRef
 
 POD = PodRef("ml", "train", "uid-1")
 WAITING = "0/2 nodes are available: 4 CardInsufficientMemory"
@@ -31,8 +31,13 @@ def test_the_same_text_every_cycle_is_one_event_written_once(kube, apiserver):
     (event,) = events(apiserver)
     assert event["type"] == "Warning" and event["reason"] == "FailedScheduling"
     assert event["message"] == WAITING
-    assert event["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "namespace": "ml", "name": "train",
-                                       "uid": "uid-1"}  # fmt: skip
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "ml",
+        "name": "train",
+        "uid": "uid-1",
+    }
     assert event["source"] == {"component": "hami-scheduler"}
     assert event["count"] == 1
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agents.kube import views
+from kube import views
 from scheduling import services
 from scheduling.models import Allocation, Card, Pod
 
@@ -27,8 +27,12 @@ def extender_api(kube):
 def cluster():
     """small: one T4 with 8000 MiB; big: two T4 with 15360 MiB each."""
     services.report_inventory("small", {}, {}, [{"uuid": "S-0", "index": 0, "memory": 8000}])
-    services.report_inventory("big", {}, {}, [{"uuid": "B-0", "index": 0, "memory": 15360},
-                                               {"uuid": "B-1", "index": 1, "memory": 15360}])  # fmt: skip
+    services.report_inventory(
+        "big",
+        {},
+        {},
+        [{"uuid": "B-0", "index": 0, "memory": 15360}, {"uuid": "B-1", "index": 1, "memory": 15360}],
+    )
 
 
 def gpu_pod(name: str, uid: str = "", **resources) -> dict:
@@ -41,7 +45,11 @@ def extender_args(pod: dict, names: list[str], cache_capable: bool = False) -> d
     """ExtenderArgs as kube-scheduler encodes it (Go field names, no json tags)."""
     if cache_capable:
         return {"Pod": pod, "Nodes": None, "NodeNames": names}
-    return {"Pod": pod, "Nodes": {"metadata": {}, "items": [node_object(name) for name in names]}, "NodeNames": None}
+    return {
+        "Pod": pod,
+        "Nodes": {"metadata": {}, "items": [node_object(name) for name in names]},
+        "NodeNames": None,
+    }
 
 
 def post(client, verb: str, body, **headers):
@@ -50,7 +58,9 @@ def post(client, verb: str, body, **headers):
 
 
 def test_filter_answers_the_chosen_node_and_why_the_others_fail(client, cluster):
-    response = post(client, "filter", extender_args(gpu_pod("train", mem=10000), ["small", "big", "cpu-only"]))
+    response = post(
+        client, "filter", extender_args(gpu_pod("train", mem=10000), ["small", "big", "cpu-only"])
+    )
     assert response.status_code == 200
     result = response.json()
     assert [item["metadata"]["name"] for item in result["Nodes"]["items"]] == ["big"]
@@ -94,7 +104,9 @@ def test_filtered_again_with_other_nodes_the_reservation_moves(client, cluster):
 
 def test_filtered_again_with_the_same_node_keeps_the_reservation(client, cluster):
     post(client, "filter", extender_args(gpu_pod("p", mem=1000), ["small"], cache_capable=True))
-    again = post(client, "filter", extender_args(gpu_pod("p", mem=1000), ["small", "big"], cache_capable=True))
+    again = post(
+        client, "filter", extender_args(gpu_pod("p", mem=1000), ["small", "big"], cache_capable=True)
+    )
     assert again.json()["NodeNames"] == ["small"]
     assert Allocation.objects.filter(active=True).count() == 1
 
@@ -118,8 +130,15 @@ def test_bind_writes_the_annotations_and_the_binding(client, cluster, apiserver)
     pod = gpu_pod("train", mem=10000)
     created = apiserver.put("pods", pod)
     pod["metadata"]["uid"] = created["metadata"]["uid"]
-    assert post(client, "filter", extender_args(pod, ["big"], cache_capable=True)).json()["NodeNames"] == ["big"]
-    args = {"PodName": "train", "PodNamespace": "default", "PodUID": created["metadata"]["uid"], "Node": "big"}
+    assert post(client, "filter", extender_args(pod, ["big"], cache_capable=True)).json()["NodeNames"] == [
+        "big"
+    ]
+    args = {
+        "PodName": "train",
+        "PodNamespace": "default",
+        "PodUID": created["metadata"]["uid"],
+        "Node": "big",
+    }
     response = post(client, "bind", args)
     assert response.status_code == 200
     assert response.json() == {"Error": ""}
@@ -132,12 +151,15 @@ def test_bind_writes_the_annotations_and_the_binding(client, cluster, apiserver)
 
 
 def test_bind_without_a_placement_or_to_another_node_is_an_error(client, cluster, apiserver):
-    unknown = post(client, "bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "big"})
+    unknown = post(
+        client, "bind", {"PodName": "ghost", "PodNamespace": "default", "PodUID": "u", "Node": "big"}
+    )
     assert "no placement" in unknown.json()["Error"]
     pod = gpu_pod("train", mem=1000)
     post(client, "filter", extender_args(pod, ["small"], cache_capable=True))
-    elsewhere = post(client, "bind", {"PodName": "train", "PodNamespace": "default", "PodUID": "uid-train",
-                                      "Node": "big"})  # fmt: skip
+    elsewhere = post(
+        client, "bind", {"PodName": "train", "PodNamespace": "default", "PodUID": "uid-train", "Node": "big"}
+    )
     assert elsewhere.json()["Error"] == "pod default/train is placed on small, not big"
 
 
@@ -147,8 +169,16 @@ def test_bind_refused_by_the_api_server_releases_the_reservation(client, cluster
     pod["metadata"]["uid"] = created["metadata"]["uid"]
     post(client, "filter", extender_args(pod, ["small"], cache_capable=True))
     apiserver.fail("POST", r"/pods/train/binding$", 403, reason="Forbidden")
-    result = post(client, "bind", {"PodName": "train", "PodNamespace": "default",
-                                   "PodUID": created["metadata"]["uid"], "Node": "small"}).json()  # fmt: skip
+    result = post(
+        client,
+        "bind",
+        {
+            "PodName": "train",
+            "PodNamespace": "default",
+            "PodUID": created["metadata"]["uid"],
+            "Node": "small",
+        },
+    ).json()
     assert "403" in result["Error"]
     assert Card.objects.get(uuid="S-0").used_memory == 0
     assert Pod.objects.get(name="train").status == Pod.PENDING
@@ -209,8 +239,9 @@ def test_lower_case_keys_are_read_too(client, cluster):
 
 def test_a_pod_recreated_under_the_same_name_frees_the_earlier_reservation(client, cluster):
     post(client, "filter", extender_args(gpu_pod("p", uid="first", mem=8000), ["small"], cache_capable=True))
-    again = post(client, "filter", extender_args(gpu_pod("p", uid="second", mem=8000), ["small"],
-                                                 cache_capable=True))  # fmt: skip
+    again = post(
+        client, "filter", extender_args(gpu_pod("p", uid="second", mem=8000), ["small"], cache_capable=True)
+    )
     assert again.json()["NodeNames"] == ["small"]
     assert Pod.objects.get(name="p").uid == "second"
     assert Card.objects.get(uuid="S-0").used_memory == 8000
@@ -222,12 +253,15 @@ def test_a_pod_waiting_after_a_filter_call_is_not_placed_by_cycles(client, clust
     call did not offer, even once one has room."""
     from scheduling.pipeline import run_cycle
 
-    answer = post(client, "filter", extender_args(gpu_pod("p", mem=10000), ["small"], cache_capable=True)).json()
+    answer = post(
+        client, "filter", extender_args(gpu_pod("p", mem=10000), ["small"], cache_capable=True)
+    ).json()
     assert answer["NodeNames"] == [] and answer["FailedNodes"] == {"small": "1/1 CardInsufficientMemory"}
     row = Pod.objects.get(name="p")
     assert (row.origin, row.status) == (Pod.EXTENDER, Pod.PENDING)
     Pod.objects.filter(pk=row.pk).update(next_attempt_at=None)
     assert run_cycle().placed == [], "big has room, but kube-scheduler did not offer it"
     assert Pod.objects.get(name="p").status == Pod.PENDING
-    assert post(client, "filter", extender_args(gpu_pod("p", mem=10000), ["big"],
-                                                cache_capable=True)).json()["NodeNames"] == ["big"]  # fmt: skip
+    assert post(client, "filter", extender_args(gpu_pod("p", mem=10000), ["big"], cache_capable=True)).json()[
+        "NodeNames"
+    ] == ["big"]

@@ -6,8 +6,8 @@ not a sleep, and clocks that disagree can be shown not to matter.
 
 from __future__ import annotations
 
-from agents.kube.api import api_for_host
-from agents.kube.leader import LeaderElector
+from kube.api import api_for_host
+from kube.leader import LeaderElector
 
 
 class Clock:
@@ -20,8 +20,15 @@ class Clock:
 
 def elector(apiserver, identity, clock, **timing):
     timing = {"lease_duration": 15, "renew_deadline": 10, "retry_period": 2, **timing}
-    return LeaderElector(api_for_host(apiserver.url), "hamiadmin", "kube-agent", identity, clock=clock,
-                         wall_clock=clock, **timing)  # fmt: skip
+    return LeaderElector(
+        api_for_host(apiserver.url),
+        "hamiadmin",
+        "kube-agent",
+        identity,
+        clock=clock,
+        wall_clock=clock,
+        **timing,
+    )
 
 
 def holder(apiserver) -> str:

@@ -6,16 +6,25 @@ import json
 
 import pytest
 
-from agents.kube import nodes, pods
+from kube import nodes, pods
 
 from .conftest import T4, node_object, pod_object, register
 
 
 def test_a_pod_becomes_what_submit_pod_takes():
-    pod = pod_object("train", gpu=2, mem=3000, cores=30, namespace="ml", priority=1000,
-                     annotations={"hami.io/gpu-scheduler-policy": "mutex,binpack",
-                                  "kubectl.kubernetes.io/last-applied-configuration": "{...}",
-                                  "hami.io/vgpu-node": "old-node"})  # fmt: skip
+    pod = pod_object(
+        "train",
+        gpu=2,
+        mem=3000,
+        cores=30,
+        namespace="ml",
+        priority=1000,
+        annotations={
+            "hami.io/gpu-scheduler-policy": "mutex,binpack",
+            "kubectl.kubernetes.io/last-applied-configuration": "{...}",
+            "hami.io/vgpu-node": "old-node",
+        },
+    )
     pod["metadata"]["uid"] = "uid-1"
     pod["spec"]["initContainers"] = [
         {"name": "warm", "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"}}}
@@ -26,8 +35,12 @@ def test_a_pod_becomes_what_submit_pod_takes():
         "name": "train",
         "annotations": {"hami.io/gpu-scheduler-policy": "mutex,binpack"},
         "containers": [
-            {"name": "main", "resources": {"limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000,
-                                                      "nvidia.com/gpucores": 30}}}  # fmt: skip
+            {
+                "name": "main",
+                "resources": {
+                    "limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}
+                },
+            }
         ],
         "init_containers": [{"name": "warm", "resources": {"requests": {"nvidia.com/gpu": 1}}}],
         "priority": 1000,
@@ -37,7 +50,15 @@ def test_a_pod_becomes_what_submit_pod_takes():
 
 @pytest.mark.parametrize(
     ("written", "read"),
-    [("3", 3), ("3k", 3000), ("2Ki", 2048), ("2000m", 2), ("1e3", 1000), ("1500m", "1500m"), ("lots", "lots")],
+    [
+        ("3", 3),
+        ("3k", 3000),
+        ("2Ki", 2048),
+        ("2000m", 2),
+        ("1e3", 1000),
+        ("1500m", "1500m"),
+        ("lots", "lots"),
+    ],
 )
 def test_quantities_are_read_as_kubernetes_writes_them(written, read):
     """Whole quantities become ints; the rest stays as written so the engine names the field."""
@@ -58,20 +79,50 @@ def test_phases_that_end_a_pod():
 
 
 def test_nine_field_register_with_scores_and_cordon():
-    value = register(("GPU-a", 10, 15360, 100, T4, 0, True, 0, "hami-core"),
-                     ("GPU-b", 4, 15360, 50, T4, 1, False, 1, "hami-core"))  # fmt: skip
+    value = register(
+        ("GPU-a", 10, 15360, 100, T4, 0, True, 0, "hami-core"),
+        ("GPU-b", 4, 15360, 50, T4, 1, False, 1, "hami-core"),
+    )
     scores = json.dumps([{"uuid": "GPU-a", "score": {"GPU-b": 200, "GPU-gone": 90}}])
-    found = nodes.inventory(node_object("n1", value, **{"hami.io/node-nvidia-score": scores,
-                                                         "hami.io/device-cordon": "GPU-b",
-                                                         "hami.io/node-handshake": "Reported 2024"}))  # fmt: skip
+    found = nodes.inventory(
+        node_object(
+            "n1",
+            value,
+            **{
+                "hami.io/node-nvidia-score": scores,
+                "hami.io/device-cordon": "GPU-b",
+                "hami.io/node-handshake": "Reported 2024",
+            },
+        )
+    )
     assert found.name == "n1"
     assert found.annotations == {"hami.io/device-cordon": "GPU-b"}
     assert found.devices == [
-        {"uuid": "GPU-a", "index": 0, "type": T4, "slots": 10, "memory": 15360, "cores": 100, "numa": 0,
-         "health": True, "links": {"GPU-b": 200}, "mode": "hami-core"},
-        {"uuid": "GPU-b", "index": 1, "type": T4, "slots": 4, "memory": 15360, "cores": 50, "numa": 1,
-         "health": False, "links": {"GPU-a": 200}, "mode": "hami-core"},
-    ]  # fmt: skip
+        {
+            "uuid": "GPU-a",
+            "index": 0,
+            "type": T4,
+            "slots": 10,
+            "memory": 15360,
+            "cores": 100,
+            "numa": 0,
+            "health": True,
+            "links": {"GPU-b": 200},
+            "mode": "hami-core",
+        },
+        {
+            "uuid": "GPU-b",
+            "index": 1,
+            "type": T4,
+            "slots": 4,
+            "memory": 15360,
+            "cores": 50,
+            "numa": 1,
+            "health": False,
+            "links": {"GPU-a": 200},
+            "mode": "hami-core",
+        },
+    ]
 
 
 def test_seven_field_register_indexes_by_position():
@@ -88,11 +139,22 @@ def test_a_node_without_the_register_is_not_described():
 @pytest.mark.parametrize(
     ("annotations", "named"),
     [
-        ({"hami.io/node-nvidia-register": "GPU-a,10,lots,100,T4,0,true,0,x:"}, "hami.io/node-nvidia-register[0]"),
+        (
+            {"hami.io/node-nvidia-register": "GPU-a,10,lots,100,T4,0,true,0,x:"},
+            "hami.io/node-nvidia-register[0]",
+        ),
         ({"hami.io/node-nvidia-register": "GPU-a,10,100:"}, "hami.io/node-nvidia-register[0]"),
-        ({"hami.io/node-nvidia-register": "GPU-a,10,1,100,T4,0,maybe,0,x:"}, "hami.io/node-nvidia-register[0]"),
-        ({"hami.io/node-nvidia-register": "GPU-a,10,1,100,T4,0,true,0,x:",
-          "hami.io/node-nvidia-score": "{not json"}, "hami.io/node-nvidia-score"),  # fmt: skip
+        (
+            {"hami.io/node-nvidia-register": "GPU-a,10,1,100,T4,0,maybe,0,x:"},
+            "hami.io/node-nvidia-register[0]",
+        ),
+        (
+            {
+                "hami.io/node-nvidia-register": "GPU-a,10,1,100,T4,0,true,0,x:",
+                "hami.io/node-nvidia-score": "{not json",
+            },
+            "hami.io/node-nvidia-score",
+        ),
     ],
 )
 def test_malformed_annotations_name_the_annotation(annotations, named):

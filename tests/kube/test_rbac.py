@@ -1,4 +1,4 @@
-"""The RBAC rules in agents/kube/api.py are what each identity's code really requests.
+"""The RBAC rules in kube/api.py are what each identity's code really requests.
 
 Each test runs one identity's real code (the agent's loop with leader election, or the web
 app's /extender/ views) through a scenario that takes every path it has to Kubernetes, and
@@ -13,11 +13,11 @@ import json
 
 import pytest
 
-from agents.kube import views
-from agents.kube.agent import KubeAgent
-from agents.kube.api import EXTENDER_AGENT_RBAC_RULES, EXTENDER_WEB_RBAC_RULES, RBAC_RULES
-from agents.kube.extender import filter_pod
-from agents.kube.leader import LeaderElector
+from kube import views
+from kube.agent import KubeAgent
+from kube.api import EXTENDER_AGENT_RBAC_RULES, EXTENDER_WEB_RBAC_RULES, RBAC_RULES
+from kube.extender import filter_pod
+from kube.leader import LeaderElector
 from scheduling import services
 from scheduling.models import Card, Pod
 from scheduling.pipeline import run_cycle
@@ -34,8 +34,9 @@ def pod_row(name: str) -> Pod | None:
 
 
 def elector(kube) -> LeaderElector:
-    return LeaderElector(kube, "hamiadmin", "kube-agent", "me", lease_duration=1, renew_deadline=0.5,
-                         retry_period=0.1)  # fmt: skip
+    return LeaderElector(
+        kube, "hamiadmin", "kube-agent", "me", lease_duration=1, renew_deadline=0.5, retry_period=0.1
+    )
 
 
 def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
@@ -61,7 +62,9 @@ def test_the_extender_mode_agent_requests_exactly_its_rules(kube, apiserver):
     created = apiserver.put("pods", pod_object("ext", gpu=1, mem=1000, scheduler="default-scheduler"))
     agent = KubeAgent(kube, fast_options(extender=True, watch_timeout=30), elector=elector(kube))
     with running(agent):
-        wait_until(lambda: Card.objects.exists() and agent.pods is not None and agent.pods.has_synced.is_set())
+        wait_until(
+            lambda: Card.objects.exists() and agent.pods is not None and agent.pods.has_synced.is_set()
+        )
         assert filter_pod(created, ["gpu-1"]).chosen == "gpu-1"
         apiserver.delete("pods", "default", "ext", silent=True)
         apiserver.expire_history()
@@ -78,12 +81,24 @@ def test_the_extender_web_requests_exactly_its_rules(client, kube, apiserver):
         apiserver.put("nodes", node_object("gpu-1"))
         pod = apiserver.put("pods", pod_object("train", gpu=1, mem=1000, scheduler="default-scheduler"))
         services.report_inventory("gpu-1", {}, {}, [{"uuid": "GPU-a-0", "index": 0, "memory": 15360}])
-        filtered = client.post("/extender/filter", json.dumps({"Pod": pod, "NodeNames": ["gpu-1"]}),
-                               content_type="application/json")  # fmt: skip
+        filtered = client.post(
+            "/extender/filter",
+            json.dumps({"Pod": pod, "NodeNames": ["gpu-1"]}),
+            content_type="application/json",
+        )
         assert filtered.json()["NodeNames"] == ["gpu-1"]
-        bound = client.post("/extender/bind", json.dumps({"PodName": "train", "PodNamespace": "default",
-                            "PodUID": pod["metadata"]["uid"], "Node": "gpu-1"}),
-                            content_type="application/json")  # fmt: skip
+        bound = client.post(
+            "/extender/bind",
+            json.dumps(
+                {
+                    "PodName": "train",
+                    "PodNamespace": "default",
+                    "PodUID": pod["metadata"]["uid"],
+                    "Node": "gpu-1",
+                }
+            ),
+            content_type="application/json",
+        )
         assert bound.json() == {"Error": ""}
     finally:
         views.use_api(None)

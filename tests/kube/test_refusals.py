@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.kube import nodes, pods
-from agents.kube.agent import KubeAgent
-from agents.kube.sync import NodeSync, PodSync
+from kube import nodes, pods
+from kube.agent import KubeAgent
+from kube.sync import NodeSync, PodSync
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.engine.requests import RESOURCES
@@ -29,17 +29,22 @@ from scheduling.storable import why_unstorable
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
 
 FUZZ = settings(max_examples=300, deadline=None)
-FUZZ_DB = settings(max_examples=60, deadline=None,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+FUZZ_DB = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # -- what Kubernetes could send, and what it never would -------------------------------------
 
 characters = st.one_of(st.characters(), st.sampled_from(["\x00", "\ud800", "é", "𝔘", "\n", ":", ","]))
 texts = st.text(characters, max_size=12)
 numbers = st.one_of(
-    st.integers(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e999, -1e999, 1e300, 2**31, 2**63]),
-)  # fmt: skip
+    st.integers(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e999, -1e999, 1e300, 2**31, 2**63]),
+)
 scalars = st.one_of(st.none(), st.booleans(), numbers, texts)
 anything = st.recursive(
     scalars,
@@ -47,16 +52,30 @@ anything = st.recursive(
     max_leaves=6,
 )
 quantities = st.one_of(
-    st.sampled_from(["1", "3k", "2Ki", "1000m", "1500m", "1e3", "1e999999999", "1e" + "9" * 5000, "9" * 30, "lots"]),
-    numbers, texts, anything,
-)  # fmt: skip
+    st.sampled_from(
+        ["1", "3k", "2Ki", "1000m", "1500m", "1e3", "1e999999999", "1e" + "9" * 5000, "9" * 30, "lots"]
+    ),
+    numbers,
+    texts,
+    anything,
+)
 sections = st.dictionaries(st.sampled_from((*RESOURCES, "cpu")), quantities, max_size=4)
-resources = st.one_of(st.fixed_dictionaries({}, optional={"limits": sections | anything, "requests": sections}),
-                      anything)  # fmt: skip
-containers = st.one_of(st.fixed_dictionaries({}, optional={"name": texts | anything, "resources": resources}),
-                       anything)  # fmt: skip
-annotation_keys = st.one_of(texts, st.sampled_from(["hami.io/gpu-scheduler-policy", "hami.io/bind-phase",
-                                                    "kubectl.kubernetes.io/last-applied-configuration"]))  # fmt: skip
+resources = st.one_of(
+    st.fixed_dictionaries({}, optional={"limits": sections | anything, "requests": sections}), anything
+)
+containers = st.one_of(
+    st.fixed_dictionaries({}, optional={"name": texts | anything, "resources": resources}), anything
+)
+annotation_keys = st.one_of(
+    texts,
+    st.sampled_from(
+        [
+            "hami.io/gpu-scheduler-policy",
+            "hami.io/bind-phase",
+            "kubectl.kubernetes.io/last-applied-configuration",
+        ]
+    ),
+)
 pod_metadata = st.fixed_dictionaries(
     {},
     optional={
@@ -76,38 +95,62 @@ pod_spec = st.fixed_dictionaries(
     },
 )
 pod_objects = st.one_of(
-    st.fixed_dictionaries({}, optional={"metadata": pod_metadata | anything, "spec": pod_spec | anything,
-                                        "status": st.fixed_dictionaries({"phase": texts | anything})}),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "metadata": pod_metadata | anything,
+            "spec": pod_spec | anything,
+            "status": st.fixed_dictionaries({"phase": texts | anything}),
+        },
+    ),
     anything,
-)  # fmt: skip
+)
 
 register_fields = st.one_of(
     numbers.map(str), texts, st.sampled_from(["10", "15360", "100", "0", "true", "T4"])
 )
 register_entries = st.lists(register_fields, min_size=6, max_size=10).map(",".join)
-registers = st.one_of(st.lists(register_entries, max_size=3).map(lambda entries: ":".join(entries) + ":"),
-                      st.just(t4_register("GPU-f", 2)), texts, anything)  # fmt: skip
+registers = st.one_of(
+    st.lists(register_entries, max_size=3).map(lambda entries: ":".join(entries) + ":"),
+    st.just(t4_register("GPU-f", 2)),
+    texts,
+    anything,
+)
 scores = st.one_of(
-    st.dictionaries(st.sampled_from(["GPU-f-0", "GPU-f-1", "GPU-x"]),
-                    st.dictionaries(st.sampled_from(["GPU-f-0", "GPU-f-1"]), numbers | anything, max_size=2),
-                    max_size=2).map(json.dumps),
-    st.sampled_from(['{"GPU-f-0": {"GPU-f-1": 1e999}}', '{"GPU-f-0": {"GPU-f-1": NaN}}', "[" * 5000, "{not json"]),
-    texts, anything,
-)  # fmt: skip
+    st.dictionaries(
+        st.sampled_from(["GPU-f-0", "GPU-f-1", "GPU-x"]),
+        st.dictionaries(st.sampled_from(["GPU-f-0", "GPU-f-1"]), numbers | anything, max_size=2),
+        max_size=2,
+    ).map(json.dumps),
+    st.sampled_from(
+        ['{"GPU-f-0": {"GPU-f-1": 1e999}}', '{"GPU-f-0": {"GPU-f-1": NaN}}', "[" * 5000, "{not json"]
+    ),
+    texts,
+    anything,
+)
 node_annotations = st.fixed_dictionaries(
     {}, optional={nodes.REGISTER: registers, nodes.SCORES: scores, "hami.io/device-cordon": texts | anything}
 )
 node_objects = st.one_of(
-    st.fixed_dictionaries({}, optional={
-        "metadata": st.fixed_dictionaries({}, optional={
-            "name": st.one_of(st.just("fuzz-node"), texts, st.text(min_size=254, max_size=260), anything),
-            "labels": st.one_of(st.dictionaries(texts, texts | anything, max_size=3), anything),
-            "annotations": st.one_of(node_annotations, anything),
-        }) | anything,
-        "status": anything,
-    }),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "metadata": st.fixed_dictionaries(
+                {},
+                optional={
+                    "name": st.one_of(
+                        st.just("fuzz-node"), texts, st.text(min_size=254, max_size=260), anything
+                    ),
+                    "labels": st.one_of(st.dictionaries(texts, texts | anything, max_size=3), anything),
+                    "annotations": st.one_of(node_annotations, anything),
+                },
+            )
+            | anything,
+            "status": anything,
+        },
+    ),
     anything,
-)  # fmt: skip
+)
 
 
 def assert_storable(value, where: str = "") -> None:
@@ -145,8 +188,15 @@ def test_a_pod_reads_as_storable_arguments_or_is_refused_naming_the_field(pod):
     except PodInvalid as refused:
         assert named_in(refused.field, str(refused))
         return
-    assert set(arguments) == {"namespace", "name", "annotations", "containers", "init_containers", "priority",
-                              "uid"}  # fmt: skip
+    assert set(arguments) == {
+        "namespace",
+        "name",
+        "annotations",
+        "containers",
+        "init_containers",
+        "priority",
+        "uid",
+    }
     assert_storable(arguments)
     json.dumps(arguments, allow_nan=False)
     assert 0 < len(arguments["namespace"]) <= 63 and 0 < len(arguments["name"]) <= 253
@@ -221,11 +271,16 @@ def test_any_pod_the_watcher_reads_is_stored_or_recorded_refused(pod_sync, pod):
         arguments = pods.submission(pod)
     except PodInvalid:
         arguments = None
-    before = Event.objects.filter(kind=Event.OBJECT_REFUSED, subject=pods.subject_of(pod)).values_list(
-        "count", flat=True).first() or 0  # fmt: skip
+    before = (
+        Event.objects.filter(kind=Event.OBJECT_REFUSED, subject=pods.subject_of(pod))
+        .values_list("count", flat=True)
+        .first()
+        or 0
+    )
     pod_sync.apply(pod)
-    queued = (not pods.final_status(pod) and not pods.node_of(pod)
-              and pods.scheduler_of(pod) == "hami-scheduler")  # fmt: skip
+    queued = (
+        not pods.final_status(pod) and not pods.node_of(pod) and pods.scheduler_of(pod) == "hami-scheduler"
+    )
     if not queued:
         return
     if arguments is None:
@@ -278,8 +333,10 @@ def test_a_pod_with_a_nul_annotation_is_refused_out_loud_and_the_others_are_queu
     with running(KubeAgent(kube, fast_options())):
         wait_until(lambda: refusal("pod/default/nul"), what="the refusal recorded")
         wait_until(lambda: Pod.objects.filter(name="fine").exists(), what="the other pod queued")
-        warnings = wait_until(lambda: [e for e in apiserver.all("events") if e["involvedObject"]["name"] == "nul"],
-                              what="a Warning on the pod")  # fmt: skip
+        warnings = wait_until(
+            lambda: [e for e in apiserver.all("events") if e["involvedObject"]["name"] == "nul"],
+            what="a Warning on the pod",
+        )
         wait_until(lambda: refusal("pod/default/nul").count >= 2, what="still refused at the next resync")
     event = refusal("pod/default/nul")
     assert (event.reason, event.actor, event.severity) == ("PodInvalid", "kube-agent", Event.WARNING)
@@ -293,15 +350,23 @@ def test_a_pod_with_a_nul_annotation_is_refused_out_loud_and_the_others_are_queu
 @pytest.mark.django_db(transaction=True)
 def test_a_node_with_a_pair_score_of_1e999_is_refused_and_the_loop_goes_on(kube, apiserver):
     """The score used to raise OverflowError: the node never appeared, not even as not ready."""
-    apiserver.put("nodes", node_object("huge", t4_register("GPU-h", 2),
-                                       **{"hami.io/node-nvidia-score": '{"GPU-h-0": {"GPU-h-1": 1e999}}'}))  # fmt: skip
+    apiserver.put(
+        "nodes",
+        node_object(
+            "huge",
+            t4_register("GPU-h", 2),
+            **{"hami.io/node-nvidia-score": '{"GPU-h-0": {"GPU-h-1": 1e999}}'},
+        ),
+    )
     apiserver.put("nodes", node_object("good", t4_register("GPU-g", 1)))
     with running(KubeAgent(kube, fast_options())):
         wait_until(
             lambda: refusal("node/huge") and Card.objects.filter(uuid="GPU-g-0").exists(), what="both nodes"
         )
-        wait_until(lambda: [e for e in apiserver.all("events") if e["involvedObject"]["name"] == "huge"],
-                   what="a Warning on the node")  # fmt: skip
+        wait_until(
+            lambda: [e for e in apiserver.all("events") if e["involvedObject"]["name"] == "huge"],
+            what="a Warning on the node",
+        )
     huge = Node.objects.get(name="huge")
     assert not huge.ready and "hami.io/node-nvidia-score.GPU-h-0.GPU-h-1" in huge.not_ready_reason
     event = refusal("node/huge")

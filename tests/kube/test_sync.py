@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from agents.kube.agent import KubeAgent
+from kube.agent import KubeAgent
 from scheduling.models import Card, Node, Pod
 from scheduling.pipeline import run_cycle
 
@@ -100,14 +100,22 @@ def test_a_malformed_node_annotation_marks_that_node_not_ready_and_the_loop_goes
     apiserver.put("nodes", node_object("good", t4_register("GPU-g", 1)))
     apiserver.put("nodes", node_object("broken", "GPU-b,10,lots-of-memory,100,T4,0,true,0,x:"))
     with running(KubeAgent(kube, fast_options())):
-        wait_until(lambda: Node.objects.filter(name="broken").exists() and Card.objects.filter(uuid="GPU-g-0"))
+        wait_until(
+            lambda: Node.objects.filter(name="broken").exists() and Card.objects.filter(uuid="GPU-g-0")
+        )
         broken = Node.objects.get(name="broken")
         assert not broken.ready
         assert "hami.io/node-nvidia-register[0]" in broken.not_ready_reason
         assert Node.objects.get(name="good").ready
         # The loop keeps going: a fixed annotation makes the node ready, with its cards.
-        apiserver.update("nodes", "", "broken", lambda node: node["metadata"]["annotations"].update(
-            {"hami.io/node-nvidia-register": t4_register("GPU-b", 1)}))  # fmt: skip
+        apiserver.update(
+            "nodes",
+            "",
+            "broken",
+            lambda node: node["metadata"]["annotations"].update(
+                {"hami.io/node-nvidia-register": t4_register("GPU-b", 1)}
+            ),
+        )
         wait_until(lambda: Node.objects.get(name="broken").ready, what="the fixed node")
         assert Node.objects.get(name="broken").not_ready_reason == ""
         assert Card.objects.filter(node__name="broken", uuid="GPU-b-0").exists()
@@ -127,8 +135,12 @@ def test_node_reported_not_ready_by_kubernetes(kube, apiserver):
     apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
     with running(KubeAgent(kube, fast_options())):
         wait_until(lambda: Node.objects.filter(name="gpu-1", ready=True).exists())
-        apiserver.update("nodes", "", "gpu-1", lambda node: node["status"].update(
-            conditions=[{"type": "Ready", "status": "False"}]))  # fmt: skip
+        apiserver.update(
+            "nodes",
+            "",
+            "gpu-1",
+            lambda node: node["status"].update(conditions=[{"type": "Ready", "status": "False"}]),
+        )
         wait_until(lambda: not Node.objects.get(name="gpu-1").ready, what="not ready")
         assert Node.objects.get(name="gpu-1").not_ready_reason == "Kubernetes reports the node NotReady"
         assert Card.objects.filter(node__name="gpu-1", present=True).count() == 1, "cards kept"
@@ -137,7 +149,9 @@ def test_node_reported_not_ready_by_kubernetes(kube, apiserver):
 def test_resync_keeps_a_quiet_node_beating(kube, apiserver):
     apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
     with running(KubeAgent(kube, fast_options(resync_seconds=0.2))):
-        first = wait_until(lambda: Node.objects.filter(name="gpu-1").values_list("last_heartbeat", flat=True).first())
+        first = wait_until(
+            lambda: Node.objects.filter(name="gpu-1").values_list("last_heartbeat", flat=True).first()
+        )
         wait_until(lambda: Node.objects.get(name="gpu-1").last_heartbeat > first, what="a later heartbeat")
 
 
@@ -173,8 +187,8 @@ def test_resync_does_not_rewrite_pods_that_did_not_change(kube, apiserver):
 
 def test_extender_mode_releases_pods_kube_scheduler_placed(kube, apiserver):
     """Those pods carry another scheduler name: only the all-pods watch sees them end."""
-    from agents.kube.binder import Binder
-    from agents.kube.extender import bind_pod, filter_pod
+    from kube.binder import Binder
+    from kube.extender import bind_pod, filter_pod
 
     apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
     created = apiserver.put("pods", pod_object("ext", gpu=1, mem=6000, scheduler="default-scheduler"))
@@ -195,7 +209,9 @@ def test_extender_mode_releases_pods_kube_scheduler_placed(kube, apiserver):
 
 def test_a_card_in_device_cordon_takes_no_new_pod(kube, apiserver):
     """`hami.io/device-cordon` on the Node keeps GPU-a-0 free; the pod goes to GPU-a-1."""
-    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 2), **{"hami.io/device-cordon": "GPU-a-0"}))
+    apiserver.put(
+        "nodes", node_object("gpu-1", t4_register("GPU-a", 2), **{"hami.io/device-cordon": "GPU-a-0"})
+    )
     apiserver.put("pods", pod_object("p", gpu=1, mem=1000))
     with running(KubeAgent(kube, fast_options())):
         wait_until(lambda: pod_row("p") and Card.objects.filter(node__name="gpu-1").count() == 2)
@@ -213,8 +229,13 @@ def test_a_relist_never_touches_pods_submitted_through_the_api(kube, apiserver):
     agent = KubeAgent(kube, fast_options(watch_timeout=30))
     with running(agent):
         wait_until(lambda: pod_row("watched") and Card.objects.filter(node__name="gpu-1").count() == 2)
-        services.submit_pod("default", "from-api", {}, [{"name": "main", "resources": {"limits": {
-            "nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}}}], uid="api-given-uid")  # fmt: skip
+        services.submit_pod(
+            "default",
+            "from-api",
+            {},
+            [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}}}],
+            uid="api-given-uid",
+        )
         assert {pod for pod, _, _ in run_cycle().placed} == {"default/watched", "default/from-api"}
         wait_until(lambda: pod_row("watched").status == Pod.RUNNING, what="bound")
         apiserver.delete("pods", "default", "watched", silent=True)

@@ -42,7 +42,9 @@ def main() -> None:
         try:
             if action in ("release", "replace"):
                 placed = list(
-                    Pod.objects.filter(status=Pod.SCHEDULED).values_list("pk", "namespace", "name", "containers")[:50]
+                    Pod.objects.filter(status=Pod.SCHEDULED).values_list(
+                        "pk", "namespace", "name", "containers"
+                    )[:50]
                 )
                 if not placed:
                     time.sleep(0.02)
@@ -55,13 +57,27 @@ def main() -> None:
                     services.submit_pod(namespace, name, {}, containers, uid=f"churn-{args.seed}-{serial}")
             elif action == "submit":
                 serial += 1
-                services.submit_pod("churn", f"c{args.seed}-{serial}", {},
-                                    [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1,
-                                                                               "nvidia.com/gpumem": 2000}}}])
+                services.submit_pod(
+                    "churn",
+                    f"c{args.seed}-{serial}",
+                    {},
+                    [
+                        {
+                            "name": "main",
+                            "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000}},
+                        }
+                    ],
+                )
             elif action == "report":
                 n = rng.randrange(args.nodes)
                 devices = [
-                    {"uuid": f"GPU-{n}-{i}", "index": i, "memory": 16000, "numa": i // 2, "type": "NVIDIA-Tesla T4"}
+                    {
+                        "uuid": f"GPU-{n}-{i}",
+                        "index": i,
+                        "memory": 16000,
+                        "numa": i // 2,
+                        "type": "NVIDIA-Tesla T4",
+                    }
                     for i in range(args.cards)
                 ]
                 services.report_inventory(f"node{n:02d}", {}, {"churn": str(rng.random())}, devices)
@@ -74,8 +90,17 @@ def main() -> None:
             failures.append(f"{action}: {traceback.format_exc(limit=3)}")
     for pk in Card.objects.filter(cordoned=True).values_list("uuid", flat=True):
         services.cordon_card(pk, False)
-    print(json.dumps({"done": done, "failures": failures[:5], "failed": len(failures),
-                      "retries": dict(dbretry.RETRIES)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "done": done,
+                "failures": failures[:5],
+                "failed": len(failures),
+                "retries": dict(dbretry.RETRIES),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

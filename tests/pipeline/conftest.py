@@ -38,14 +38,24 @@ def card(uuid: str, index: int, memory: int = 8000, **extra) -> dict:
 
 
 def limits(gpu=None, mem=None, pct=None, cores=None) -> dict:
-    values = {"nvidia.com/gpu": gpu, "nvidia.com/gpumem": mem, "nvidia.com/gpumem-percentage": pct,
-              "nvidia.com/gpucores": cores}  # fmt: skip
+    values = {
+        "nvidia.com/gpu": gpu,
+        "nvidia.com/gpumem": mem,
+        "nvidia.com/gpumem-percentage": pct,
+        "nvidia.com/gpucores": cores,
+    }
     return {"limits": {key: value for key, value in values.items() if value is not None}}
 
 
-def submit(name: str, gpu=None, mem=None, pct=None, cores=None, annotations=None, priority=0, **kwargs) -> Pod:
-    containers = kwargs.pop("containers", None) or [{"name": "main", "resources": limits(gpu, mem, pct, cores)}]
-    return services.submit_pod("default", name, annotations or {}, containers, kwargs.pop("init", []), priority, **kwargs)
+def submit(
+    name: str, gpu=None, mem=None, pct=None, cores=None, annotations=None, priority=0, **kwargs
+) -> Pod:
+    containers = kwargs.pop("containers", None) or [
+        {"name": "main", "resources": limits(gpu, mem, pct, cores)}
+    ]
+    return services.submit_pod(
+        "default", name, annotations or {}, containers, kwargs.pop("init", []), priority, **kwargs
+    )
 
 
 def reload(pod: Pod) -> Pod:
@@ -74,7 +84,13 @@ def database_url() -> str:
 def worker_env(**extra) -> dict:
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
-    env.update({"DATABASE_URL": database_url(), "PYTHONPATH": str(REPO), "DJANGO_SETTINGS_MODULE": "hamiadmin.settings"})
+    env.update(
+        {
+            "DATABASE_URL": database_url(),
+            "PYTHONPATH": str(REPO),
+            "DJANGO_SETTINGS_MODULE": "hamiadmin.settings",
+        }
+    )
     env.update({key: str(value) for key, value in extra.items()})
     return env
 
@@ -95,13 +111,24 @@ def start_worker(*args: str, **env) -> subprocess.Popen:
 def celery_worker_process(redis_url: str, loglevel: str = "WARNING"):
     """A real `celery -A hamiadmin worker` (solo pool) on the test database and `redis_url`,
     with the trigger flags and the cycle lock cleared first; terminated on exit."""
-    from scheduling import triggers
-    from scheduling.locks import REDIS_LOCK_KEY, redis_client
+    from scheduling.pipeline import triggers
+    from scheduling.pipeline.locks import REDIS_LOCK_KEY, redis_client
 
     redis_client().delete(triggers.REQUESTED_KEY, triggers.QUEUED_KEY, REDIS_LOCK_KEY)
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "hamiadmin", "worker", "--pool=solo", f"--loglevel={loglevel}",
-         "--without-gossip", "--without-mingle", "--without-heartbeat"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "hamiadmin",
+            "worker",
+            "--pool=solo",
+            f"--loglevel={loglevel}",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
         cwd=REPO,
         env=worker_env(REDIS_URL=redis_url),
         stdout=subprocess.DEVNULL,

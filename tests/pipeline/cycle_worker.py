@@ -53,7 +53,9 @@ def main() -> None:
     totals = {"cycles": 0, "placed": 0, "conflicts": 0, "skipped": 0}
     idle = 0
     while time.monotonic() < stop_at:
-        with override_settings(HAMIADMIN={**django.conf.settings.HAMIADMIN, "CYCLE_MAX_PODS": rng.choice(sizes)}):
+        with override_settings(
+            HAMIADMIN={**django.conf.settings.HAMIADMIN, "CYCLE_MAX_PODS": rng.choice(sizes)}
+        ):
             reports = run_requested_cycles("test worker", max_cycles=1)
         considered = sum(report.considered for report in reports)
         totals["cycles"] += sum(1 for report in reports if report.considered)

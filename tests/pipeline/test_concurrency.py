@@ -33,13 +33,17 @@ def pod_kinds(rng: random.Random):
     if roll < 0.40:
         return {}, limits(gpu=1, mem=rng.choice([1000, 2000, 4000]), cores=rng.choice([0, 10, 30]))
     if roll < 0.60:
-        return {"hami.io/gpu-scheduler-policy": "binpack"}, limits(gpu=2, mem=rng.choice([2000, 6000]), cores=20)
+        return {"hami.io/gpu-scheduler-policy": "binpack"}, limits(
+            gpu=2, mem=rng.choice([2000, 6000]), cores=20
+        )
     if roll < 0.75:
         return {"hami.io/gpu-scheduler-policy": "mutex,binpack"}, limits(gpu=1, mem=2000)
     if roll < 0.85:
         return {}, limits(gpu=1)
     if roll < 0.95:
-        return {"hami.io/node-scheduler-policy": "spread"}, limits(pct=rng.choice([25, 50]), cores=rng.choice([0, 25]))
+        return {"hami.io/node-scheduler-policy": "spread"}, limits(
+            pct=rng.choice([25, 50]), cores=rng.choice([0, 25])
+        )
     return {"nvidia.com/numa-bind": "true"}, limits(gpu=2, mem=3000, cores=10)
 
 
@@ -58,8 +62,13 @@ def build_cluster_and_queue(seed: int = 7) -> None:
     report_t4_nodes(NODES, CARDS)
     for n in range(PODS):
         annotations, resources = pod_kinds(rng)
-        services.submit_pod("load", f"pod{n:04d}", annotations, [{"name": "main", "resources": resources}],
-                            priority=rng.choice([0, 0, 0, 1, 5]))  # fmt: skip
+        services.submit_pod(
+            "load",
+            f"pod{n:04d}",
+            annotations,
+            [{"name": "main", "resources": resources}],
+            priority=rng.choice([0, 0, 0, 1, 5]),
+        )
 
 
 def assert_no_card_holds_more_than_it_has() -> None:
@@ -71,7 +80,9 @@ def assert_no_card_holds_more_than_it_has() -> None:
     }
     for gpu in Card.objects.all():
         row = held.get(gpu.pk, {"slots": 0, "memory": 0, "cores": 0})
-        assert row["slots"] <= gpu.slots and row["memory"] <= gpu.memory and row["cores"] <= gpu.cores, gpu.uuid
+        assert row["slots"] <= gpu.slots and row["memory"] <= gpu.memory and row["cores"] <= gpu.cores, (
+            gpu.uuid
+        )
 
 
 def assert_exclusive_and_mutex_placements_were_alone() -> None:
@@ -100,7 +111,9 @@ def assert_every_pod_is_accounted_for() -> None:
         if pod.status == Pod.SCHEDULED:
             asked = pod.containers[0]["resources"]["limits"].get("nvidia.com/gpu", 1)
             (written,) = decode_allocation(pod.allocated)
-            assert sorted(written) == sorted((uuid, memory, cores) for _, uuid, memory, cores, _ in rows), pod.name
+            assert sorted(written) == sorted((uuid, memory, cores) for _, uuid, memory, cores, _ in rows), (
+                pod.name
+            )
             assert len(rows) == asked and len({uuid for _, uuid, *_ in rows}) == asked, pod.name
             assert {node for *_, node in rows} == {pod.node.name}, pod.name
         else:
@@ -111,7 +124,8 @@ def assert_every_pod_is_accounted_for() -> None:
 def test_four_workers_without_single_flight_never_over_commit_a_card():
     build_cluster_and_queue()
     workers = [
-        start_worker("--seed", str(seed), "--deadline", "150", "--shuffle", HAMI_SINGLE_FLIGHT=0) for seed in range(WORKERS)
+        start_worker("--seed", str(seed), "--deadline", "150", "--shuffle", HAMI_SINGLE_FLIGHT=0)
+        for seed in range(WORKERS)
     ]
     try:
         results = []
@@ -135,6 +149,8 @@ def test_four_workers_without_single_flight_never_over_commit_a_card():
         a[0] != b[0] and a[1] < b[2] and b[1] < a[2] for i, a in enumerate(cycles) for b in cycles[i + 1 :]
     )
     assert overlapping, "the workers' cycles never overlapped; the test proved nothing"
-    assert sum(result["conflicts"] for result in results) > 0, "no commit was refused; the re-check went untested"
+    assert sum(result["conflicts"] for result in results) > 0, (
+        "no commit was refused; the re-check went untested"
+    )
 
     print(f"placed {placed}/{PODS}; per worker {results}")

@@ -12,7 +12,7 @@ from scheduling.models import Allocation, Card, Cycle, Decision, Node, Pod
 from scheduling.pipeline import plan_cycle, run_cycle
 from scheduling.pipeline.commit import commit_plan
 from scheduling.pipeline.housekeeping import mark_silent_nodes_not_ready, prune_decisions
-from scheduling.snapshot import load_snapshot
+from scheduling.pipeline.snapshot import load_snapshot
 
 from .conftest import assert_consistent, card, limits, reload, submit, t4
 
@@ -66,8 +66,14 @@ def test_placement_writes_allocations_counters_and_the_annotation_string():
     assert pod.status == Pod.SCHEDULED and pod.node.name == "node1" and pod.scheduled_at is not None
     assert pod.allocated == "GPU-2,NVIDIA,1000,0:;"
     allocation = Allocation.objects.get(pod=pod)
-    assert (allocation.card.uuid, allocation.memory, allocation.cores, allocation.container_index,
-            allocation.container_name, allocation.active) == ("GPU-2", 1000, 0, 0, "main", True)  # fmt: skip
+    assert (
+        allocation.card.uuid,
+        allocation.memory,
+        allocation.cores,
+        allocation.container_index,
+        allocation.container_name,
+        allocation.active,
+    ) == ("GPU-2", 1000, 0, 0, "main", True)
     decision = pod.decisions.get()
     assert decision.outcome == Decision.SCHEDULED and decision.node == "node1"
     assert decision.chain == ["mutex", "binpack"] and decision.weights == {"slot": 1, "core": 1, "memory": 1}
@@ -89,7 +95,11 @@ def test_a_pod_of_several_containers_gets_one_allocation_per_card_in_container_o
     pod = reload(pod)
     parts = pod.allocated.split(";")
     assert parts[0] == "" and parts[1].count(":") == 2 and parts[2].count(":") == 1 and parts[3] == ""
-    rows = list(pod.allocations.order_by("container_index", "card__index").values_list("container_index", "container_name", "memory", "cores"))
+    rows = list(
+        pod.allocations.order_by("container_index", "card__index").values_list(
+            "container_index", "container_name", "memory", "cores"
+        )
+    )
     assert rows[:2] == [(1, "pair", 500, 10), (1, "pair", 500, 10)] and rows[2][1:] == ("one", 700, 0)
     pair = set(pod.allocations.filter(container_index=1).values_list("card__uuid", flat=True))
     assert len(pair) == 2
@@ -144,7 +154,9 @@ def test_extender_pods_are_placed_only_by_filter_calls_never_by_cycles():
 
 @AFTER_COMMIT
 def test_cordoned_cards_take_no_new_pods_until_uncordoned():
-    services.report_inventory("node1", {}, {"hami.io/device-cordon": "GPU-1"}, [card("GPU-0", 0), card("GPU-1", 1)])
+    services.report_inventory(
+        "node1", {}, {"hami.io/device-cordon": "GPU-1"}, [card("GPU-0", 0), card("GPU-1", 1)]
+    )
     services.cordon_card("GPU-0", True)
     pod = submit("p", gpu=1, mem=100)
     run_cycle()
@@ -165,7 +177,9 @@ def test_an_invalid_pod_stays_unschedulable_with_its_error_until_fixed():
     assert pod.error_field == "annotations.hami.io/device-scoring-weights" and "core" in pod.error
     assert pod.reason == pod.error and pod.decisions.get().outcome == Decision.REJECTED
     assert run_cycle().considered == 0  # parked: not tried again as it is
-    fixed = submit("p", gpu=1, mem=100, annotations={"hami.io/device-scoring-weights": "slot=1,core=2,memory=1"})
+    fixed = submit(
+        "p", gpu=1, mem=100, annotations={"hami.io/device-scoring-weights": "slot=1,core=2,memory=1"}
+    )
     assert not fixed.parked and fixed.error == ""
     run_cycle()
     assert reload(pod).status == Pod.SCHEDULED
@@ -239,7 +253,9 @@ def test_the_snapshot_takes_the_same_few_queries_however_big_the_cluster(django_
     with django_assert_max_num_queries(3):
         small = load_snapshot()
     for n in range(1, 20):
-        services.report_inventory(f"node{n}", {}, {}, [card(f"GPU-{n}-{i}", i, links={f"GPU-{n}-{1 - i}": 60}) for i in range(2)])
+        services.report_inventory(
+            f"node{n}", {}, {}, [card(f"GPU-{n}-{i}", i, links={f"GPU-{n}-{1 - i}": 60}) for i in range(2)]
+        )
     with django_assert_max_num_queries(3):
         big = load_snapshot()
     assert len(small.cluster.nodes) == 1 and len(big.cluster.nodes) == 20

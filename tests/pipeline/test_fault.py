@@ -44,7 +44,10 @@ def test_a_worker_killed_in_the_middle_of_its_commit_leaves_everything_as_before
     held = submit("held", gpu=1, mem=1000)
     run_cycle(limit=1)  # one real placement before the crash, which must survive it
     assert Pod.objects.get(name="p00").status == Pod.SCHEDULED
-    before = (Allocation.objects.count(), list(Card.objects.order_by("pk").values_list("used_slots", "used_memory")))
+    before = (
+        Allocation.objects.count(),
+        list(Card.objects.order_by("pk").values_list("used_slots", "used_memory")),
+    )
 
     worker = start_worker("--once", HAMI_FAULT_COMMIT_PAUSE_SECONDS=120)
     try:
@@ -62,7 +65,10 @@ def test_a_worker_killed_in_the_middle_of_its_commit_leaves_everything_as_before
     finally:
         stop(worker)
 
-    assert (Allocation.objects.count(), list(Card.objects.order_by("pk").values_list("used_slots", "used_memory"))) == before
+    assert (
+        Allocation.objects.count(),
+        list(Card.objects.order_by("pk").values_list("used_slots", "used_memory")),
+    ) == before
     assert Pod.objects.filter(status=Pod.SCHEDULED).count() == 1
     waiting = Pod.objects.exclude(name="p00")
     assert all(pod.status == Pod.PENDING and pod.attempts == 0 for pod in waiting)
@@ -70,6 +76,8 @@ def test_a_worker_killed_in_the_middle_of_its_commit_leaves_everything_as_before
     assert_consistent()
 
     report = run_cycle()  # the next cycle picks everything up
-    assert len(report.placed) == 30 and held.pk in Pod.objects.filter(status=Pod.SCHEDULED).values_list("pk", flat=True)
+    assert len(report.placed) == 30 and held.pk in Pod.objects.filter(status=Pod.SCHEDULED).values_list(
+        "pk", flat=True
+    )
     assert not Pod.objects.filter(status=Pod.PENDING).exists()
     assert_consistent()

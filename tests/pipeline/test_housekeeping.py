@@ -12,7 +12,7 @@ from scheduling.models import Allocation, Cycle, Decision, Pod
 from scheduling.pipeline import run_cycle
 from scheduling.pipeline.housekeeping import housekeeping, prune_cycles, prune_finished_pods
 
-from .conftest import card, reload, submit
+from .conftest import card, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -42,18 +42,9 @@ def test_only_the_last_cycles_are_kept_and_their_decisions_stay():
 
 def test_housekeeping_reports_what_it_did():
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0)])
-    assert housekeeping() == {"nodes_not_ready": 0, "decisions_pruned": 0, "cycles_pruned": 0, "pods_pruned": 0}
-
-
-def test_placement_annotations_follow_spec_8():
-    services.report_inventory("node1", {}, {}, [card("GPU-0", 0)])
-    pod = submit("p", gpu=1, mem=1000, cores=30)
-    assert pod.placement_annotations() == {}
-    run_cycle()
-    annotations = reload(pod).placement_annotations()
-    assert annotations["hami.io/vgpu-node"] == "node1"
-    assert annotations["hami.io/vgpu-devices-allocated"] == "GPU-0,NVIDIA,1000,30:;"
-    assert annotations["hami.io/vgpu-devices-to-allocate"] == "GPU-0,NVIDIA,1000,30:;"
-    assert annotations["hami.io/bind-phase"] == "allocating"
-    services.mark_bound(pod, "node1")
-    assert reload(pod).placement_annotations()["hami.io/bind-phase"] == "success"
+    assert housekeeping() == {
+        "nodes_not_ready": 0,
+        "decisions_pruned": 0,
+        "cycles_pruned": 0,
+        "pods_pruned": 0,
+    }

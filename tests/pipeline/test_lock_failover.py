@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from scheduling import locks, services
+from scheduling import services
 from scheduling.models import Pod
+from scheduling.pipeline import locks
 from scheduling.pipeline.flight import run_requested_cycles
 
 from .conftest import card, start_worker, stop, submit

@@ -9,8 +9,9 @@ import time
 import pytest
 from django.db import connection
 
-from scheduling import locks, services, triggers
+from scheduling import services
 from scheduling.models import Pod
+from scheduling.pipeline import locks, triggers
 from scheduling.pipeline.flight import run_requested_cycles
 
 from .conftest import card, submit

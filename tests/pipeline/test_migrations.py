@@ -24,15 +24,24 @@ def test_0002_moves_the_reason_to_its_field_and_guesses_origins():
     apps = migrate(BEFORE)
     try:
         Node, Pod = apps.get_model("scheduling", "Node"), apps.get_model("scheduling", "Pod")
-        Node.objects.create(name="broken", ready=False, annotations={
-            "hamiadmin.io/not-ready-reason": "malformed register", "hami.io/device-cordon": "GPU-1"})  # fmt: skip
+        Node.objects.create(
+            name="broken",
+            ready=False,
+            annotations={
+                "hamiadmin.io/not-ready-reason": "malformed register",
+                "hami.io/device-cordon": "GPU-1",
+            },
+        )
         Node.objects.create(name="fine", annotations={"hami.io/device-cordon": "GPU-2"})
         Pod.objects.create(name="watched", uid="1234", containers=[])
         Pod.objects.create(name="posted", containers=[])
         apps = migrate(AFTER)
         Node, Pod = apps.get_model("scheduling", "Node"), apps.get_model("scheduling", "Pod")
         broken, fine = Node.objects.get(name="broken"), Node.objects.get(name="fine")
-        assert (broken.not_ready_reason, broken.annotations) == ("malformed register", {"hami.io/device-cordon": "GPU-1"})
+        assert (broken.not_ready_reason, broken.annotations) == (
+            "malformed register",
+            {"hami.io/device-cordon": "GPU-1"},
+        )
         assert (fine.not_ready_reason, fine.annotations) == ("", {"hami.io/device-cordon": "GPU-2"})
         assert dict(Pod.objects.values_list("name", "origin")) == {"watched": "kubernetes", "posted": "api"}
     finally:

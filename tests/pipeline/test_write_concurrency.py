@@ -32,8 +32,17 @@ NODES, CARDS, PODS, WORKERS, SECONDS = 20, 4, 400, 3, 25
 
 
 def start_churn(seed: int):
-    return start_worker_module("tests.pipeline.churn_worker", "--seed", str(seed), "--deadline", str(SECONDS),
-                               "--nodes", str(NODES), "--cards", str(CARDS))  # fmt: skip
+    return start_worker_module(
+        "tests.pipeline.churn_worker",
+        "--seed",
+        str(seed),
+        "--deadline",
+        str(SECONDS),
+        "--nodes",
+        str(NODES),
+        "--cards",
+        str(CARDS),
+    )
 
 
 def start_worker_module(module: str, *args: str):
@@ -42,18 +51,35 @@ def start_worker_module(module: str, *args: str):
 
     from .conftest import REPO, worker_env
 
-    return subprocess.Popen([sys.executable, "-m", module, *args], cwd=REPO, env=worker_env(HAMI_SINGLE_FLIGHT=0),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=worker_env(HAMI_SINGLE_FLIGHT=0),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_cycles_and_every_write_path_at_once_neither_deadlock_nor_fail():
     report_t4_nodes(NODES, CARDS)
     for n in range(PODS):
-        services.submit_pod("load", f"pod{n:04d}", {}, [{"name": "main", "resources": limits(gpu=1, mem=3000)}])
+        services.submit_pod(
+            "load", f"pod{n:04d}", {}, [{"name": "main", "resources": limits(gpu=1, mem=3000)}]
+        )
 
     workers = [
-        start_worker("--seed", str(seed), "--deadline", str(SECONDS + 5), "--shuffle", "--until-deadline",
-                     "--limits", "5,20,60", HAMI_SINGLE_FLIGHT=0)  # fmt: skip
+        start_worker(
+            "--seed",
+            str(seed),
+            "--deadline",
+            str(SECONDS + 5),
+            "--shuffle",
+            "--until-deadline",
+            "--limits",
+            "5,20,60",
+            HAMI_SINGLE_FLIGHT=0,
+        )
         for seed in range(WORKERS)
     ]
     churners = [start_churn(seed) for seed in range(2)]

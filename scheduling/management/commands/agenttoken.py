@@ -1,4 +1,5 @@
 """`manage.py agenttoken NODE [--key KEY]`: the token an agent uses to report NODE; prints the key alone."""
+
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling.api.tokens import TokenRefused, issue_agent_token

@@ -1,8 +1,9 @@
 """`manage.py apitoken USERNAME --role ROLE`: a token for a person or tool; prints the key alone."""
+
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduling.api.permissions import ROLES
 from scheduling.api.tokens import TokenRefused, issue_role_token
+from scheduling.roles import ROLES
 
 
 class Command(BaseCommand):

@@ -38,8 +38,12 @@ NAMESPACE = "demo"
 
 def gpu(count=None, memory=None, percentage=None, cores=None) -> dict:
     limits = {}
-    for name, value in (("nvidia.com/gpu", count), ("nvidia.com/gpumem", memory),
-                        ("nvidia.com/gpumem-percentage", percentage), ("nvidia.com/gpucores", cores)):  # fmt: skip
+    for name, value in (
+        ("nvidia.com/gpu", count),
+        ("nvidia.com/gpumem", memory),
+        ("nvidia.com/gpumem-percentage", percentage),
+        ("nvidia.com/gpucores", cores),
+    ):
         if value is not None:
             limits[name] = value
     return {"limits": limits}
@@ -47,23 +51,47 @@ def gpu(count=None, memory=None, percentage=None, cores=None) -> dict:
 
 #: (name prefix, annotations, containers): a handful of chains people use.
 POD_KINDS = [
-    ("infer-t4", {"nvidia.com/use-gputype": "T4", "hami.io/gpu-scheduler-policy": "binpack"},
-     [{"name": "server", "resources": gpu(1, memory=3000, cores=25)}]),
-    ("train-a100", {"nvidia.com/use-gputype": "A100", "hami.io/gpu-scheduler-policy": "topology-aware,binpack"},
-     [{"name": "trainer", "resources": gpu(2, memory=16000, cores=50)}]),
-    ("notebook", {"hami.io/gpu-scheduler-policy": "spread,numa", "nvidia.com/nouse-gputype": "V100"},
-     [{"name": "jupyter", "resources": gpu(percentage=20, cores=20)}]),
-    ("v100-tenant", {"nvidia.com/use-gputype": "V100", "hami.io/gpu-scheduler-policy": "spread"},
-     [{"name": "etl", "resources": gpu(1, memory=2000, cores=10)}]),
-    ("mutex-v100", {"nvidia.com/use-gputype": "V100", "hami.io/gpu-scheduler-policy": "mutex,binpack"},
-     [{"name": "bench", "resources": gpu(1, memory=4000)}]),
-    ("whole-card", {"hami.io/node-scheduler-policy": "spread", "nvidia.com/nouse-gputype": "V100"},
-     [{"name": "solver", "resources": gpu(1)}]),
-    ("numa-pair", {"nvidia.com/numa-bind": "true", "nvidia.com/use-gputype": "T4"},
-     [{"name": "mpi", "resources": gpu(2, memory=5000, cores=30)}]),
-    ("weighted", {"hami.io/device-scoring-weights": "slot=1,core=1,memory=3", "nvidia.com/nouse-gputype": "V100"},
-     [{"name": "app", "resources": gpu(1, memory=6000, cores=15)}],),
-]  # fmt: skip
+    (
+        "infer-t4",
+        {"nvidia.com/use-gputype": "T4", "hami.io/gpu-scheduler-policy": "binpack"},
+        [{"name": "server", "resources": gpu(1, memory=3000, cores=25)}],
+    ),
+    (
+        "train-a100",
+        {"nvidia.com/use-gputype": "A100", "hami.io/gpu-scheduler-policy": "topology-aware,binpack"},
+        [{"name": "trainer", "resources": gpu(2, memory=16000, cores=50)}],
+    ),
+    (
+        "notebook",
+        {"hami.io/gpu-scheduler-policy": "spread,numa", "nvidia.com/nouse-gputype": "V100"},
+        [{"name": "jupyter", "resources": gpu(percentage=20, cores=20)}],
+    ),
+    (
+        "v100-tenant",
+        {"nvidia.com/use-gputype": "V100", "hami.io/gpu-scheduler-policy": "spread"},
+        [{"name": "etl", "resources": gpu(1, memory=2000, cores=10)}],
+    ),
+    (
+        "mutex-v100",
+        {"nvidia.com/use-gputype": "V100", "hami.io/gpu-scheduler-policy": "mutex,binpack"},
+        [{"name": "bench", "resources": gpu(1, memory=4000)}],
+    ),
+    (
+        "whole-card",
+        {"hami.io/node-scheduler-policy": "spread", "nvidia.com/nouse-gputype": "V100"},
+        [{"name": "solver", "resources": gpu(1)}],
+    ),
+    (
+        "numa-pair",
+        {"nvidia.com/numa-bind": "true", "nvidia.com/use-gputype": "T4"},
+        [{"name": "mpi", "resources": gpu(2, memory=5000, cores=30)}],
+    ),
+    (
+        "weighted",
+        {"hami.io/device-scoring-weights": "slot=1,core=1,memory=3", "nvidia.com/nouse-gputype": "V100"},
+        [{"name": "app", "resources": gpu(1, memory=6000, cores=15)}],
+    ),
+]
 
 
 def demo_node_files() -> list[Path]:
@@ -86,7 +114,9 @@ class DemoInventory:
 
     def report(self) -> None:
         for node in self.nodes:
-            services.report_inventory(node["name"], node.get("labels"), node.get("annotations"), node.get("devices"))
+            services.report_inventory(
+                node["name"], node.get("labels"), node.get("annotations"), node.get("devices")
+            )
         self.last = time.monotonic()
 
     def tick(self) -> None:
@@ -115,8 +145,19 @@ class SimulatedAgents:
         for path, node in zip(self.files, self.node_names(), strict=True):
             # The key goes through the environment, not the command line (visible in `ps`).
             env = {**os.environ, "HAMIADMIN_AGENT_TOKEN": issue_agent_token(node), "NODE_NAME": node}
-            command = [sys.executable, "-m", "agents.nvml", "--api", self.api, "--simulate", str(path),
-                       "--interval", str(self.interval), "--log-level", "WARNING"]  # fmt: skip
+            command = [
+                sys.executable,
+                "-m",
+                "agents.nvml",
+                "--api",
+                self.api,
+                "--simulate",
+                str(path),
+                "--interval",
+                str(self.interval),
+                "--log-level",
+                "WARNING",
+            ]
             self.processes.append(subprocess.Popen(command, env=env, cwd=settings.BASE_DIR))
 
     def wait_for_nodes(self, timeout: float = 30.0) -> bool:
@@ -156,11 +197,19 @@ class DemoWorkload:
             services.release_pod(pod, Pod.DELETED)
         for kind in ("v100-tenant", "v100-tenant", "mutex-v100"):
             self.submit(kind, priority=0)  # queue order = submission order: tenants first
-        services.submit_pod(NAMESPACE, f"bad-weights-{self.counter}",
-                            {"hami.io/device-scoring-weights": "slot=1,core=1"},
-                            [{"name": "app", "resources": gpu(1, memory=1000)}], validate=False)  # fmt: skip
-        services.submit_pod(NAMESPACE, f"sixteen-gpus-{self.counter}", {},
-                            [{"name": "huge", "resources": gpu(16, memory=1000)}])  # fmt: skip
+        services.submit_pod(
+            NAMESPACE,
+            f"bad-weights-{self.counter}",
+            {"hami.io/device-scoring-weights": "slot=1,core=1"},
+            [{"name": "app", "resources": gpu(1, memory=1000)}],
+            validate=False,
+        )
+        services.submit_pod(
+            NAMESPACE,
+            f"sixteen-gpus-{self.counter}",
+            {},
+            [{"name": "huge", "resources": gpu(16, memory=1000)}],
+        )
 
     def submit(self, kind: str | None = None, priority: int | None = None) -> None:
         self.counter += 1
@@ -169,7 +218,9 @@ class DemoWorkload:
         )
         if priority is None:
             priority = 5 if prefix.startswith("mutex") else self.counter % 3
-        services.submit_pod(NAMESPACE, f"{prefix}-{self.counter:04d}", annotations, containers, priority=priority)
+        services.submit_pod(
+            NAMESPACE, f"{prefix}-{self.counter:04d}", annotations, containers, priority=priority
+        )
 
     @staticmethod
     def lifetime(name: str) -> int:
@@ -183,7 +234,9 @@ class DemoWorkload:
             if age >= self.lifetime(pod.name):
                 failed = zlib.crc32(pod.name.encode()) % 10 == 0
                 services.release_pod(pod, Pod.FAILED if failed else Pod.SUCCEEDED)
-        alive = Pod.objects.filter(namespace=NAMESPACE, status__in=(Pod.PENDING, *Pod.BOUND), parked=False).count()
+        alive = Pod.objects.filter(
+            namespace=NAMESPACE, status__in=(Pod.PENDING, *Pod.BOUND), parked=False
+        ).count()
         if alive < self.active:
             self.submit()
 
@@ -214,7 +267,9 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", default="8000")
         parser.add_argument("--no-pods", action="store_true", help="load the nodes but submit no demo pods")
-        parser.add_argument("--no-serve", action="store_true", help="do not start the web server (keep scheduling)")
+        parser.add_argument(
+            "--no-serve", action="store_true", help="do not start the web server (keep scheduling)"
+        )
 
     def handle(self, *args, **options):
         (Path(settings.VAR_DIR)).mkdir(parents=True, exist_ok=True)
@@ -233,7 +288,9 @@ class Command(BaseCommand):
             agents.start()
             ready = agents.wait_for_nodes
             names = agents.node_names()
-        self.stdout.write(f"demo cluster: {', '.join(names)} ({'simulated NVML agents' if agents else 'loaded directly'})")
+        self.stdout.write(
+            f"demo cluster: {', '.join(names)} ({'simulated NVML agents' if agents else 'loaded directly'})"
+        )
         loop = SchedulerLoop()
         loop.start()
         stopping = threading.Event()
@@ -268,13 +325,17 @@ class Command(BaseCommand):
             if password:
                 self.stdout.write("login: admin / (DEMO_PASSWORD)")
             else:
-                self.stdout.write(self.style.WARNING(f"login: admin / {shown}   (shown once; set DEMO_PASSWORD to choose)"))
+                self.stdout.write(
+                    self.style.WARNING(f"login: admin / {shown}   (shown once; set DEMO_PASSWORD to choose)")
+                )
         elif password:
             user.set_password(password)
             user.save(update_fields=["password"])
             self.stdout.write("login: admin / (DEMO_PASSWORD)")
         else:
-            self.stdout.write("login: admin (password shown when it was created; set DEMO_PASSWORD to reset it)")
+            self.stdout.write(
+                "login: admin (password shown when it was created; set DEMO_PASSWORD to reset it)"
+            )
 
 
 class _Idle:

@@ -8,12 +8,12 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduling.locks import cycle_lock
-from scheduling.metrics import serve_from_env
 from scheduling.models import Pod
+from scheduling.ops.metrics import serve_from_env
 from scheduling.pipeline import run_cycle
-from scheduling.pipeline.cycle import CycleReport
+from scheduling.pipeline.locks import cycle_lock
 from scheduling.pipeline.loop import SchedulerLoop
+from scheduling.pipeline.plan import CycleReport
 
 
 class Command(BaseCommand):
@@ -38,7 +38,9 @@ class Command(BaseCommand):
         self.print_report(report)
         waiting = Pod.objects.filter(status=Pod.PENDING)
         total, parked = waiting.count(), waiting.filter(parked=True).count()
-        self.stdout.write(f"waiting now: {total} pending pods ({parked} invalid, parked until their spec changes)")
+        self.stdout.write(
+            f"waiting now: {total} pending pods ({parked} invalid, parked until their spec changes)"
+        )
 
     def print_report(self, report: CycleReport):
         if not report.considered:

@@ -1,4 +1,5 @@
 """`manage.py simulate FILE`: run a scenario (SPEC 9) through the engine; no database, no broker."""
+
 import json
 import sys
 
@@ -10,13 +11,17 @@ from scheduling.engine.scheduler import Scheduler
 
 
 class Command(BaseCommand):
-    help = "Schedule the pods of a scenario file (JSON, or YAML by extension) and print the decisions as JSON."
+    help = (
+        "Schedule the pods of a scenario file (JSON, or YAML by extension) and print the decisions as JSON."
+    )
     requires_system_checks = []
     requires_migrations_checks = False
 
     def add_arguments(self, parser):
         parser.add_argument("file")
-        parser.add_argument("--top", type=int, default=None, help="keep the K best node scores and K failed nodes per pod")
+        parser.add_argument(
+            "--top", type=int, default=None, help="keep the K best node scores and K failed nodes per pod"
+        )
         parser.add_argument("--indent", type=int, default=2)
 
     def handle(self, *args, **options):

@@ -1,0 +1,1 @@
+"""Benchmarks: the engine alone (engine.py) and the pipeline on a real database (pipeline.py)."""

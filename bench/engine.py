@@ -1,0 +1,175 @@
+"""`make bench` (engine part): decision latency over synthetic clusters.
+
+Prints, for clusters of 100, 1,000 and 5,000 nodes x 8 cards, the median and p99
+milliseconds per pod decision and pods per second over a mixed stream (single and
+multi-card, mixed chains and node policies, some unschedulable), then times
+`manage.py simulate --top 10` on 1,000 nodes with 2,000 pods, process start included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scheduling.engine.scenario import parse_scenario
+from scheduling.engine.scheduler import Scheduler
+
+MODELS = [("NVIDIA-Tesla T4", 15360), ("NVIDIA-A100-SXM4-40GB", 40960), ("NVIDIA-H100 80GB HBM3", 81559)]
+CHAINS = [
+    "binpack",
+    "spread",
+    "mutex,binpack",
+    "numa,binpack",
+    "spread,numa",
+    "topology-aware,binpack",
+    "mutex",
+]
+
+
+def synthetic_nodes(count: int, cards_per_node: int = 8, seed: int = 7) -> list[dict]:
+    rng = random.Random(seed)
+    nodes = []
+    for n in range(count):
+        model, memory = MODELS[n % len(MODELS)]
+        devices = []
+        for i in range(cards_per_node):
+            uuid = f"GPU-{n:05d}-{i}"
+            links = {
+                f"GPU-{n:05d}-{j}": (200 if (i // 4) == (j // 4) else 20)
+                for j in range(i + 1, cards_per_node)
+            }
+            used_slots = rng.choice([0, 0, 0, 1, 2])
+            devices.append(
+                {
+                    "uuid": uuid,
+                    "index": i,
+                    "type": model,
+                    "memory": memory,
+                    "numa": i // 4,
+                    "health": rng.random() > 0.01,
+                    "used": {"slots": used_slots, "memory": used_slots * 2000, "cores": used_slots * 10},
+                    "links": links,
+                }
+            )
+        nodes.append({"name": f"node-{n:05d}", "devices": devices})
+    return nodes
+
+
+def synthetic_pods(count: int, seed: int = 11) -> list[dict]:
+    rng = random.Random(seed)
+    pods = []
+    for p in range(count):
+        kind = rng.random()
+        if kind < 0.55:
+            limits = {
+                "nvidia.com/gpu": 1,
+                "nvidia.com/gpumem": rng.choice([1000, 2000, 4000]),
+                "nvidia.com/gpucores": rng.choice([0, 10, 20]),
+            }
+        elif kind < 0.75:
+            limits = {
+                "nvidia.com/gpu": rng.choice([2, 4]),
+                "nvidia.com/gpumem-percentage": rng.choice([25, 50]),
+            }
+        elif kind < 0.85:
+            limits = {"nvidia.com/gpu": 1}  # whole card, exclusive
+        elif kind < 0.95:
+            limits = {"nvidia.com/gpu": 8, "nvidia.com/gpumem": 60000}  # fits only on H100 nodes with room
+        else:
+            limits = {"nvidia.com/gpu": 16}  # never fits: NodeInsufficientDevice everywhere
+        annotations = {"hami.io/gpu-scheduler-policy": rng.choice(CHAINS)}
+        if rng.random() < 0.3:
+            annotations["hami.io/node-scheduler-policy"] = rng.choice(["binpack", "spread"])
+        if rng.random() < 0.1:
+            annotations["nvidia.com/use-gputype"] = "A100"
+        pods.append(
+            {
+                "name": f"pod-{p:05d}",
+                "namespace": "bench",
+                "annotations": annotations,
+                "containers": [{"name": "main", "resources": {"limits": limits}}],
+            }
+        )
+    return pods
+
+
+def measure(nodes: int, pods: int) -> dict:
+    cluster, config, pod_specs = parse_scenario(
+        {"nodes": synthetic_nodes(nodes), "pods": synthetic_pods(pods)}
+    )
+    scheduler = Scheduler(cluster, config)
+    latencies = []
+    placed = 0
+    started = time.perf_counter()
+    for pod in pod_specs:
+        t0 = time.perf_counter()
+        decision = scheduler.schedule(pod)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        placed += decision.status == "scheduled"
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    cold = []
+    for pod in pod_specs[:20]:
+        scheduler._verdicts.clear()
+        t0 = time.perf_counter()
+        scheduler.decide(pod)
+        cold.append((time.perf_counter() - t0) * 1000)
+    return {
+        "nodes": nodes,
+        "cards": nodes * 8,
+        "pods": pods,
+        "placed": placed,
+        "median_ms": statistics.median(latencies),
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1],
+        "max_ms": latencies[-1],
+        "pods_per_s": pods / elapsed,
+        "cold_ms": statistics.median(cold),
+    }
+
+
+def time_simulate(nodes: int = 1000, pods: int = 2000) -> float:
+    root = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scenario.json"
+        path.write_text(json.dumps({"nodes": synthetic_nodes(nodes), "pods": synthetic_pods(pods)}))
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, str(root / "manage.py"), "simulate", str(path), "--top", "10", "--indent", "0"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            cwd=root,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "hamiadmin.settings"},
+        )
+        return time.perf_counter() - started
+
+
+def main() -> None:
+    sizes = [int(s) for s in os.environ.get("BENCH_NODES", "100,1000,5000").split(",")]
+    pods = int(os.environ.get("BENCH_PODS", "2000"))
+    print(f"engine: one decision per pod, mixed stream of {pods} pods, 8 cards per node")
+    print("(cold ms: median of one decision with the node-verdict cache emptied first)")
+    print(
+        f"{'nodes':>6} {'cards':>6} {'placed':>7} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} {'pods/s':>8}"
+    )
+    for size in sizes:
+        r = measure(size, pods)
+        print(
+            f"{r['nodes']:>6} {r['cards']:>6} {r['placed']:>7} {r['median_ms']:>10.3f} {r['p99_ms']:>8.2f}"
+            f" {r['max_ms']:>8.1f} {r['pods_per_s']:>8.0f} {r['cold_ms']:>8.1f}"
+        )
+    if os.environ.get("BENCH_SIMULATE", "1") == "1":
+        wall = time_simulate()
+        print(
+            f"simulate --top 10, 1000 nodes x 8 cards, 2000 pods, process start included: {wall:.2f} s wall"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+"""Pipeline benchmark: pods per second from pending to committed allocation, and the
+latency from a release to the placement of a pod waiting for that capacity.
+
+    python -m bench.pipeline [--nodes 100,1000] [--pods 5000] [--backends sqlite,postgresql]
+
+Each run gets a throwaway database: a temporary SQLite file, and a PostgreSQL database
+`hamiadmin_bench` created and dropped on the server of DATABASE_URL (or
+postgres://postgres@127.0.0.1:5432 when DATABASE_URL is not PostgreSQL); PostgreSQL is
+skipped when that server cannot be reached. Each run is a child process (a fresh Django
+on its own database); the parent prints the table.
+
+Measured per run: 8 cards per node (A100 40 GB, 10 slots), `--pods` pods queued at once
+(a mix of shapes, as a burst of submissions leaves them), then cycles back to back until
+the queue is empty: throughput = placed / time. `submit_pod/s` is the write path alone,
+one transaction per pod. Release latency: a pod pinned to a full card waits, the in-process
+scheduler loop runs, and the time from the release's commit to the waiting pod's commit
+is taken, several times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+BENCH_DATABASE = "hamiadmin_bench"
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- the parent: databases, children, table ----------------------------------------------
+
+
+def postgres_server_url() -> str:
+    url = os.environ.get("DATABASE_URL", "")
+    if urlparse(url).scheme in ("postgres", "postgresql", "pgsql"):
+        return url
+    return "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+def with_database(url: str, name: str) -> str:
+    return urlunparse(urlparse(url)._replace(path=f"/{name}"))
+
+
+def admin_sql(url: str, *statements: str) -> str | None:
+    """Run statements on the server's `postgres` database; the error text, or None."""
+    try:
+        import psycopg
+
+        with psycopg.connect(with_database(url, "postgres"), autocommit=True, connect_timeout=3) as conn:
+            for statement in statements:
+                conn.execute(statement)
+    except Exception as exc:  # noqa: BLE001 - reported as "skipped"
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
+
+
+def run_child(database_url: str, backend: str, nodes: int, pods: int, scratch: str) -> dict:
+    env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL",)}
+    env.update(
+        {
+            "DATABASE_URL": database_url,
+            "DJANGO_SETTINGS_MODULE": "hamiadmin.settings",
+            "LOG_LEVEL": "WARNING",
+            "HAMIADMIN_VAR_DIR": scratch,
+        }
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.pipeline",
+            "--child",
+            backend,
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode != 0:
+        return {"backend": backend, "nodes": nodes, "error": (out.stderr or out.stdout).strip()[-800:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_table(rows: list[dict]) -> None:
+    header = (
+        f"{'backend':<11} {'nodes':>5} {'cards':>6} {'pods':>5} {'placed':>6} {'cycles':>6} {'seconds':>8} "
+        f"{'pods/s':>7} {'submit_pod/s':>12} {'release->placed ms (median/max)':>32}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        if "skipped" in row or "error" in row:
+            why = row.get("skipped") or "error: " + row["error"].replace("\n", " | ")
+            print(f"{row['backend']:<11} {row['nodes']:>5}  {why}")
+            continue
+        latency = f"{row['release_ms_median']:.0f} / {row['release_ms_max']:.0f}"
+        print(
+            f"{row['backend']:<11} {row['nodes']:>5} {row['cards']:>6} {row['pods']:>5} {row['placed']:>6} "
+            f"{row['cycles']:>6} {row['seconds']:>8.2f} {row['pods_per_second']:>7.0f} "
+            f"{row['submit_per_second']:>12.0f} {latency:>32}"
+        )
+    print()
+    print("pods/s: pending -> committed allocation, cycles back to back (snapshot, engine, one commit each).")
+    print(
+        "Per-cycle phases (ms, mean): "
+        + "; ".join(
+            f"{row['backend']}/{row['nodes']}: snapshot {row['snapshot_ms']:.0f}, decide {row['decide_ms']:.0f}, "
+            f"commit {row['commit_ms']:.0f}"
+            for row in rows
+            if "pods_per_second" in row
+        ),
+        flush=True,
+    )
+
+
+def main_parent(args) -> None:
+    rows = []
+    scratch = tempfile.mkdtemp(prefix="hamiadmin-bench-")
+    try:
+        for backend in args.backends.split(","):
+            for nodes in (int(n) for n in args.nodes.split(",")):
+                print(
+                    f"running {backend} with {nodes} nodes x 8 cards, {args.pods} pods ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                rows.append(run_backend(backend, nodes, args.pods, scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    sys.stderr.flush()
+    print_table(rows)
+
+
+def run_backend(backend: str, nodes: int, pods: int, scratch: str) -> dict:
+    if backend == "sqlite":
+        database = Path(scratch) / f"bench-{nodes}.sqlite3"
+        try:
+            return run_child(f"sqlite:///{database}", backend, nodes, pods, scratch)
+        finally:
+            for leftover in Path(scratch).glob(f"{database.name}*"):
+                leftover.unlink()
+    if backend == "postgresql":
+        server = postgres_server_url()
+        drop = f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)"
+        error = admin_sql(server, drop, f"CREATE DATABASE {BENCH_DATABASE}")
+        if error:
+            return {
+                "backend": backend,
+                "nodes": nodes,
+                "skipped": f"skipped: PostgreSQL not reachable ({error})",
+            }
+        try:
+            return run_child(with_database(server, BENCH_DATABASE), backend, nodes, pods, scratch)
+        finally:
+            admin_sql(server, drop)
+    raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
+
+
+# --- the child: one database, one cluster size ---------------------------------------------
+
+
+POD_SHAPES = [
+    ({}, {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000, "nvidia.com/gpucores": 10}),
+    ({}, {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 0}),
+    (
+        {"hami.io/gpu-scheduler-policy": "binpack"},
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000, "nvidia.com/gpucores": 5},
+    ),
+    ({"hami.io/node-scheduler-policy": "spread"}, {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 10}),
+    (
+        {"hami.io/gpu-scheduler-policy": "binpack,numa"},
+        {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 5},
+    ),
+]
+
+
+def build_cluster(nodes: int) -> None:
+    from django.utils import timezone
+
+    from scheduling.models import Card, Node
+
+    now = timezone.now()
+    Node.objects.bulk_create(
+        [Node(name=f"node{n:04d}", ready=True, last_heartbeat=now) for n in range(nodes)], batch_size=1000
+    )
+    ids = dict(Node.objects.values_list("name", "id"))
+    Card.objects.bulk_create(
+        [
+            Card(
+                uuid=f"GPU-{n:04d}-{i}",
+                node_id=ids[f"node{n:04d}"],
+                index=i,
+                type="NVIDIA-A100-SXM4-40GB",
+                memory=40960,
+                numa=i // 4,
+            )
+            for n in range(nodes)
+            for i in range(8)
+        ],
+        batch_size=2000,
+    )
+
+
+def queue_pods(count: int) -> None:
+    """A burst of submissions, as the queue holds it (the write path is measured apart)."""
+    from django.utils import timezone
+
+    from scheduling.models import Pod
+
+    now = timezone.now()
+    Pod.objects.bulk_create(
+        [
+            Pod(
+                namespace="bench",
+                name=f"pod{n:05d}",
+                annotations=POD_SHAPES[n % len(POD_SHAPES)][0],
+                containers=[{"name": "main", "resources": {"limits": POD_SHAPES[n % len(POD_SHAPES)][1]}}],
+                submitted_at=now,
+            )
+            for n in range(count)
+        ],
+        batch_size=1000,
+    )
+
+
+def measure_submit(count: int = 300) -> float:
+    from scheduling import services
+
+    started = time.perf_counter()
+    for n in range(count):
+        annotations, limits = POD_SHAPES[n % len(POD_SHAPES)]
+        services.submit_pod(
+            "submit", f"s{n:04d}", annotations, [{"name": "main", "resources": {"limits": limits}}]
+        )
+    return count / (time.perf_counter() - started)
+
+
+def measure_release_latency(rounds: int = 5) -> list[float]:
+    """A pod pinned to a full card waits; releasing one tenant of that card must place it."""
+    from scheduling import services
+    from scheduling.models import Allocation, Pod
+    from scheduling.pipeline.loop import SchedulerLoop
+
+    placed_at: dict[str, float] = {}
+    placed = threading.Event()
+
+    def on_cycle(report):
+        for key, _, _ in report.placed:
+            placed_at[key] = time.perf_counter()
+        placed.set()
+
+    loop = SchedulerLoop(on_cycle=on_cycle)
+    loop.start()
+    latencies = []
+    try:
+        for round_ in range(rounds):
+            allocation = (
+                Allocation.objects.filter(active=True, pod__status=Pod.SCHEDULED, pod__namespace="bench")
+                .select_related("card", "pod")
+                .order_by("card__used_memory")
+                .last()
+            )
+            gpu, tenant = allocation.card, allocation.pod
+            ask = gpu.memory - gpu.used_memory + allocation.memory
+            name = f"waiting{round_}"
+            services.submit_pod(
+                "latency",
+                name,
+                {"nvidia.com/use-gpuuuid": gpu.uuid},
+                [
+                    {
+                        "name": "main",
+                        "resources": {"limits": {"nvidia.com/gpumem": ask, "nvidia.com/gpucores": 0}},
+                    }
+                ],
+            )
+            deadline = time.monotonic() + 30
+            while Pod.objects.get(namespace="latency", name=name).attempts == 0:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the waiting pod was never tried")
+                time.sleep(0.02)
+            released = time.perf_counter()
+            services.release_pod(tenant, Pod.SUCCEEDED)
+            key = f"latency/{name}"
+            while key not in placed_at:
+                if time.perf_counter() - released > 30:
+                    raise RuntimeError("the waiting pod was not placed within 30 s of the release")
+                placed.wait(0.05)
+                placed.clear()
+            latencies.append((placed_at[key] - released) * 1000)
+    finally:
+        loop.stop()
+    return latencies
+
+
+def main_child(args) -> None:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from scheduling.pipeline.flight import run_requested_cycles
+
+    call_command("migrate", verbosity=0, interactive=False)
+    build_cluster(args.nodes)
+    queue_pods(args.pods)
+    started = time.perf_counter()
+    reports = []
+    while True:
+        batch = run_requested_cycles("bench")
+        reports.extend(report for report in batch if report.considered)
+        if not batch or not batch[-1].considered or not batch[-1].placed:
+            break
+    seconds = time.perf_counter() - started
+    placed = sum(len(report.placed) for report in reports)
+    submit_rate = measure_submit()
+    latencies = measure_release_latency()
+    print(
+        json.dumps(
+            {
+                "backend": args.child,
+                "nodes": args.nodes,
+                "cards": args.nodes * 8,
+                "pods": args.pods,
+                "placed": placed,
+                "cycles": len(reports),
+                "seconds": seconds,
+                "pods_per_second": placed / seconds,
+                "submit_per_second": submit_rate,
+                "release_ms_median": statistics.median(latencies),
+                "release_ms_max": max(latencies),
+                "snapshot_ms": statistics.mean(r.snapshot_ms for r in reports),
+                "decide_ms": statistics.mean(r.decide_ms for r in reports),
+                "commit_ms": statistics.mean(r.commit_ms for r in reports),
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="100,1000", help="comma list of cluster sizes (8 cards each)")
+    parser.add_argument("--pods", type=int, default=5000)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.nodes = int(args.nodes)
+        main_child(args)
+    else:
+        main_parent(args)
+
+
+if __name__ == "__main__":
+    main()

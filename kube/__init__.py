@@ -1,0 +1,11 @@
+"""Kubernetes integration: the watcher agent (`python -m kube`) and the extender.
+
+- `api`: every Kubernetes API call, in one class, with the RBAC rules they need.
+- `pods`, `nodes`: reading pods and HAMi node annotations (pure; what of their text the
+  database can hold is `scheduling.storable`).
+- `informer`, `sync`: list/watch with resume, relist and back-off; into `scheduling.services`.
+- `binder`: SPEC 8 annotations and the Binding, and repairing binds left half-done;
+  `events`: deduplicated Events.
+- `leader`: Lease-based leader election; `agent`: the loop that ties them together.
+- `extender`, `views`, `urls`: kube-scheduler's extender protocol (filter, bind).
+"""

@@ -1,0 +1,321 @@
+"""Every Kubernetes API call hamiadmin makes, in one thin class, and the RBAC that allows them.
+
+Calls go through the official client with `_preload_content=False`, so objects come back
+as the API server's JSON (plain dicts, camelCase keys, the same shape kube-scheduler sends
+the extender) and no generated model is ever deserialized. That also sidesteps the
+client's old failure on the Binding response (a `Status`, which raised ValueError).
+
+Failures become two exceptions: `ApiError` (the server answered with an error status)
+and `ApiUnavailable` (no answer: refused, reset, timed out). Callers never see urllib3
+or the client's exception types.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+#: (api group, resource, verb): what Kubernetes authorizes a request by.
+Grant = tuple[str, str, str]
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class ApiUnavailable(Exception):
+    """The API server gave no answer (down, unreachable, timed out, connection cut)."""
+
+
+class ApiError(Exception):
+    """The API server answered with an error status; `status` is the HTTP code (409, 410...)."""
+
+    def __init__(self, status: int, reason: str, message: str = ""):
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class Gone(ApiError):
+    """410: the resourceVersion a watch resumes from is too old; list again."""
+
+
+def error_from(exc: ApiException) -> ApiError:
+    message = ""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+        message = body.get("message", "") if isinstance(body, dict) else ""
+    except (TypeError, ValueError):
+        message = str(exc.body)[:500]
+    kind = Gone if exc.status == 410 else ApiError
+    return kind(exc.status or 0, exc.reason or "", message)
+
+
+@contextmanager
+def translated():
+    """Map the client's and urllib3's exceptions onto ApiError / ApiUnavailable."""
+    try:
+        yield
+    except ApiException as exc:
+        if not exc.status:
+            raise ApiUnavailable(str(exc)) from exc
+        raise error_from(exc) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise ApiUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def read_json(response) -> dict:
+    try:
+        return json.loads(response.data or b"{}")
+    finally:
+        response.release_conn()
+
+
+def needs(grant: Grant):
+    """The RBAC grant a KubeApi method's request needs, declared on the method itself.
+    tests/kube checks each method against the requests it really sends."""
+
+    def declare(method):
+        method.grant = grant
+        return method
+
+    return declare
+
+
+class KubeApi:
+    """The calls, each a few lines. `request_timeout` bounds every non-watch request."""
+
+    def __init__(self, api_client: client.ApiClient, request_timeout: float = 30.0):
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.coordination = client.CoordinationV1Api(api_client)
+        self.request_timeout = request_timeout
+
+    def _call(self, method, *args, **kwargs) -> dict:
+        """One non-watch request: raw JSON back, errors translated, bounded by `request_timeout`."""
+        with translated():
+            return read_json(
+                method(*args, _preload_content=False, _request_timeout=self.request_timeout, **kwargs)
+            )
+
+    # -- pods ---------------------------------------------------------------------------
+
+    @needs(("", "pods", "list"))
+    def list_pods(self, field_selector: str = "") -> tuple[list[dict], str]:
+        """Every pod (all namespaces) matching the selector, and the list's resourceVersion."""
+        body = self._call(self.core.list_pod_for_all_namespaces, field_selector=field_selector or None)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs(("", "pods", "watch"))
+    def watch_pods(self, resource_version: str, field_selector: str = "", timeout_seconds: int = 60):
+        """Pod events after `resource_version`: yields (type, object) until the server ends the watch."""
+        return self._watch(
+            self.core.list_pod_for_all_namespaces, resource_version, timeout_seconds, field_selector
+        )
+
+    @needs(("", "pods", "get"))
+    def get_pod(self, namespace: str, name: str) -> dict:
+        return self._call(self.core.read_namespaced_pod, name, namespace)
+
+    @needs(("", "pods", "patch"))
+    def patch_pod(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch; a `metadata.resourceVersion` in it makes the server refuse (409)
+        if the pod changed since that version."""
+        return self._call(self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
+
+    @needs(("", "pods/binding", "create"))
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST pods/{name}/binding. The answer is a Status, not a Binding: it is not used."""
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        self._call(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    # -- nodes --------------------------------------------------------------------------
+
+    @needs(("", "nodes", "list"))
+    def list_nodes(self) -> tuple[list[dict], str]:
+        body = self._call(self.core.list_node)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs(("", "nodes", "watch"))
+    def watch_nodes(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(self.core.list_node, resource_version, timeout_seconds)
+
+    # -- events (core/v1) ---------------------------------------------------------------
+
+    @needs(("", "events", "create"))
+    def create_event(self, namespace: str, event: dict) -> dict:
+        return self._call(self.core.create_namespaced_event, namespace, event)
+
+    @needs(("", "events", "patch"))
+    def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+        return self._call(self.core.patch_namespaced_event, name, namespace, patch, _content_type=MERGE_PATCH)
+
+    # -- leases (coordination.k8s.io/v1) ------------------------------------------------
+
+    @needs(("coordination.k8s.io", "leases", "get"))
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        """The Lease, or None when it does not exist yet."""
+        try:
+            return self._call(self.coordination.read_namespaced_lease, name, namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    @needs(("coordination.k8s.io", "leases", "create"))
+    def create_lease(self, namespace: str, lease: dict) -> dict:
+        return self._call(self.coordination.create_namespaced_lease, namespace, lease)
+
+    @needs(("coordination.k8s.io", "leases", "update"))
+    def replace_lease(self, namespace: str, name: str, lease: dict) -> dict:
+        """PUT with the resourceVersion read before: 409 when someone else wrote in between."""
+        return self._call(self.coordination.replace_namespaced_lease, name, namespace, lease)
+
+    # -- watch streaming ----------------------------------------------------------------
+
+    def _watch(self, list_call, resource_version: str, timeout_seconds: int, field_selector: str = ""):
+        """Open a watch and return an iterator of (type, object).
+
+        An ERROR event raises: `Gone` for 410 (the caller lists again), `ApiError` otherwise.
+        BOOKMARK events are passed through so the caller can advance its resourceVersion.
+        """
+        kwargs = {
+            "watch": True,
+            "resource_version": resource_version or None,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": int(timeout_seconds),
+            "_preload_content": False,
+            # The server ends the watch after timeout_seconds; the read timeout only catches a
+            # connection that went silent without closing.
+            "_request_timeout": (self.request_timeout, timeout_seconds + 30),
+        }
+        if field_selector:
+            kwargs["field_selector"] = field_selector
+        with translated():
+            response = list_call(**kwargs)
+        return WatchStream(response)
+
+
+#: The calls each identity makes. Their grants are the RBAC rules deploy/k8s must give it,
+#: no more: tests/kube runs each identity's code against a stand-in API server and compares
+#: what it requested with these; tests/deploy compares the rendered Roles with them.
+WATCHER_AGENT_CALLS = (
+    KubeApi.list_pods,
+    KubeApi.watch_pods,
+    KubeApi.get_pod,
+    KubeApi.patch_pod,
+    KubeApi.bind_pod,
+    KubeApi.list_nodes,
+    KubeApi.watch_nodes,
+    KubeApi.create_event,
+    KubeApi.patch_event,
+    KubeApi.get_lease,
+    KubeApi.create_lease,
+    KubeApi.replace_lease,
+)
+#: `--extender`: kube-scheduler binds; the agent reports nodes, releases pods that end, and
+#: GETs the rows a relist misses.
+EXTENDER_AGENT_CALLS = (
+    KubeApi.list_pods,
+    KubeApi.watch_pods,
+    KubeApi.get_pod,
+    KubeApi.list_nodes,
+    KubeApi.watch_nodes,
+    KubeApi.get_lease,
+    KubeApi.create_lease,
+    KubeApi.replace_lease,
+)
+#: The web app's `POST /extender/bind`: the Binder's annotations and Binding, nothing else.
+EXTENDER_WEB_CALLS = (KubeApi.get_pod, KubeApi.patch_pod, KubeApi.bind_pod)
+
+
+def rules_for(calls) -> tuple[Grant, ...]:
+    return tuple(dict.fromkeys(call.grant for call in calls))
+
+
+#: The kube agent in watcher mode (deploy/k8s/base/rbac.yaml).
+RBAC_RULES = rules_for(WATCHER_AGENT_CALLS)
+#: The kube agent with `--extender` (deploy/k8s/overlays/extender).
+EXTENDER_AGENT_RBAC_RULES = rules_for(EXTENDER_AGENT_CALLS)
+#: The web Deployment in extender mode (deploy/k8s/overlays/extender).
+EXTENDER_WEB_RBAC_RULES = rules_for(EXTENDER_WEB_CALLS)
+#: Resources granted in hamiadmin's own namespace only (a Role): the leader-election Lease.
+#: Everything else is cluster-wide (a ClusterRole): pods and events live in every namespace.
+OWN_NAMESPACE_RESOURCES = frozenset({("coordination.k8s.io", "leases")})
+
+
+class WatchStream:
+    """The events of one watch request. `close()` may be called from another thread: it cuts
+    the connection, so a reader blocked on a quiet watch returns at once."""
+
+    def __init__(self, response):
+        self.response = response
+
+    def __iter__(self) -> Iterator[tuple[str, dict]]:
+        try:
+            with translated():
+                buffered = b""
+                for chunk in self.response.stream(amt=None, decode_content=False):
+                    buffered += chunk
+                    *lines, buffered = buffered.split(b"\n")
+                    for line in lines:
+                        event = _parse_event(line)
+                        if event is not None:
+                            yield event
+                event = _parse_event(buffered)
+                if event is not None:
+                    yield event
+        finally:
+            self.response.release_conn()
+
+    def close(self) -> None:
+        sock = getattr(getattr(self.response, "connection", None), "sock", None)
+        try:
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _parse_event(line: bytes) -> tuple[str, dict] | None:
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        raise ApiUnavailable(f"watch stream sent a line that is not JSON: {line[:200]!r}") from exc
+    kind, obj = event.get("type", ""), event.get("object") or {}
+    if kind == "ERROR":
+        code = int(obj.get("code") or 0)
+        error = Gone if code == 410 else ApiError
+        raise error(code, obj.get("reason", ""), obj.get("message", ""))
+    return kind, obj
+
+
+def api_from_config(kubeconfig: str | None = None, context: str | None = None) -> KubeApi:
+    """In-cluster configuration (service account) unless a kubeconfig file is named."""
+    from kubernetes import config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    return KubeApi(client.ApiClient(configuration))
+
+
+def api_for_host(host: str, token: str = "") -> KubeApi:
+    """A client for a plain URL (tests' stand-in server, `kubectl proxy`)."""
+    configuration = client.Configuration(host=host)
+    if token:
+        configuration.api_key = {"BearerToken": token}
+        configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    return KubeApi(client.ApiClient(configuration))

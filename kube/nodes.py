@@ -1,0 +1,160 @@
+"""Reading a Kubernetes node's HAMi annotations into an inventory report. Pure.
+
+HAMi's device plugin publishes each node's cards in `hami.io/node-nvidia-register`
+(SPEC 8, 9- or 7-field form) and pair scores in `hami.io/node-nvidia-score`; reading
+them lets hamiadmin schedule on nodes run by that plugin instead of our NVML agent.
+A node without the register annotation is not ours to describe (an NVML agent may
+report it), so it yields no inventory at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduling.engine.encoding import decode_node_register, decode_node_scores
+from scheduling.engine.errors import ScenarioError
+from scheduling.engine.model import CORDON_ANNOTATION
+from scheduling.storable import printable, why_unstorable
+
+REGISTER = "hami.io/node-nvidia-register"
+SCORES = "hami.io/node-nvidia-score"
+#: `InventoryInvalid.where` of a node whose own name is at fault: it cannot even be marked not ready.
+NAME = "metadata.name"
+
+#: Node annotations kept on the Node row: the ones that change decisions. The register and
+#: score annotations become cards and links; the rest (handshakes, other tools) is noise
+#: that would otherwise look like a change on every kubelet update.
+KEPT_ANNOTATIONS = (CORDON_ANNOTATION,)
+
+
+class InventoryInvalid(ValueError):
+    """The node's annotations cannot be read; `where` names the annotation and entry."""
+
+    def __init__(self, node: str, where: str, message: str):
+        super().__init__(f"node {node}: {where}: {message}")
+        self.node, self.where, self.message = node, where, message
+
+
+@dataclass
+class NodeInventory:
+    """The arguments of `services.report_inventory` for one node."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    devices: list[dict] = field(default_factory=list)
+
+
+def metadata_of(node) -> dict:
+    found = node.get("metadata") if isinstance(node, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def name_of(node: dict) -> str:
+    return metadata_of(node).get("name") or ""
+
+
+def subject_of(node: dict) -> str:
+    """`node/<name>`: what an Event about this node names."""
+    return printable(f"node/{name_of(node)}")
+
+
+def has_register(node: dict) -> bool:
+    annotations = metadata_of(node).get("annotations")
+    return isinstance(annotations, dict) and REGISTER in annotations
+
+
+def is_ready(node: dict) -> bool:
+    """The kubelet's Ready condition; a node that reports no conditions yet counts as ready."""
+    status = node.get("status") if isinstance(node, dict) else None
+    conditions = (status.get("conditions") if isinstance(status, dict) else None) or []
+    for condition in conditions if isinstance(conditions, list) else []:
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return True
+
+
+def _storable(name: str, where: str, text: str) -> str:
+    problem = why_unstorable(text)
+    if problem:
+        raise InventoryInvalid(name, where, problem)
+    return text
+
+
+def _strings(name: str, where: str, found) -> dict[str, str]:
+    """Labels: string values kept (others dropped, as before), each storable."""
+    if found is None:
+        return {}
+    if not isinstance(found, dict):
+        raise InventoryInvalid(name, where, "must be an object of strings")
+    kept = {}
+    for key, value in found.items():
+        if isinstance(key, str) and isinstance(value, str):
+            kept[_storable(name, f"{where}.{printable(key)}", key)] = _storable(name, f"{where}.{key}", value)
+    return kept
+
+
+def inventory(node: dict) -> NodeInventory | None:
+    """The node's cards from its HAMi annotations, or None when it has no register annotation.
+
+    Raises InventoryInvalid naming the field for a malformed one: the annotation and entry
+    (`hami.io/node-nvidia-register[1]`, `hami.io/node-nvidia-score.GPU-a.GPU-b`), text the
+    database cannot store (NUL), a number out of range, or `metadata.name` (`NAME`) itself.
+    Links that name a card missing from the register (a score annotation older than the
+    register) are dropped.
+    """
+    metadata = metadata_of(node)
+    raw_name = metadata.get("name")
+    name = printable(raw_name or "")
+    annotations = metadata.get("annotations")
+    if annotations is None:
+        return None
+    if not isinstance(annotations, dict):
+        raise InventoryInvalid(name, "metadata.annotations", "must be an object of strings")
+    register = annotations.get(REGISTER)
+    if register is None:
+        return None
+    if not isinstance(raw_name, str) or not raw_name.strip():
+        raise InventoryInvalid(name, NAME, "required: a non-empty string")
+    if len(raw_name) > 253:
+        raise InventoryInvalid(name, NAME, "at most 253 characters")
+    _storable(name, NAME, raw_name)
+    if not isinstance(register, str):
+        raise InventoryInvalid(name, REGISTER, "must be a string")
+    _storable(name, REGISTER, register)
+    scores = annotations.get(SCORES) or ""
+    if not isinstance(scores, str):
+        raise InventoryInvalid(name, SCORES, "must be a string")
+    try:
+        cards = decode_node_register(register)
+        pairs = decode_node_scores(scores)
+    except ScenarioError as exc:
+        raise InventoryInvalid(name, exc.where, exc.message) from None
+    uuids = {card.uuid for card in cards}
+    links: dict[str, dict[str, int]] = {uuid: {} for uuid in uuids}
+    for pair, score in pairs.items():
+        if len(pair) == 2 and pair <= uuids and score > 0:
+            first, second = sorted(pair)
+            links[first][second] = score
+            links[second][first] = score
+    devices = []
+    for card in cards:
+        device = {
+            "uuid": card.uuid,
+            "index": card.index,
+            "type": card.type or "NVIDIA",
+            "slots": card.slots,
+            "memory": card.memory,
+            "cores": card.cores,
+            "numa": card.numa,
+            "health": card.health,
+            "links": links[card.uuid],
+        }
+        if card.mode:
+            device["mode"] = card.mode
+        devices.append(device)
+    labels = _strings(name, "metadata.labels", metadata.get("labels"))
+    kept = {
+        k: _storable(name, k, annotations[k]) for k in KEPT_ANNOTATIONS if isinstance(annotations.get(k), str)
+    }
+    return NodeInventory(name=raw_name, labels=labels, annotations=kept, devices=devices)

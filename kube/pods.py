@@ -1,0 +1,273 @@
+"""Reading a Kubernetes pod (the API server's JSON) into what the scheduler stores. Pure.
+
+Only what decides a placement is kept: the GPU resources of SPEC 2 and the annotations,
+minus the ones that are outputs (SPEC 8 placement annotations, written by the binder) or
+noise (kubectl's last-applied copy), so writing them back does not look like a new spec.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, DecimalException
+
+from scheduling.engine.errors import PodInvalid
+from scheduling.engine.requests import RESOURCES
+from scheduling.storable import printable, why_unstorable
+
+NODE = "hami.io/vgpu-node"
+TIME = "hami.io/vgpu-time"
+TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
+ALLOCATED = "hami.io/vgpu-devices-allocated"
+BIND_PHASE = "hami.io/bind-phase"
+BIND_TIME = "hami.io/bind-time"
+PLACEMENT_ANNOTATIONS = (NODE, TIME, TO_ALLOCATE, ALLOCATED, BIND_PHASE, BIND_TIME)
+IGNORED_ANNOTATIONS = (*PLACEMENT_ANNOTATIONS, "kubectl.kubernetes.io/last-applied-configuration")
+
+FINAL_PHASES = {"Succeeded": "succeeded", "Failed": "failed"}
+
+_QUANTITY = re.compile(
+    r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+_SUFFIX = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+
+
+#: Whole quantities beyond a 64-bit integer stay as written (the engine refuses them).
+LARGEST_QUANTITY = 2**63 - 1
+INT32 = 2**31 - 1
+
+
+def quantity(value):
+    """A Kubernetes quantity as an int when it is a whole number ("2", "3k", "1Ki", "1000m")
+    that fits 64 bits; anything else is returned unchanged, for the engine to refuse with the
+    field named."""
+    if not isinstance(value, str):
+        return value
+    found = _QUANTITY.match(value.strip())
+    if not found:
+        return value
+    number, suffix = found.group(1), found.group(2) or ""
+    try:
+        scale = _SUFFIX.get(suffix)
+        if scale is None:  # an exponent: 1e3
+            scale = Decimal(10) ** int(suffix[1:])
+        amount = Decimal(number) * scale
+        if abs(amount) > LARGEST_QUANTITY or amount != amount.to_integral_value():
+            return value
+    except (DecimalException, ValueError):  # 1e999999999, or an exponent of 5000 digits
+        return value
+    return int(amount)
+
+
+def resource_value(value, where: str):
+    """One GPU resource as stored: a quantity read (`quantity`), or the value as written.
+    Raises PodInvalid for what cannot be stored: text the database refuses, a number that
+    is not finite or out of range, an object or a list."""
+    if isinstance(value, str):
+        problem = why_unstorable(value)
+        if problem:
+            raise PodInvalid(where, problem)
+        return quantity(value)
+    if value is None or isinstance(value, bool):
+        return value  # stored as written; the engine refuses it naming the field
+    if isinstance(value, int):
+        if abs(value) > LARGEST_QUANTITY:
+            raise PodInvalid(where, f"out of range: at most {LARGEST_QUANTITY}")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise PodInvalid(where, f"must be a finite number, got {value!r}")
+        return value
+    raise PodInvalid(where, f"must be a quantity (a string or a number), got {type(value).__name__}")
+
+
+def gpu_resources(resources, where: str = "resources") -> dict:
+    """limits/requests restricted to the SPEC 2 resources, quantities read. Raises PodInvalid
+    for a value that cannot be stored (`resource_value`)."""
+    if not isinstance(resources, dict):
+        return {}
+    kept = {}
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if isinstance(values, dict):
+            picked = {
+                name: resource_value(values[name], f"{where}.{section}.{name}")
+                for name in RESOURCES
+                if name in values
+            }
+            if picked:
+                kept[section] = picked
+    return kept
+
+
+def container_view(container, where: str = "containers[0]") -> dict:
+    """A container as stored: its name and GPU resources. Raises PodInvalid for a name that is
+    not a storable string, or a resource value that cannot be stored."""
+    if not isinstance(container, dict):
+        return {"name": "", "resources": {}}
+    name = container.get("name") or ""
+    if not isinstance(name, str):
+        raise PodInvalid(f"{where}.name", f"must be a string, got {type(name).__name__}")
+    problem = why_unstorable(name)
+    if problem:
+        raise PodInvalid(f"{where}.name", problem)
+    return {"name": name, "resources": gpu_resources(container.get("resources"), f"{where}.resources")}
+
+
+def meta(pod) -> dict:
+    found = pod.get("metadata") if isinstance(pod, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def spec(pod) -> dict:
+    found = pod.get("spec") if isinstance(pod, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def key_of(pod: dict) -> tuple[str, str]:
+    return meta(pod).get("namespace") or "default", meta(pod).get("name") or ""
+
+
+def subject_of(pod: dict) -> str:
+    """`pod/<namespace>/<name>`: what an Event about this pod names."""
+    namespace, name = key_of(pod)
+    return printable(f"pod/{namespace}/{name}")
+
+
+def uid_of(pod: dict) -> str:
+    return meta(pod).get("uid") or ""
+
+
+def node_of(pod: dict) -> str:
+    return spec(pod).get("nodeName") or ""
+
+
+def scheduler_of(pod: dict) -> str:
+    return spec(pod).get("schedulerName") or "default-scheduler"
+
+
+def annotations_of(pod: dict) -> dict:
+    found = meta(pod).get("annotations")
+    return found if isinstance(found, dict) else {}
+
+
+def final_status(pod: dict) -> str | None:
+    """`succeeded` / `failed` once the pod has run to an end, else None."""
+    status = pod.get("status") if isinstance(pod, dict) else None
+    phase = status.get("phase", "") if isinstance(status, dict) else ""
+    return FINAL_PHASES.get(phase) if isinstance(phase, str) else None
+
+
+def _containers(pod: dict, key: str) -> list:
+    found = spec(pod).get(key)
+    return found if isinstance(found, list) else []
+
+
+def asks_gpu(pod: dict) -> bool:
+    """Whether any container or init container names a SPEC 2 resource."""
+    for container in _containers(pod, "containers") + _containers(pod, "initContainers"):
+        resources = container.get("resources") if isinstance(container, dict) else None
+        for section in ("limits", "requests"):
+            values = resources.get(section) if isinstance(resources, dict) else None
+            if isinstance(values, dict) and any(name in values for name in RESOURCES):
+                return True
+    return False
+
+
+def _text(value, field: str, limit: int, default: str = "") -> str:
+    """A name-like field: a storable string of at most `limit` characters."""
+    value = value or default
+    if not isinstance(value, str):
+        raise PodInvalid(field, f"must be a string, got {type(value).__name__}")
+    if len(value) > limit:
+        raise PodInvalid(field, f"at most {limit} characters")
+    problem = why_unstorable(value)
+    if problem:
+        raise PodInvalid(field, problem)
+    return value
+
+
+def _annotations(pod: dict) -> dict[str, str]:
+    """The annotations that decide a placement, every one a storable string (the outputs and
+    kubectl's copy are left out before anything is checked: they are never stored)."""
+    found = meta(pod).get("annotations")
+    if found is None:
+        return {}
+    if not isinstance(found, dict):
+        raise PodInvalid("annotations", "must be an object of string values")
+    kept = {}
+    for key, value in found.items():
+        if key in IGNORED_ANNOTATIONS:
+            continue
+        if not isinstance(key, str):
+            raise PodInvalid(f"annotations.{printable(key)}", "the key must be a string")
+        problem = why_unstorable(key)
+        if problem:
+            raise PodInvalid(f"annotations.{printable(key)}", f"the key {problem}")
+        if not isinstance(value, str):
+            raise PodInvalid(f"annotations.{key}", f"must be a string, got {type(value).__name__}")
+        problem = why_unstorable(value)
+        if problem:
+            raise PodInvalid(f"annotations.{key}", f"the value {problem}")
+        kept[key] = value
+    return kept
+
+
+def _container_list(pod: dict, key: str, required: bool) -> list[dict]:
+    found = spec(pod).get(key)
+    if found is None:
+        found = []
+    if not isinstance(found, list):
+        raise PodInvalid(key, "must be a list of containers")
+    if required and not found:
+        raise PodInvalid(key, "a pod needs at least one container")
+    return [container_view(c, f"{key}[{i}]") for i, c in enumerate(found)]
+
+
+def submission(pod: dict) -> dict:
+    """Keyword arguments of `services.submit_pod` for this pod, every one of them storable.
+
+    Raises PodInvalid naming the field (`name`, `annotations.<key>`, `containers[0].name`,
+    `containers[0].resources.limits.nvidia.com/gpu`, `priority`...) when the pod cannot enter
+    as read: text the database cannot store (NUL), a wrong type, a number out of range. The
+    watcher records such a pod as refused (docs/kubernetes.md, *Refused objects*). What the
+    engine judges (a resource of "lots", a bad policy annotation) is stored as written, and
+    the next cycle parks the pod with the field named, as for any pod.
+    """
+    if not isinstance(pod, dict):
+        raise PodInvalid("pod", "must be an object")
+    metadata = meta(pod)
+    name = _text(metadata.get("name"), "name", 253)
+    if not name:
+        raise PodInvalid("name", "required: a non-empty string")
+    priority = spec(pod).get("priority")
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        priority = 0
+    if abs(priority) > INT32:
+        raise PodInvalid("priority", f"must be a 32-bit integer, got {priority}")
+    return {
+        "namespace": _text(metadata.get("namespace"), "namespace", 63, default="default"),
+        "name": name,
+        "annotations": _annotations(pod),
+        "containers": _container_list(pod, "containers", required=True),
+        "init_containers": _container_list(pod, "initContainers", required=False),
+        "priority": priority,
+        "uid": _text(metadata.get("uid"), "uid", 64),
+    }

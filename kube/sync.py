@@ -1,0 +1,345 @@
+"""Kubernetes objects into the scheduler's tables, through `scheduling.services` only.
+
+`PodSync` queues pods that ask for our scheduler and have no node yet, and gives the
+cards back when a pod ends (Succeeded/Failed) or is deleted. `NodeSync` turns HAMi's node
+annotations into inventory reports. Both only write while `may_write()` says so (this
+instance leads), and a bad object is skipped, never fatal.
+
+Every object read either enters or is refused out loud (`Refusals`): an `object_refused`
+Event naming the field (REST API, dashboard), a Warning Event on the object in Kubernetes
+when the agent writes events, a log line once per distinct reason.
+
+The watch thread, the resync and the binder may act on the same pod at once. No lock in
+this process orders them: every write names the incarnation it means (`expected_uid`),
+and `submit_pod` itself releases an earlier incarnation's cards when a new uid arrives, so
+each write is checked against the row as locked in the database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.db import DataError
+
+from scheduling import services
+from scheduling.engine import PodInvalid, ScenarioError
+from scheduling.models import Event, Pod, record_event
+from scheduling.storable import printable, why_unstorable
+
+from . import nodes as node_objects
+from . import pods as pod_objects
+from .api import ApiError, ApiUnavailable, KubeApi
+from .events import ACTOR, EventRecorder, PodRef
+from .informer import Handler
+
+log = logging.getLogger("hamiadmin.kube.sync")
+
+ACTIVE = (Pod.PENDING, Pod.SCHEDULED, Pod.RUNNING, Pod.REJECTED)
+#: `Event.reason` (and the Kubernetes Warning's reason) of a refused pod / node.
+POD_REFUSED, NODE_REFUSED = "PodInvalid", "InventoryInvalid"
+#: Node fields whose fault leaves no row to mark not ready: its name, or annotations that are
+#: not even an object (it cannot be told whether it is a HAMi node at all).
+UNMARKED = (node_objects.NAME, "metadata.annotations")
+
+
+def always() -> bool:
+    return True
+
+
+class Refusals:
+    """Objects that cannot enter the scheduler's tables, said out loud: an `object_refused`
+    Event (counted per subject and reason, so a resync every 20 s adds to one row), a Warning
+    Event on the object when `events` is given (watcher mode; the extender agent writes no
+    events), and a log line once per distinct message."""
+
+    def __init__(self, events: EventRecorder | None = None):
+        self.events = events
+        self.logged: dict[str, str] = {}  # subject -> message last logged
+
+    def refuse(self, subject: str, reason: str, message: str, ref: PodRef | None = None) -> None:
+        subject, message = printable(subject), printable(message, limit=1000)
+        if self.logged.get(subject) != message:
+            if len(self.logged) > 10_000:
+                self.logged.clear()
+            log.warning("%s refused: %s", subject, message)
+            self.logged[subject] = message
+        record_event(Event.OBJECT_REFUSED, subject, reason, message, actor=ACTOR)
+        if self.events is not None and ref is not None:
+            self.events.record(ref, "Warning", reason, message)
+
+    def accepted(self, subject: str) -> None:
+        if self.logged.pop(printable(subject), None) is not None:
+            log.info("%s accepted again", subject)
+
+
+def _clean(*texts) -> bool:
+    """Whether all are non-empty strings Kubernetes and the database can both take (for the
+    object reference of a Warning Event)."""
+    return all(isinstance(text, str) and text and not why_unstorable(text) for text in texts)
+
+
+class PodSync(Handler):
+    """Pods of one scheduler name, queued and released; or (`queue_pods` off, extender mode)
+    every pod, only released when it ends."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        scheduler_name: str,
+        may_write: Callable[[], bool] = always,
+        on_release: Callable[[str], None] | None = None,
+        queue_pods: bool = True,
+        events: EventRecorder | None = None,
+    ):
+        self.api = api
+        self.scheduler_name = scheduler_name
+        self.queue_pods = queue_pods
+        self.may_write = may_write
+        self.on_release = on_release or (lambda uid: None)
+        self.refusals = Refusals(events)
+
+    # -- informer callbacks ---------------------------------------------------------------
+
+    def changed(self, kind: str, obj: dict) -> None:
+        if not self.may_write():
+            return
+        if kind == "DELETED":
+            self.release(obj, Pod.DELETED)
+        else:
+            self.apply(obj)
+
+    def synced(self, objects: list[dict], listed: bool) -> None:
+        """Apply every pod that needs a write (one query tells which); after a real list,
+        also release pods that vanished unseen."""
+        if not self.may_write():
+            return
+        active = {
+            (namespace, name): (uid, digest, status, node)
+            for namespace, name, uid, digest, status, node in Pod.objects.filter(
+                status__in=ACTIVE
+            ).values_list("namespace", "name", "uid", "spec_hash", "status", "node__name")
+        }
+        seen = set()
+        for obj in objects:
+            key = pod_objects.key_of(obj)
+            try:
+                seen.add(key)
+                if self.up_to_date(obj, active.get(key)):
+                    continue
+                self.apply(obj)
+            except Exception:  # noqa: BLE001 - one pod must not stop the others
+                log.exception("pod %s could not be applied", pod_objects.subject_of(obj))
+        if listed:
+            self.release_vanished(seen)
+
+    def up_to_date(self, obj: dict, row: tuple | None) -> bool:
+        """Whether `apply` would write nothing, judged from the pod and its active row (or None)."""
+        same_pod = row is not None and row[0] == pod_objects.uid_of(obj)
+        if pod_objects.final_status(obj):
+            return not same_pod  # nothing active to release
+        node = pod_objects.node_of(obj)
+        if node:
+            return not same_pod or row[2] not in Pod.BOUND or (row[2] == Pod.RUNNING and row[3] == node)
+        if not self.queue_pods or pod_objects.scheduler_of(obj) != self.scheduler_name:
+            return True
+        if not same_pod:
+            return False
+        try:
+            wanted = pod_objects.submission(obj)
+        except PodInvalid:
+            return False  # `apply` records the refusal
+        return row[1] == services.spec_hash(
+            wanted["annotations"], wanted["containers"], wanted["init_containers"], wanted["priority"]
+        )
+
+    # -- the rules ------------------------------------------------------------------------
+
+    def row_for(self, obj: dict) -> Pod | None:
+        """The Pod row of this very pod (same namespace, name and uid), or None."""
+        namespace, name = pod_objects.key_of(obj)
+        if not _clean(namespace, name):
+            return None  # no row can have such a name: it was refused, never stored
+        row = Pod.objects.select_related("node").filter(namespace=namespace, name=name).first()
+        if row is None:
+            return None
+        uid = pod_objects.uid_of(obj)
+        if row.uid and uid and row.uid != uid:
+            return None
+        return row
+
+    def apply(self, obj: dict) -> None:
+        ended = pod_objects.final_status(obj)
+        if ended:
+            self.release(obj, ended)
+            return
+        node = pod_objects.node_of(obj)
+        if not node:
+            if self.queue_pods and pod_objects.scheduler_of(obj) == self.scheduler_name:
+                self.queue(obj)
+            return
+        row = self.row_for(obj)
+        if row is None or row.status not in Pod.BOUND:
+            return
+        if row.node is not None and row.node.name == node:
+            if row.status == Pod.SCHEDULED:
+                services.mark_bound(row, node, expected_uid=row.uid)
+        else:
+            log.warning(
+                "pod %s is on node %s but its cards were placed on %s; giving them back",
+                row.key,
+                node,
+                row.node,
+            )
+            self._release_row(row, Pod.FAILED)
+
+    def queue(self, obj: dict) -> None:
+        """Queue (or update) the pod, or record it refused (`refuse`). A row holding another
+        uid is an earlier pod of this name, deleted unseen: `submit_pod` releases its cards as
+        it starts the new incarnation."""
+        try:
+            arguments = pod_objects.submission(obj)
+        except PodInvalid as exc:
+            self.refuse(obj, str(exc))
+            return
+        namespace, name, uid = arguments["namespace"], arguments["name"], arguments["uid"]
+        earlier = Pod.objects.filter(namespace=namespace, name=name).values_list("uid", flat=True).first()
+        try:
+            services.submit_pod(**arguments, validate=False, origin=Pod.KUBERNETES)
+        except PodInvalid as exc:
+            self.refuse(obj, str(exc))
+            return
+        except DataError as exc:  # what the reader missed: said out loud all the same
+            self.refuse(obj, f"the database refused the pod: {exc}")
+            return
+        self.refusals.accepted(pod_objects.subject_of(obj))
+        if earlier and uid and earlier != uid:
+            log.info(
+                "pod %s/%s: uid %s replaced by %s; the earlier one's cards are released",
+                namespace,
+                name,
+                earlier,
+                uid,
+            )
+            self.on_release(earlier)
+
+    def refuse(self, obj: dict, message: str) -> None:
+        """The pod cannot be queued as it is: say so until it changes (it is tried again on
+        every change and resync). A row of an earlier spec of it, if any, is left as it was."""
+        namespace, name = pod_objects.key_of(obj)
+        uid = pod_objects.uid_of(obj)
+        ref = PodRef(namespace, name, uid if _clean(uid) else "") if _clean(namespace, name) else None
+        self.refusals.refuse(pod_objects.subject_of(obj), POD_REFUSED, message, ref)
+
+    def release(self, obj: dict, final_status: str) -> None:
+        row = self.row_for(obj)
+        if row is not None and row.status in ACTIVE:
+            self._release_row(row, final_status)
+
+    def _release_row(self, row: Pod, final_status: str) -> None:
+        """Release this incarnation only: if the row has moved on to another uid meanwhile,
+        nothing is written."""
+        if services.release_pod(row, final_status, expected_uid=row.uid) is None:
+            log.info("pod %s: not released, the row now holds another pod of this name", row.key)
+            return
+        log.info("pod %s %s: its cards are released", row.key, final_status)
+        self.on_release(row.uid)
+
+    def release_vanished(self, seen: set[tuple[str, str]]) -> None:
+        """Active rows of Kubernetes pods (origin `kubernetes` or `extender`) missing from a
+        full list: ask the API server about each; release those that are gone, replaced or
+        ended. Pods submitted through the REST API are never touched, uid or not; a pod that
+        merely does not match this list's selector (another scheduler's) is left alone."""
+        candidates = (
+            Pod.objects.filter(status__in=ACTIVE, origin__in=(Pod.KUBERNETES, Pod.EXTENDER))
+            .exclude(uid="")
+            .values_list("namespace", "name", "uid")
+        )
+        for namespace, name, uid in candidates:
+            if (namespace, name) in seen:
+                continue
+            try:
+                current = self.api.get_pod(namespace, name)
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("pod %s/%s: %s", namespace, name, exc)
+                    continue
+                current = None
+            except ApiUnavailable as exc:
+                log.warning("pod %s/%s not checked: %s", namespace, name, exc)
+                return
+            if current is None or pod_objects.uid_of(current) != uid:
+                row = Pod.objects.filter(namespace=namespace, name=name, uid=uid).first()
+                if row is not None and row.status in ACTIVE:
+                    self._release_row(row, Pod.DELETED)
+            else:
+                self.apply(current)
+
+
+class NodeSync(Handler):
+    """Nodes with `hami.io/node-nvidia-register`: report their cards (and beat their heart)."""
+
+    def __init__(self, may_write: Callable[[], bool] = always, events: EventRecorder | None = None):
+        self.may_write = may_write
+        self.invalid: dict[str, str] = {}  # node -> why, logged once per distinct reason
+        self.refusals = Refusals(events)
+
+    def changed(self, kind: str, obj: dict) -> None:
+        if not self.may_write():
+            return
+        if kind == "DELETED":
+            name = node_objects.name_of(obj)
+            if node_objects.has_register(obj) and _clean(name):
+                self.not_ready(name, "the node was deleted from Kubernetes")
+            return
+        self.apply(obj)
+
+    def synced(self, objects: list[dict], listed: bool) -> None:
+        if not self.may_write():
+            return
+        for obj in objects:
+            try:
+                self.apply(obj)
+            except Exception:  # noqa: BLE001 - one node must not stop the others
+                log.exception("node %s could not be applied", node_objects.name_of(obj))
+
+    def apply(self, obj: dict) -> None:
+        name = node_objects.name_of(obj)
+        try:
+            found = node_objects.inventory(obj)
+        except node_objects.InventoryInvalid as exc:
+            self.refuse(obj, f"malformed {exc.where}: {exc.message}", mark=exc.where not in UNMARKED)
+            return
+        if found is None:
+            return
+        if not node_objects.is_ready(obj):
+            self.not_ready(name, "Kubernetes reports the node NotReady")
+            return
+        try:
+            services.report_inventory(found.name, found.labels, found.annotations, found.devices)
+        except ScenarioError as exc:
+            self.refuse(obj, f"inventory refused: {exc}")
+            return
+        except DataError as exc:  # what the reader missed: still said out loud
+            self.refuse(obj, f"inventory refused by the database: {exc}")
+            return
+        self.refusals.accepted(node_objects.subject_of(obj))
+        if self.invalid.pop(name, None) is not None:
+            log.info("node %s: inventory valid again", name)
+
+    def refuse(self, obj: dict, why: str, mark: bool = True) -> None:
+        """Record the node refused and keep new pods off it (`not_ready`), unless its very name
+        is at fault (no row can hold it) or it cannot be told to be a HAMi node (`UNMARKED`)."""
+        name = node_objects.name_of(obj)
+        uid = node_objects.metadata_of(obj).get("uid")
+        ref = PodRef("default", name, uid if _clean(uid) else "", kind="Node") if _clean(name) else None
+        self.refusals.refuse(node_objects.subject_of(obj), NODE_REFUSED, why, ref)
+        if mark and _clean(name) and len(name) <= 253:
+            self.not_ready(name, why)
+
+    def not_ready(self, name: str, why: str) -> None:
+        """Keep new pods off the node (tenants stay) and say why, once per distinct reason."""
+        if self.invalid.get(name) != why:
+            log.warning("node %s: %s; it takes no new pods", name, why)
+        self.invalid[name] = why
+        services.mark_node_not_ready(name, why)

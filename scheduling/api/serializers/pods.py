@@ -1,0 +1,202 @@
+"""Pods: the submission (`POST pods/`), the pod as listed and as read, and the pending queue."""
+
+from __future__ import annotations
+
+import re
+
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from scheduling.engine import explain
+from scheduling.engine.annotations import GPU_POLICY, parse_chain
+from scheduling.models import INT32_MAX, Pod
+
+from .fields import StrictCharField, StrictIntegerField, StringMapField, max_length
+from .history import DecisionSerializer
+from .scenario import ContainerSpecSerializer, DeviceSerializer
+
+# Kubernetes names: namespaces are DNS-1123 labels, pod names DNS-1123 subdomains.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+@extend_schema_field(ContainerSpecSerializer(many=True))
+class ContainerListField(serializers.ListField):
+    """Kubernetes containers, taken as sent: the engine reads their resources (SPEC 2)."""
+
+
+class PodSubmitSerializer(serializers.Serializer):
+    """`POST pods/`: the envelope. Resources and annotations are then checked by the engine,
+    whose errors name the field (`containers[0].resources.limits.nvidia.com/gpu`)."""
+
+    name = StrictCharField(max_length=max_length(Pod, "name"))
+    namespace = StrictCharField(max_length=max_length(Pod, "namespace"), required=False, default="default")
+    uid = StrictCharField(max_length=max_length(Pod, "uid"), required=False, allow_blank=True, default="")
+    annotations = StringMapField(required=False, default=dict)
+    containers = ContainerListField(allow_empty=False)
+    initContainers = ContainerListField(required=False, default=list)  # noqa: N815 (Kubernetes name)
+    priority = StrictIntegerField(required=False, default=0, min_value=-INT32_MAX - 1, max_value=INT32_MAX)
+
+    def validate_name(self, value: str) -> str:
+        if not DNS_SUBDOMAIN.fullmatch(value):
+            raise serializers.ValidationError(
+                "must be a Kubernetes name: lower-case letters, digits, '-' and '.', "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+    def validate_namespace(self, value: str) -> str:
+        if not DNS_LABEL.fullmatch(value):
+            raise serializers.ValidationError(
+                "must be a Kubernetes namespace: lower-case letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+
+class ContainerStatusSerializer(serializers.Serializer):
+    name = serializers.CharField(allow_blank=True)
+    resources = serializers.DictField(required=False)
+    devices = DeviceSerializer(many=True, help_text="the vGPUs this container holds now")
+
+
+class PodSerializer(serializers.ModelSerializer):
+    """A pod as the list shows it."""
+
+    node = serializers.CharField(source="node.name", read_only=True, allow_null=True)
+    allocated = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Pod
+        fields = [
+            "namespace",
+            "name",
+            "uid",
+            "origin",
+            "status",
+            "node",
+            "priority",
+            "allocated",
+            "reason",
+            "error",
+            "error_field",
+            "attempts",
+            "submitted_at",
+            "scheduled_at",
+            "bound_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField(allow_null=True, help_text="hami.io/vgpu-devices-allocated"))
+    def get_allocated(self, pod: Pod) -> str | None:
+        return pod.allocated or None
+
+
+class PodDetailSerializer(PodSerializer):
+    """A pod with its spec, the vGPUs each container holds, and the latest decision."""
+
+    containers = serializers.SerializerMethodField()
+    initContainers = serializers.JSONField(source="init_containers", read_only=True)  # noqa: N815
+    decision = serializers.SerializerMethodField()
+
+    class Meta(PodSerializer.Meta):
+        fields = PodSerializer.Meta.fields + ["annotations", "containers", "initContainers", "decision"]
+        read_only_fields = fields
+
+    @extend_schema_field(ContainerStatusSerializer(many=True))
+    def get_containers(self, pod: Pod) -> list[dict]:
+        held: dict[int, list[dict]] = {}
+        active = pod.allocations.filter(active=True).select_related("card").order_by("container_index", "id")
+        for allocation in active:
+            held.setdefault(allocation.container_index, []).append(
+                {"uuid": allocation.card.uuid, "memory": allocation.memory, "cores": allocation.cores}
+            )
+        out = []
+        for position, spec in enumerate(pod.containers if isinstance(pod.containers, list) else []):
+            spec = spec if isinstance(spec, dict) else {}
+            out.append(
+                {
+                    "name": spec.get("name") or "",
+                    "resources": spec.get("resources") or {},
+                    "devices": held.get(position, []),
+                }
+            )
+        return out
+
+    @extend_schema_field(DecisionSerializer(allow_null=True))
+    def get_decision(self, pod: Pod) -> dict | None:
+        latest = pod.latest_decision
+        return DecisionSerializer(latest).data if latest else None
+
+
+class PodSubmittedSerializer(PodDetailSerializer):
+    """The answer to a submission: the pod, and what was accepted but ignored."""
+
+    warnings = serializers.SerializerMethodField()
+
+    class Meta(PodDetailSerializer.Meta):
+        fields = PodDetailSerializer.Meta.fields + ["warnings"]
+        read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.DictField(
+            child=serializers.ListField(child=serializers.CharField()),
+            help_text="by field: values accepted but ignored (unknown chain names, unknown node policy)",
+        )
+    )
+    def get_warnings(self, pod: Pod) -> dict[str, list[str]]:
+        return self.context.get("warnings", {})
+
+
+class PendingPodSerializer(serializers.ModelSerializer):
+    """A waiting pod: how long, with which chain, and why (summed over nodes)."""
+
+    age_seconds = serializers.SerializerMethodField()
+    chain = serializers.SerializerMethodField()
+    reasons = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Pod
+        fields = [
+            "namespace",
+            "name",
+            "priority",
+            "submitted_at",
+            "age_seconds",
+            "attempts",
+            "chain",
+            "reason",
+            "reasons",
+            "error",
+            "error_field",
+            "parked",
+            "next_attempt_at",
+        ]
+        read_only_fields = fields
+
+    def _latest(self, pod: Pod) -> dict:
+        """The latest decision's explanation: no query for a page read `Pod.objects.latest_decisions`."""
+        decision = pod.latest_decision
+        return decision.payload if decision else {}
+
+    @extend_schema_field(OpenApiTypes.FLOAT)
+    def get_age_seconds(self, pod: Pod) -> float:
+        return round((timezone.now() - pod.submitted_at).total_seconds(), 3)
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_chain(self, pod: Pod) -> list[str]:
+        policy = explain.policy_of(self._latest(pod))
+        if policy.get("gpu") is not None:
+            return explain.chain_of(policy)
+        annotations = pod.annotations if isinstance(pod.annotations, dict) else {}
+        value = annotations.get(GPU_POLICY)
+        if not isinstance(value, str):
+            return []
+        return list(parse_chain(value)[0])
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
+    def get_reasons(self, pod: Pod) -> dict[str, int]:
+        return self._latest(pod).get("reasons") or {}

@@ -1,0 +1,35 @@
+"""REST endpoints under /api/v1/, one module per resource. Thin: reads go through the
+filtersets and serializers, every write goes through `scheduling.services` inside one
+transaction, so a refused request writes nothing.
+"""
+
+from .agents import AgentReportView
+from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, Pages, RoleView
+from .cluster import CardViewSet, NodeViewSet
+from .config import ConfigView
+from .history import AllocationViewSet, CycleViewSet, DecisionViewSet, EventList
+from .pods import PendingView, PodViewSet
+from .simulate import QueuedSimulationThrottle, ScenarioTooBig, SimulateView, SimulationView
+
+__all__ = [
+    "BAD_FILTER",
+    "ERRORS",
+    "REFUSED",
+    "AgentReportView",
+    "AllocationViewSet",
+    "CardViewSet",
+    "Conflict",
+    "ConfigView",
+    "CycleViewSet",
+    "DecisionViewSet",
+    "EventList",
+    "NodeViewSet",
+    "Pages",
+    "PendingView",
+    "PodViewSet",
+    "QueuedSimulationThrottle",
+    "RoleView",
+    "ScenarioTooBig",
+    "SimulateView",
+    "SimulationView",
+]

@@ -1,0 +1,152 @@
+"""Pods: submit, list, read, delete, complete; and the pending queue."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import generics, mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+
+from scheduling import filtersets, services
+from scheduling.api import serializers as s
+from scheduling.engine.pod import parse_pod
+from scheduling.models import Pod, SchedulerConfig
+
+from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, RoleView
+
+
+@extend_schema_view(
+    list=extend_schema(tags=["pods"], responses={200: s.PodSerializer(many=True), **BAD_FILTER, **REFUSED}),
+    retrieve=extend_schema(
+        tags=["pods"],
+        responses={200: s.PodDetailSerializer, 404: ERRORS, **REFUSED},
+        description="The pod, the vGPUs each container holds, `allocated`, and the latest decision.",
+    ),
+    create=extend_schema(
+        tags=["pods"],
+        request=s.PodSubmitSerializer,
+        responses={
+            201: s.PodSubmittedSerializer,
+            200: OpenApiResponse(
+                s.PodSubmittedSerializer, description="the pod existed: updated or unchanged"
+            ),
+            400: ERRORS,
+            413: ERRORS,
+            415: ERRORS,
+            429: ERRORS,
+            **REFUSED,
+        },
+        description=(
+            "Submit a pod. Resources and annotations are validated as SPEC 2, 3 and 5 say; an "
+            "invalid pod is refused with errors keyed by the field, e.g. "
+            "`annotations.hami.io/device-scoring-weights`. Unknown chain names are accepted and "
+            "reported in `warnings`. The same pod again changes nothing (200); a new spec re-queues "
+            "a waiting pod; a placed pod may change its annotations, not its containers."
+        ),
+    ),
+    destroy=extend_schema(
+        tags=["pods"],
+        responses={200: s.PodDetailSerializer, 404: ERRORS, **REFUSED},
+        description="Delete the pod: its allocations are released, its history kept (status `deleted`).",
+    ),
+    complete=extend_schema(
+        tags=["pods"],
+        request=None,
+        responses={200: s.PodDetailSerializer, 404: ERRORS, 409: ERRORS, **REFUSED},
+        description="Mark the pod succeeded and release its allocations.",
+    ),
+)
+class PodViewSet(
+    RoleView,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Pods: submit, list, read (with the latest decision), delete, complete."""
+
+    filterset_class = filtersets.PodFilterSet
+    throttle_scope = "pod-submit"
+
+    def get_queryset(self):
+        return Pod.objects.select_related("node").order_by("-priority", "submitted_at", "id")
+
+    def get_serializer_class(self):
+        if self.action == "list":
+            return s.PodSerializer
+        if self.action == "create":
+            return s.PodSubmitSerializer
+        return s.PodDetailSerializer
+
+    def get_throttles(self):
+        return [ScopedRateThrottle()] if self.action == "create" else []
+
+    def get_object(self):
+        pod = get_object_or_404(
+            self.get_queryset(), namespace=self.kwargs["namespace"], name=self.kwargs["name"]
+        )
+        self.check_object_permissions(self.request, pod)
+        return pod
+
+    def create(self, request):
+        body = s.PodSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        pod = body.validated_data
+        before = Pod.objects.filter(namespace=pod["namespace"], name=pod["name"]).values_list(
+            "status", flat=True
+        )
+        before = before.first()
+        submitted = services.submit_pod(
+            pod["namespace"],
+            pod["name"],
+            pod["annotations"],
+            pod["containers"],
+            pod["initContainers"],
+            pod["priority"],
+            uid=pod["uid"],
+            origin=Pod.API,
+        )
+        warnings = parse_pod(submitted.as_spec(), SchedulerConfig.current()).policy.warnings()
+        answer = s.PodSubmittedSerializer(submitted, context={"warnings": warnings, "request": request})
+        created = before is None or before in Pod.FINISHED
+        return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    def destroy(self, request, namespace=None, name=None):
+        return self._release(Pod.DELETED)
+
+    @action(detail=True, methods=["post"])
+    def complete(self, request, namespace=None, name=None):
+        return self._release(Pod.SUCCEEDED)
+
+    def _release(self, final_status: str) -> Response:
+        pod = self.get_object()
+        if final_status == Pod.SUCCEEDED and pod.status not in Pod.BOUND:
+            raise Conflict(f"pod {pod.key} is {pod.status}: only a scheduled or running pod can complete")
+        services.release_pod(pod, final_status)  # its own transaction, retried on a deadlock
+        pod.refresh_from_db()
+        return Response(s.PodDetailSerializer(pod, context={"request": self.request}).data)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="pending_list",
+        tags=["pods"],
+        responses={200: s.PendingPodSerializer(many=True), **BAD_FILTER, **REFUSED},
+        description="Pending pods, oldest first, with their chain and why they wait (reasons summed over nodes).",
+    )
+)
+class PendingView(RoleView, generics.ListAPIView):
+    """Pending pods, oldest first, with their chain and why they wait."""
+
+    serializer_class = s.PendingPodSerializer
+    filterset_class = filtersets.PendingFilterSet
+
+    def get_queryset(self):
+        return Pod.objects.filter(status=Pod.PENDING).with_latest_decision().order_by("submitted_at", "id")
+
+    def paginate_queryset(self, queryset):
+        """Each pod of the page with its latest decision: one more query for the whole page."""
+        page = super().paginate_queryset(queryset)
+        Pod.objects.latest_decisions(page if page is not None else queryset)
+        return page

@@ -1,0 +1,198 @@
+"""One pod on one node: every card checked for each container, then the chain's choice.
+
+For a container: every card goes through the checks of SPEC 4 (`fit.check_card`) and gets
+its score (SPEC 5), so the reason counts are complete; the active filters' `rejects_fitting`
+hooks look at the cards that fit (check 11); the sort keys rank them (SPEC 6) and the
+filters' `select` hooks choose, in registry order; the first `ask.count` cards are taken.
+Node-level reasons: fewer cards than asked (`M/M NodeInsufficientDevice`), fewer fitting
+cards than asked (`K/M AllocatedCardsInsufficientRequest`), a node not ready.
+
+For a pod (SPEC 2): init containers one at a time against the node as it is, then the app
+containers accumulating usage; the first container that does not fit gives the node's
+failure. This module names no filter: it runs whichever the policy makes active.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import reasons as R
+from .annotations import PodPolicy
+from .chain import rank, ranking_order
+from .fit import NodeFailure, check_card
+from .model import Card, Node
+from .requests import ContainerAsk
+from .score import card_score, node_score
+
+
+@dataclass(slots=True)
+class CardEval:
+    """One card checked for one container: the first failed check, and the predicted score."""
+
+    card: Card
+    position: int
+    score: float
+    memory: int
+    reason: str | None
+    stage: str | None
+
+    @property
+    def uuid(self) -> str:
+        return self.card.uuid
+
+    @property
+    def index(self) -> int:
+        return self.card.index
+
+    @property
+    def numa(self) -> int:
+        return self.card.numa
+
+
+@dataclass(slots=True)
+class ContainerVerdict:
+    """One container on one node: the cards it takes (`chosen`, empty when it does not fit)
+    and the reason counts; with `explain`, every card's evaluation and the ranking too, with
+    the sort key that put each ranked card after the one before it (`decided_by`)."""
+
+    evals: list[CardEval]
+    chosen: list[CardEval]
+    counts: dict[str, int]
+    ranked: list[CardEval]
+    decided_by: list[str | None]
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.chosen)
+
+
+def evaluate_container(
+    node: Node,
+    ask: ContainerAsk,
+    policy: PodPolicy,
+    overlay: list[list[int]],
+    explain: bool = False,
+    need_choice: bool = True,
+) -> ContainerVerdict:
+    """Check every card (so the reason counts are complete), then let the chain pick `ask.count`.
+
+    `overlay` is, per card, (slots, MiB, cores) this pod's earlier containers took. With
+    `explain`, every card's evaluation is kept and the ranking records which key decided
+    between neighbours; without it only what the choice needs is built.
+    """
+    cards = node.cards
+    if len(cards) < ask.count:
+        return ContainerVerdict([], [], {R.NODE_INSUFFICIENT_DEVICE: len(cards)}, [], [])
+    weights = policy.weights
+    fixed_memory, percentage, cores = ask.memory, ask.memory_percentage, ask.cores
+    evals: list[CardEval] = []
+    fitting: list[CardEval] = []
+    counts: dict[str, int] = {}
+    for position, card in enumerate(cards):
+        extra = overlay[position]
+        used = (card.used_slots + extra[0], card.used_memory + extra[1], card.used_cores + extra[2])
+        memory = fixed_memory if fixed_memory is not None else card.memory * percentage // 100
+        failed = check_card(card, ask, memory, policy, used)
+        if failed is None:
+            entry = CardEval(
+                card, position, card_score(card, memory, cores, used, weights), memory, None, None
+            )
+            fitting.append(entry)
+        else:
+            counts[failed[0]] = counts.get(failed[0], 0) + 1
+            if not explain:
+                continue
+            entry = CardEval(card, position, card_score(card, memory, cores, used, weights), memory, *failed)
+        if explain:
+            evals.append(entry)
+
+    filters = policy.active_filters
+    if filters and fitting:
+        for card_filter in filters:
+            rejected = card_filter.rejects_fitting(fitting, ask.count)
+            if rejected is not None:
+                reason, stage = rejected
+                for entry in fitting:
+                    entry.reason, entry.stage = reason, stage
+                counts[reason] = counts.get(reason, 0) + len(fitting)
+                fitting = []
+                break
+
+    if len(fitting) < ask.count:
+        if fitting:
+            counts[R.ALLOCATED_INSUFFICIENT] = len(fitting)
+        return ContainerVerdict(evals, [], counts, [], [])
+
+    if not need_choice and not explain and len({entry.memory for entry in fitting}) == 1:
+        # Every fitting card would take the same MiB, so which ones the chain picks cannot
+        # change the node score: stand-ins suffice, the chosen node is re-explained anyway.
+        return ContainerVerdict(evals, fitting[: ask.count], counts, [], [])
+    if explain:
+        ranked, decided_by = ranking_order(fitting, policy.sort_keys)
+    else:
+        ranked, decided_by = rank(fitting, policy.sort_keys), []
+    candidates = ranked
+    for card_filter in filters:
+        candidates = card_filter.select(candidates, ask.count, node)
+    return ContainerVerdict(evals, candidates[: ask.count], counts, ranked, decided_by)
+
+
+@dataclass(slots=True)
+class NodeVerdict:
+    """A pod on one node: fits with a score and grants, or fails (`failure`, as data)."""
+
+    fits: bool
+    score: float = 0.0
+    failure: NodeFailure | None = None
+    # per app container: list of (position, memory, cores), or None (no GPU); only kept
+    # when the cards were really chosen (an explaining or multi-container evaluation)
+    grants: list[list[tuple[int, int, int]] | None] | None = None
+    # per app container: its ContainerVerdict (None without GPU), kept for explaining
+    containers: list[ContainerVerdict | None] | None = None
+
+
+def evaluate_node(
+    node: Node,
+    inits: list[ContainerAsk],
+    apps: list[ContainerAsk | None],
+    policy: PodPolicy,
+    explain: bool = False,
+) -> NodeVerdict:
+    """Init containers one at a time against the node as it is, then the app containers
+    accumulating usage; the first container that does not fit gives the node's failure."""
+    examined = len(node.cards)
+    if not node.ready:
+        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_NOT_READY: examined}))
+    empty = [[0, 0, 0] for _ in node.cards]
+    for init in inits:
+        verdict = evaluate_container(node, init, policy, empty)
+        if not verdict.fits:
+            return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts))
+    overlay = [[0, 0, 0] for _ in node.cards]
+    grants: list[list[tuple[int, int, int]] | None] = []
+    containers: list[ContainerVerdict | None] = []
+    # With one GPU container, only its count and asks matter to the score, not its cards.
+    need_choice = explain or sum(ask is not None for ask in apps) > 1
+    for ask in apps:
+        if ask is None:
+            grants.append(None)
+            containers.append(None)
+            continue
+        verdict = evaluate_container(node, ask, policy, overlay, explain, need_choice)
+        if not verdict.fits:
+            return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts))
+        mine = []
+        for entry in verdict.chosen:
+            extra = overlay[entry.position]
+            extra[0] += 1
+            extra[1] += entry.memory
+            extra[2] += ask.cores
+            mine.append((entry.position, entry.memory, ask.cores))
+        grants.append(mine)
+        containers.append(verdict if explain else None)
+    return NodeVerdict(
+        True,
+        score=node_score(node, overlay),
+        grants=grants if need_choice else None,
+        containers=containers if explain else None,
+    )

@@ -1,0 +1,285 @@
+"""Operator words for a Decision: the one reader of a SPEC 9 pod object (`Decision.as_dict`).
+
+Pages, the admin, the API, the log lines and the Kubernetes events all read a stored or
+fresh decision through these functions, so each face shows the same chain with the same
+defaults, the same reasons in the same words and the same node order. Pure: dicts in,
+dataclasses and strings out; reasons travel as data (`failed_reasons`, `node_order`) and
+become text only here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import reasons as R
+from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS
+
+Payload = Mapping[str, Any]
+
+#: SPEC 6: a chain that names filters only (or nothing) ranks by spread.
+
+#: What each chain name does, in the words shown next to its chip (each class carries its own).
+CHAIN_WORDS = {
+    **{name: key.words for name, key in SORT_KEYS.items()},
+    **{name: f.words for name, f in FILTERS.items() if f.in_chain},
+}
+
+#: Which way each sort key ranks, for the sentence saying what put one card after another.
+KEY_ORDER = {"binpack": "higher score first", "spread": "lower score first", "numa": "lower NUMA first"}
+
+#: Why one card was removed, by the engine's `stage` (the SPEC 4 check that failed).
+STAGE_WORDS = {
+    "health": "card is unhealthy",
+    "cordon": "card is cordoned",
+    "type": "type excluded by use/nouse-gputype",
+    "uuid": "UUID excluded by use/nouse-gpuuuid",
+    "slots": "every vGPU slot is taken",
+    "mutex": "has tenants and the chain has mutex",
+    "memory": "not enough free memory",
+    "cores": "not enough free cores",
+    "exclusive": "has tenants and the container asks for the whole card",
+    "compute": "all compute is taken",
+    "numa": "no NUMA node holds all the cards asked (numa-bind)",
+}
+
+#: Words an operator understands, for pages and events. `{n}`/`{m}` are counts, `{node}` the node.
+EXPLANATIONS = {
+    R.CARD_NOT_HEALTH: "{n} of {m} cards on {node} are unhealthy",
+    R.CARD_CORDONED: "{n} of {m} cards on {node} are cordoned",
+    R.CARD_TYPE_MISMATCH: "{n} of {m} cards on {node} are not of the type the pod asks for (use/nouse-gputype)",
+    R.CARD_UUID_MISMATCH: "{n} of {m} cards on {node} are excluded by UUID (use/nouse-gpuuuid)",
+    R.CARD_SLOTS_EXHAUSTED: "{n} of {m} cards on {node} have every vGPU slot taken",
+    R.EXCLUSIVE_CONFLICT: (
+        "{n} of {m} cards on {node} already have tenants and the pod asks for whole cards (100 cores)"
+    ),
+    R.CARD_INSUFFICIENT_MEMORY: "{n} of {m} cards on {node} lack the free memory asked",
+    R.CARD_INSUFFICIENT_CORE: "{n} of {m} cards on {node} lack the free cores asked",
+    R.CARD_COMPUTE_EXHAUSTED: "{n} of {m} cards on {node} have all compute taken",
+    R.NUMA_NOT_FIT: "{n} of {m} cards on {node} fit, but no NUMA node holds all the cards asked (numa-bind)",
+    R.NODE_INSUFFICIENT_DEVICE: "{node} has fewer cards ({m}) than a container asks for",
+    R.ALLOCATED_INSUFFICIENT: "only {n} of {m} cards on {node} fit, fewer than asked",
+    R.NODE_NOT_READY: "{node} is not ready (its agent stopped reporting)",
+}
+
+#: Check 6 (mutex) runs before check 9 (whole-card ask), so with `mutex` in the chain every
+#: ExclusiveDeviceAllocateConflict comes from mutex, and without it none does.
+MUTEX_EXPLANATION = "{n} of {m} cards on {node} already have tenants (mutex)"
+
+#: Reasons that only say the pod itself excluded the card; listed after the ones about capacity.
+SELF_EXCLUDED = frozenset({R.CARD_TYPE_MISMATCH, R.CARD_UUID_MISMATCH})
+
+
+# --- The policy as parsed ----------------------------------------------------------------
+
+
+def policy_of(payload: Payload | None) -> dict:
+    """The pod's parsed policy (SPEC 9 `policy`); empty for a pod rejected before parsing."""
+    return dict((payload or {}).get("policy") or {})
+
+
+def chain_of(policy: Payload | None) -> list[str]:
+    """The GPU chain as parsed, in written order (unknown names dropped); empty if none."""
+    return list((policy or {}).get("gpu") or [])
+
+
+def filters_of(policy: Payload | None) -> list[str]:
+    return list((policy or {}).get("filters") or [])
+
+
+def sort_keys_of(policy: Payload | None) -> list[str]:
+    """The keys that rank the cards, before the index tiebreak: the written ones, else spread."""
+    return list((policy or {}).get("sort_keys") or DEFAULT_SORT_KEYS)
+
+
+def has_mutex(policy: Payload | None) -> bool:
+    return "mutex" in filters_of(policy)
+
+
+# --- Why nodes did not fit ---------------------------------------------------------------
+
+
+def reason_words(code: str, n: int, m: int, node: str, mutex: bool = False) -> str:
+    """Operator words for `n` of the `m` cards on `node` failing with `code`; `mutex`: the
+    pod's chain has mutex, so a busy-card conflict comes from it, not from a whole-card ask."""
+    if code == R.EXCLUSIVE_CONFLICT and mutex:
+        return MUTEX_EXPLANATION.format(n=n, m=m, node=node)
+    template = EXPLANATIONS.get(code)
+    if template is None:
+        return f"{n} of {m} cards on {node}: {code}"
+    return template.format(n=n, m=m, node=node)
+
+
+@dataclass
+class ReasonLine:
+    """One reason of one failed node (`n` of its `m` cards), with the operator's words for it."""
+
+    node: str
+    n: int
+    m: int
+    code: str
+    mutex: bool = False
+
+    @property
+    def words(self) -> str:
+        return reason_words(self.code, self.n, self.m, self.node, self.mutex)
+
+
+def node_reasons(node: str, failed: Payload, mutex: bool = False) -> list[ReasonLine]:
+    """One failed node's `{"cards": M, "reasons": {code: n}}`, by reason code."""
+    counts = failed.get("reasons") or {}
+    cards = failed.get("cards") or 0
+    return [ReasonLine(node, counts[code], cards, code, mutex) for code in sorted(counts)]
+
+
+def waiting_reasons(payload: Payload) -> list[ReasonLine]:
+    """Every failed node's reasons: first what blocks the cards the pod could use (capacity,
+    mutex, health), then the cards it excluded itself; by node name within each (JSON objects
+    lose their order in PostgreSQL)."""
+    failed = payload.get("failed_reasons") or {}
+    mutex = has_mutex(payload.get("policy"))
+    lines = [line for node in sorted(failed) for line in node_reasons(node, failed[node], mutex)]
+    return sorted(lines, key=lambda line: line.code in SELF_EXCLUDED)
+
+
+# --- The chain, step by step ---------------------------------------------------------------
+
+
+@dataclass
+class ChainStep:
+    name: str
+    role: str  # "filter", "sort key", "default", "tiebreak"
+    words: str
+
+
+def chain_steps(policy: Payload) -> list[ChainStep]:
+    """The chain as parsed, in written order, then the effective sort keys and the index tiebreak."""
+    filters = set(filters_of(policy))
+    chain = chain_of(policy)
+    steps = [
+        ChainStep(name, "filter" if name in filters else "sort key", CHAIN_WORDS.get(name, ""))
+        for name in chain
+    ]
+    if all(name in filters for name in chain):
+        for name in sort_keys_of(policy):
+            steps.append(ChainStep(name, "default", f"no sort key written: {CHAIN_WORDS.get(name, '')}"))
+    steps.append(ChainStep("index", "tiebreak", "equal on every key: lower card index first"))
+    return steps
+
+
+def _key_value(key: str, card: Payload) -> float:
+    return card.get("numa", 0) if key == "numa" else card.get("score", 0.0)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3f}".rstrip("0").rstrip(".") if isinstance(value, float) else str(value)
+
+
+def comparison(
+    prev: Payload, card: Payload, decided_by: str | None, sort_keys: list[str]
+) -> tuple[list[str], str]:
+    """(keys tied between two ranked neighbours, the sentence saying what put `card` after `prev`)."""
+    if decided_by is None:
+        return [], ""
+    if decided_by == "index":
+        values = ", ".join(f"{key} {_fmt(_key_value(key, card))}" for key in sort_keys)
+        return list(sort_keys), f"tied on {values}; index {prev.get('index')} before {card.get('index')}"
+    tied = []
+    for key in sort_keys:
+        if key == decided_by:
+            break
+        tied.append(key)
+    a, b = _key_value(decided_by, prev), _key_value(decided_by, card)
+    lead = f"tied on {', '.join(tied)}; " if tied else ""
+    return tied, f"{lead}{decided_by}: {_fmt(a)} before {_fmt(b)} ({KEY_ORDER.get(decided_by, '')})"
+
+
+@dataclass
+class RankedCard:
+    rank: int
+    card: dict
+    decided_by: str | None
+    tied_on: list[str]
+    comparison: str
+    bar: float  # 0-100, score against the node's highest card score
+
+
+@dataclass
+class RemovedCard:
+    card: dict
+    words: str
+    bar: float
+
+
+@dataclass
+class ContainerPath:
+    name: str
+    devices: list
+    ranked: list[RankedCard] = field(default_factory=list)
+    removed: list[RemovedCard] = field(default_factory=list)
+    removed_by_stage: list[tuple[str, list[str]]] = field(default_factory=list)
+    picked_by_topology: bool = False
+
+
+def container_path(container: Payload, policy: Payload) -> ContainerPath:
+    """Split the engine's card table into what the filters removed and how the rest was ranked."""
+    cards = container.get("cards") or []
+    sort_keys = sort_keys_of(policy)
+    top = max((abs(c.get("score") or 0.0) for c in cards), default=0.0) or 1.0
+    path = ContainerPath(name=container.get("name", ""), devices=container.get("devices") or [])
+    eligible = [c for c in cards if c.get("eligible")]
+    for rank, card in enumerate(eligible, start=1):
+        by: str | None = None
+        tied: list[str] = []
+        sentence = ""
+        if rank > 1:
+            by = card.get("decided_by")
+            tied, sentence = comparison(eligible[rank - 2], card, by, sort_keys)
+        path.ranked.append(RankedCard(rank, card, by, tied, sentence, 100 * (card.get("score") or 0) / top))
+    stages: dict[str, list[str]] = {}
+    for card in sorted((c for c in cards if not c.get("eligible")), key=lambda c: c.get("index", 0)):
+        stage = card.get("stage") or ""
+        words = STAGE_WORDS.get(stage, card.get("reason") or "")
+        path.removed.append(RemovedCard(card, words, 100 * (card.get("score") or 0) / top))
+        stages.setdefault(stage, []).append(card.get("uuid", ""))
+    path.removed_by_stage = list(stages.items())
+    chosen_ranks = [r.rank for r in path.ranked if r.card.get("chosen")]
+    path.picked_by_topology = "topology-aware" in filters_of(policy) and chosen_ranks != list(
+        range(1, len(chosen_ranks) + 1)
+    )
+    return path
+
+
+# --- Nodes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class NodeBar:
+    node: str
+    score: float
+    chosen: bool
+
+
+def node_bars(payload: Payload) -> list[NodeBar]:
+    """The fitting nodes' scores in the engine's policy order (`node_order`, best first)."""
+    chosen = payload.get("node")
+    return [NodeBar(node, score, node == chosen) for node, score in payload.get("node_order") or []]
+
+
+def decision_path(payload: Payload | None) -> dict:
+    """Everything `includes/pod_decision.html` draws, computed once from the payload."""
+    payload = payload or {}
+    policy = policy_of(payload)
+    return {
+        "pod": payload,
+        "status": payload.get("status") or "unknown",
+        "policy": policy,
+        "steps": chain_steps(policy) if policy else [],
+        "containers": [container_path(c, policy) for c in payload.get("containers") or []],
+        "node_rows": [(bar.node, bar.score, bar.chosen) for bar in node_bars(payload)],
+        "waiting": waiting_reasons(payload),
+        "reasons": sorted((payload.get("reasons") or {}).items()),
+        "more_failed": max(0, (payload.get("nodes_failed") or 0) - len(payload.get("failed_reasons") or {})),
+        "more_fit": max(0, (payload.get("nodes_fit") or 0) - len(payload.get("node_order") or [])),
+    }

@@ -1,0 +1,83 @@
+"""SPEC 4: does one card fit one container's ask? Checks in order; the first failure is the reason.
+
+     check                                         reason                            stage
+  1  not healthy                                   CardNotHealth                     health
+  2  cordoned                                      CardCordoned                      cordon
+  3  type excluded by use/nouse-gputype            CardTypeMismatch                  type
+  4  UUID excluded by use/nouse-gpuuuid            CardUuidMismatch                  uuid
+  5  every slot taken                              CardTimeSlicingExhausted          slots
+  6  an active filter's card hook (`mutex`:        ExclusiveDeviceAllocateConflict   mutex
+     the card has tenants)
+  7  free memory < asked memory                    CardInsufficientMemory            memory
+  8  free cores < asked cores                      CardInsufficientCore              cores
+  9  asks 100 cores and the card has tenants       ExclusiveDeviceAllocateConflict   exclusive
+ 10  asks 0 cores, card has cores, all taken       CardComputeUnitsExhausted         compute
+
+Check 11 (`numa-bind`: NumaNotFit) looks at the cards that passed 1-10 together, so it is a
+filter's `rejects_fitting` hook that `evaluate` runs. A node's failure is the count of each
+reason over its cards (`NodeFailure`), written `N/M Reason, ...` sorted by reason code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import reasons as R
+from .annotations import PodPolicy
+from .chain import Rejection
+from .model import Card
+from .requests import ContainerAsk
+
+
+def check_card(
+    card: Card, ask: ContainerAsk, memory: int, policy: PodPolicy, used: tuple[int, int, int]
+) -> Rejection | None:
+    """Checks 1-10 for `ask` taking `memory` MiB on `card` that already holds `used`
+    (slots, MiB, cores): the first failure as (reason, stage), or None if the card fits."""
+    used_slots, used_memory, used_cores = used
+    if not card.health:
+        return R.CARD_NOT_HEALTH, "health"
+    if card.cordoned:
+        return R.CARD_CORDONED, "cordon"
+    if policy.use_types or policy.nouse_types:
+        card_type = card.type.lower()
+        if policy.use_types and not any(t in card_type for t in policy.use_types):
+            return R.CARD_TYPE_MISMATCH, "type"
+        if any(t in card_type for t in policy.nouse_types):
+            return R.CARD_TYPE_MISMATCH, "type"
+    if (policy.use_uuids and card.uuid not in policy.use_uuids) or card.uuid in policy.nouse_uuids:
+        return R.CARD_UUID_MISMATCH, "uuid"
+    if used_slots >= card.slots:
+        return R.CARD_SLOTS_EXHAUSTED, "slots"
+    for card_filter in policy.active_filters:
+        rejected = card_filter.rejects(card, used)
+        if rejected is not None:
+            return rejected
+    if card.memory - used_memory < memory:
+        return R.CARD_INSUFFICIENT_MEMORY, "memory"
+    if card.cores - used_cores < ask.cores:
+        return R.CARD_INSUFFICIENT_CORE, "cores"
+    if ask.cores == 100 and used_slots > 0:
+        return R.EXCLUSIVE_CONFLICT, "exclusive"
+    if ask.cores == 0 and card.cores > 0 and used_cores >= card.cores:
+        return R.CARD_COMPUTE_EXHAUSTED, "compute"
+    return None
+
+
+def failure_text(counts: dict[str, int], examined: int) -> str:
+    """`N/M Reason, ...` sorted by reason code, M the number of the node's cards examined."""
+    return ", ".join(f"{counts[reason]}/{examined} {reason}" for reason in sorted(counts))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFailure:
+    """Why a pod does not fit a node, as data: of the node's `cards`, how many failed with each
+    reason (node-level reasons count every card). `text` is the SPEC 4 failure text."""
+
+    cards: int
+    reasons: dict[str, int]
+    text: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reasons", dict(sorted(self.reasons.items())))
+        object.__setattr__(self, "text", failure_text(self.reasons, self.cards))

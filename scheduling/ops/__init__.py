@@ -1,0 +1,1 @@
+"""Operations: Prometheus metrics, health endpoints, liveness probes, Celery process hooks."""

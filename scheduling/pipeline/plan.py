@@ -1,0 +1,65 @@
+"""The plan of a cycle, as nouns: what was decided in memory (`CyclePlan` of `Attempt`s)
+and what the commit then did (`CycleReport`). Like Volcano's Statement, the plan is made
+by `cycle`, consumed by `commit`, and neither imports the other.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from scheduling.engine import Decision as EngineDecision
+from scheduling.engine.pod import ParsedPod
+from scheduling.pipeline.snapshot import Snapshot
+
+
+@dataclass
+class Attempt:
+    """One pod decided in this cycle, with what the commit needs to check and write it."""
+
+    pod_id: int
+    key: str
+    revision: int
+    attempts: int
+    decision: EngineDecision
+    parsed: ParsedPod | None = None
+
+
+@dataclass
+class CyclePlan:
+    """What a cycle decided in memory, not yet written."""
+
+    snapshot: Snapshot | None
+    attempts: list[Attempt]
+    trigger: str = ""
+    worker: str = ""
+    started_at: datetime | None = None
+    started: float = 0.0
+    snapshot_ms: float = 0.0
+    decide_ms: float = 0.0
+    full: bool = False  # the queue had at least `limit` due pods: more may be waiting
+
+
+@dataclass
+class CycleReport:
+    """What a committed cycle did, for commands, logs and tests."""
+
+    cycle_id: int | None = None
+    considered: int = 0
+    placed: list[tuple[str, str, str]] = field(default_factory=list)  # (pod, node, allocated)
+    pending: list[tuple[str, str]] = field(default_factory=list)  # (pod, reason)
+    rejected: list[tuple[str, str]] = field(default_factory=list)  # (pod, error)
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
+    skipped: list[str] = field(default_factory=list)  # changed since the snapshot
+    more: bool = False  # worth running another cycle now
+    snapshot_ms: float = 0.0
+    decide_ms: float = 0.0
+    commit_ms: float = 0.0
+    duration_ms: float = 0.0
+
+
+def worker_name() -> str:
+    """Who ran a cycle, as recorded on it: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"

@@ -1,0 +1,143 @@
+"""One cycle's view of the cluster: nodes, present cards and their usage, in three queries.
+
+The engine decides against plain dataclasses; this module is the only place that turns
+rows into them, so every cycle (and every worker) sees the cluster the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduling.engine import Card as EngineCard
+from scheduling.engine import Cluster, ClusterConfig
+from scheduling.engine import Node as EngineNode
+from scheduling.engine.encoding import links_to_pairs
+from scheduling.models import Card, Node, Pod, SchedulerConfig
+
+CARD_COLUMNS = (
+    "id",
+    "node_id",
+    "uuid",
+    "index",
+    "type",
+    "slots",
+    "memory",
+    "cores",
+    "numa",
+    "health",
+    "mode",
+    "cordoned",
+    "links",
+    "used_slots",
+    "used_memory",
+    "used_cores",
+)
+
+
+@dataclass
+class Snapshot:
+    """The engine's cluster plus the row ids a commit needs to write back."""
+
+    cluster: Cluster
+    config: ClusterConfig
+    node_ids: dict[str, int] = field(default_factory=dict)
+    card_ids: dict[str, int] = field(default_factory=dict)
+
+
+def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
+    """Nodes, present cards with their counters, and the config in force.
+
+    Cordon comes from `Card.cordoned` and from the node annotation `hami.io/device-cordon`
+    (the engine's Node applies the annotation). Absent cards are left out; a not-ready node
+    is kept so that pods see `NodeNotReady` for it.
+    """
+    if config is None:
+        config = SchedulerConfig.current()
+    per_node: dict[int, list] = {}
+    card_ids: dict[str, int] = {}
+    for row in Card.objects.filter(present=True).values_list(*CARD_COLUMNS):
+        per_node.setdefault(row[1], []).append(row)
+        card_ids[row[2]] = row[0]
+    nodes = []
+    node_ids: dict[str, int] = {}
+    for node_id, name, labels, node_annotations, ready in Node.objects.values_list(
+        "id", "name", "labels", "annotations", "ready"
+    ):
+        rows = per_node.get(node_id, [])
+        cards = [
+            EngineCard(
+                uuid=uuid,
+                index=index,
+                memory=memory,
+                type=card_type,
+                slots=slots,
+                cores=cores,
+                numa=numa,
+                health=health,
+                cordoned=cordoned,
+                mode=mode,
+                used_slots=used_slots,
+                used_memory=used_memory,
+                used_cores=used_cores,
+            )
+            for (
+                _,
+                _,
+                uuid,
+                index,
+                card_type,
+                slots,
+                memory,
+                cores,
+                numa,
+                health,
+                mode,
+                cordoned,
+                _,
+                used_slots,
+                used_memory,
+                used_cores,
+            ) in rows
+        ]
+        nodes.append(
+            EngineNode(
+                name=name,
+                cards=cards,
+                annotations=node_annotations if isinstance(node_annotations, dict) else {},
+                labels=labels if isinstance(labels, dict) else {},
+                ready=ready,
+                links=links_to_pairs([(row[2], row[12]) for row in rows]),
+            )
+        )
+        node_ids[name] = node_id
+    return Snapshot(cluster=Cluster(nodes), config=config, node_ids=node_ids, card_ids=card_ids)
+
+
+POD_COLUMNS = (
+    "id",
+    "namespace",
+    "name",
+    "uid",
+    "annotations",
+    "containers",
+    "init_containers",
+    "revision",
+    "attempts",
+)
+
+
+def due_pods(limit: int, now=None):
+    """Pending pods in queue order (priority high to low, then submission), skipping parked
+    pods, pods still backing off, and extender pods (placed only when kube-scheduler's filter
+    call offers its nodes). One query; rows as tuples of POD_COLUMNS."""
+    now = now or timezone.now()
+    return list(
+        Pod.objects.filter(status=Pod.PENDING, parked=False)
+        .exclude(origin=Pod.EXTENDER)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .order_by("-priority", "submitted_at", "id")
+        .values_list(*POD_COLUMNS)[:limit]
+    )

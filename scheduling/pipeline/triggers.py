@@ -1,0 +1,102 @@
+"""Asking for a scheduling cycle when something changed.
+
+Writes call `request_cycle` inside their transaction; the request goes out only once the
+transaction commits, so a cycle never runs before the change it was asked for is visible.
+
+- An in-process scheduler loop (embedded mode, `manage.py schedule`) is woken directly.
+- Otherwise, with REDIS_URL, a flag in Redis records that a cycle is wanted and one Celery
+  task is sent per debounce window; the task clears the window key when it starts, so a
+  request arriving while a cycle runs always leads to another cycle (see pipeline.flight).
+- Neither: nothing to signal; a loop in another process finds due pods on its next poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from functools import partial
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+
+from scheduling.pipeline.locks import redis_client
+from scheduling.pipeline.options import option
+
+log = logging.getLogger(__name__)
+
+REQUESTED_KEY = "hamiadmin:cycle-requested"
+QUEUED_KEY = "hamiadmin:cycle-queued"
+#: Sent by name: the pipeline never imports the Celery tasks that run it (scheduling.tasks).
+RUN_CYCLE_TASK = "scheduling.run_cycle"
+
+_local_loops: list[threading.Event] = []
+_loops_guard = threading.Lock()
+
+
+def attach_local_loop(wakeup: threading.Event) -> None:
+    with _loops_guard:
+        _local_loops.append(wakeup)
+
+
+def detach_local_loop(wakeup: threading.Event) -> None:
+    with _loops_guard:
+        if wakeup in _local_loops:
+            _local_loops.remove(wakeup)
+
+
+def request_cycle(reason: str) -> None:
+    """Ask for a cycle once the current transaction commits (at once outside a transaction)."""
+    transaction.on_commit(partial(signal_scheduler, reason))
+
+
+def signal_scheduler(reason: str) -> None:
+    """Wake whoever runs cycles. Never raises: a lost signal costs one safety-cycle period."""
+    with _loops_guard:
+        loops = list(_local_loops)
+    for wakeup in loops:
+        wakeup.set()
+    if loops or not settings.REDIS_URL:
+        return
+    try:
+        client = redis_client()
+        client.set(REQUESTED_KEY, reason[:100] or "requested", ex=3600)
+        if client.set(QUEUED_KEY, "1", nx=True, px=max(1, int(option("TRIGGER_DEBOUNCE_MS")))):
+            current_app.send_task(RUN_CYCLE_TASK, args=(reason[:100],))
+    except Exception as exc:  # noqa: BLE001 - the write has committed; scheduling catches up later
+        log.warning("could not signal the scheduler (%s): %s", reason, exc)
+
+
+def clear_queued() -> None:
+    """Called when a cycle task starts: requests from now on send a new task."""
+    if settings.REDIS_URL:
+        try:
+            redis_client().delete(QUEUED_KEY)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("could not clear %s: %s", QUEUED_KEY, exc)
+
+
+def take_request() -> bool:
+    """Consume the "cycle wanted" flag; True if it was set. Local mode has no flag."""
+    if not settings.REDIS_URL:
+        return False
+    try:
+        client = redis_client()
+        pipe = client.pipeline()
+        pipe.get(REQUESTED_KEY)
+        pipe.delete(REQUESTED_KEY)
+        value, _ = pipe.execute()
+        return value is not None
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not read %s: %s", REQUESTED_KEY, exc)
+        return False
+
+
+def request_pending() -> bool:
+    """Whether a cycle has been asked for since the flag was last taken (does not consume it)."""
+    if not settings.REDIS_URL:
+        return False
+    try:
+        return bool(redis_client().exists(REQUESTED_KEY))
+    except Exception:  # noqa: BLE001
+        return False

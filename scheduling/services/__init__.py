@@ -1,0 +1,55 @@
+"""The write paths: the one place where the API, the admin, the agents and the demo change
+the cluster and the pods, by domain (`inventory`, `pods`, `config`; `simulations` keeps the
+queued simulations). Each validates before it writes (errors name the field and nothing is
+written), writes in one transaction, and asks for a cycle on commit.
+
+Lock order everywhere (docs/architecture.md, "Lock order"): pods by primary key, then the
+node, then cards by primary key; rows are locked FOR NO KEY UPDATE, since no write here
+changes a key, so the key-share locks that foreign-key checks take never wait on them.
+Waking backed-off pods locks pods, so it runs after the commit that freed capacity, in its
+own transaction, never while card locks are held. Every write is retried from the start
+if PostgreSQL still picks it as a deadlock victim (`dbretry`).
+
+Callers use `from scheduling import services; services.submit_pod(...)`: every public name
+of the domains is here.
+"""
+
+from scheduling.models.cluster import over_capacity_text
+
+from .config import current_config_view, parse_config_defaults, set_config, validate_config
+from .inventory import CAPACITY_FIELDS, cordon_card, mark_node_not_ready, reassign_card, report_inventory
+from .pods import (
+    FINAL_STATUSES,
+    ORIGIN_VALUES,
+    capacity_changed,
+    mark_bound,
+    release_pod,
+    requeue_placed_pod,
+    requeue_pod,
+    spec_hash,
+    submit_pod,
+    wake_pending_pods,
+)
+
+__all__ = [
+    "CAPACITY_FIELDS",
+    "FINAL_STATUSES",
+    "ORIGIN_VALUES",
+    "capacity_changed",
+    "cordon_card",
+    "current_config_view",
+    "mark_bound",
+    "mark_node_not_ready",
+    "over_capacity_text",
+    "parse_config_defaults",
+    "reassign_card",
+    "release_pod",
+    "report_inventory",
+    "requeue_placed_pod",
+    "requeue_pod",
+    "set_config",
+    "spec_hash",
+    "submit_pod",
+    "validate_config",
+    "wake_pending_pods",
+]

@@ -1,0 +1,255 @@
+"""Nodes and cards: what the agents report, and what operators change by hand (cordon,
+reassign). Locks the node, then its cards by primary key (docs/architecture.md, "Lock order").
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduling.dbretry import retry_on_conflict
+from scheduling.engine import ScenarioError
+from scheduling.engine.encoding import pairs_to_links
+from scheduling.engine.scenario import parse_node
+from scheduling.models import INT32_MAX, Card, Event, Node, record_event
+from scheduling.models.cluster import over_capacity_text
+from scheduling.ops.metrics import count_claim_refused
+
+from .pods import capacity_changed
+
+log = logging.getLogger("scheduling.services")
+
+CAPACITY_FIELDS = ("type", "slots", "memory", "cores", "numa", "health", "mode", "index", "links")
+
+
+def _parse_report(node_name, labels, annotations, devices):
+    """The report as an engine Node, validated by the engine's scenario rules (SPEC 9),
+    and each card's position in `devices` (for error messages)."""
+    if not isinstance(devices, list):
+        raise ScenarioError("devices", "must be a list of cards")
+    for position, device in enumerate(devices):
+        if isinstance(device, dict) and "used" in device:
+            raise ScenarioError(
+                f"devices[{position}].used", "usage is kept by the scheduler; do not report it"
+            )
+    raw = {"name": node_name, "labels": labels or {}, "annotations": annotations or {}, "devices": devices}
+    try:
+        parsed = parse_node(raw, "")
+    except ScenarioError as exc:
+        raise ScenarioError(exc.where.lstrip("."), exc.message) from None
+    if len(parsed.name) > 253:
+        raise ScenarioError("name", "at most 253 characters")
+    positions: dict[str, int] = {}
+    for position, device in enumerate(devices):
+        uuid = device["uuid"].strip()
+        if uuid in positions:
+            raise ScenarioError(f"devices[{position}].uuid", f"{uuid!r} repeats devices[{positions[uuid]}]")
+        if len(uuid) > 128 or len(device.get("type") or "") > 128:
+            raise ScenarioError(f"devices[{position}]", "uuid and type are at most 128 characters")
+        for name in ("index", "slots", "memory", "cores", "numa"):
+            value = device.get(name)
+            if isinstance(value, int) and not -(2**31) <= value <= INT32_MAX:
+                raise ScenarioError(f"devices[{position}].{name}", f"at most {INT32_MAX}, got {value}")
+        positions[uuid] = position
+    return parsed, positions
+
+
+@retry_on_conflict
+def report_inventory(node_name: str, labels=None, annotations=None, devices=None) -> Node:
+    """An agent's report of its node: upsert the node and its cards, and beat its heart.
+
+    `devices` are SPEC 9 cards without `used` (usage is the scheduler's). Cards missing from
+    the report are kept, marked absent: their tenants and history stay, they take no new pods.
+    A card's `cordoned` is changed only when the report names it (else `cordon_card` rules).
+    Raises ScenarioError naming the field; then nothing is written. A valid report makes the
+    node ready and clears `not_ready_reason`. Asks for a cycle when anything but the
+    heartbeat changed.
+
+    A card belongs to the node that first reported it, ready or not, until an operator
+    moves it (`reassign_card`). A report naming another node's card is refused for that
+    card only: the rest of the report is taken, the claim is recorded as an Event and
+    listed on the returned node as `refused` ([{"field", "uuid", "message"}]), so a token
+    of one node can never take another's cards, nor lock the rightful agent out.
+
+    A report that shrinks a card below what its tenants hold keeps the tenants (they run),
+    sets `Card.over_capacity` saying by how much, and records an Event; the card takes no
+    new pods until it fits again (`over_capacity` is cleared then).
+    """
+    devices = [] if devices is None else devices
+    parsed, positions = _parse_report(node_name, labels, annotations, devices)
+    now = timezone.now()
+    refused: list[dict] = []
+    with transaction.atomic():
+        node = Node.objects.select_for_update(no_key=True).filter(name=parsed.name).first()
+        if node is None:
+            changed = True
+            node = Node.objects.create(
+                name=parsed.name,
+                labels=parsed.labels,
+                annotations=parsed.annotations,
+                ready=True,
+                last_heartbeat=now,
+            )
+        else:
+            changed = not node.ready or node.annotations != parsed.annotations or node.labels != parsed.labels
+            node.labels, node.annotations, node.ready = parsed.labels, parsed.annotations, True
+            node.not_ready_reason, node.last_heartbeat = "", now
+            node.save(
+                update_fields=[
+                    "labels",
+                    "annotations",
+                    "ready",
+                    "not_ready_reason",
+                    "last_heartbeat",
+                    "updated_at",
+                ]
+            )
+        existing = {
+            card.uuid: card
+            for card in Card.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("node")
+            .filter(Q(node=node) | Q(uuid__in=list(positions)))
+            .order_by("pk")
+        }
+        foreign = {uuid for uuid, row in existing.items() if row.node_id != node.id}
+        # Each taken card's pair scores, both ways, leaving out the cards whose claim is refused.
+        links = pairs_to_links((card.uuid for card in parsed.cards if card.uuid not in foreign), parsed.links)
+        creates, updates, shrunk = [], [], []
+        for card in parsed.cards:
+            device = devices[positions[card.uuid]]
+            row = existing.get(card.uuid)
+            if card.uuid in foreign:
+                refused.append(_refuse_claim(node.name, row, positions[card.uuid]))
+                continue
+            values = {
+                "index": card.index,
+                "type": card.type,
+                "slots": card.slots,
+                "memory": card.memory,
+                "cores": card.cores,
+                "numa": card.numa,
+                "health": card.health,
+                "mode": card.mode[:64],
+                "links": links[card.uuid],
+                "present": True,
+            }
+            if "cordoned" in device:
+                values["cordoned"] = device["cordoned"]
+            if row is None:
+                creates.append(Card(uuid=card.uuid, node=node, **values))
+                continue
+            values["over_capacity"] = over_capacity_text(
+                row.used_slots, row.used_memory, row.used_cores, card.slots, card.memory, card.cores
+            )
+            if values["over_capacity"] and values["over_capacity"] != row.over_capacity:
+                shrunk.append((row, values["over_capacity"]))
+            differs = {name: value for name, value in values.items() if getattr(row, name) != value}
+            if differs:
+                for name, value in differs.items():
+                    setattr(row, name, value)
+                updates.append(row)
+        for uuid, row in existing.items():
+            if uuid not in positions and row.node_id == node.id and row.present:
+                row.present = False
+                updates.append(row)
+        if creates:
+            Card.objects.bulk_create(creates)
+        if updates:
+            Card.objects.bulk_update(
+                updates, ["present", "cordoned", "over_capacity", *CAPACITY_FIELDS, "updated_at"]
+            )
+        for row, text in shrunk:
+            log.warning("card %s of %s reported smaller than its tenants hold: %s", row.uuid, node.name, text)
+            record_event(
+                Event.CARD_OVERCOMMITTED,
+                f"card/{row.uuid}",
+                "ShrunkUnderTenants",
+                f"node {node.name} reported card {row.uuid} smaller than its tenants hold: {text}; "
+                "the tenants keep running, the card takes no new pods until it fits again",
+                actor=f"agent:{node.name}",
+            )
+        if changed or creates or updates:
+            capacity_changed(f"inventory {node.name}")
+    node.refused = refused
+    return node
+
+
+def _refuse_claim(claimant: str, row: Card, position: int) -> dict:
+    """Record a refused claim on another node's card, and say it to the reporter."""
+    message = (
+        f"card {row.uuid} belongs to node {row.node.name}; this report of node {claimant} is refused for "
+        "this card only (an operator can reassign it)"
+    )
+    log.warning("%s", message)
+    record_event(
+        Event.CARD_CLAIM_REFUSED,
+        f"card/{row.uuid}",
+        "ClaimedByAnotherNode",
+        message,
+        actor=f"agent:{claimant}",
+    )
+    count_claim_refused()
+    return {"field": f"devices[{position}].uuid", "uuid": row.uuid, "message": message}
+
+
+@retry_on_conflict
+def reassign_card(uuid: str, node_name: str, by: str = "") -> Card:
+    """An operator moves a card to another node (it was physically moved, or its node was
+    rebuilt under another name). Refused while the card has tenants: release them first.
+    Audited as an Event. Raises Card.DoesNotExist, Node.DoesNotExist, ValueError."""
+    with transaction.atomic():
+        target = Node.objects.select_for_update(no_key=True).get(name=node_name)
+        card = Card.objects.select_for_update(no_key=True).select_related("node").get(uuid=uuid)
+        if card.node_id == target.id:
+            return card
+        if card.used_slots:
+            raise ValueError(
+                f"card {uuid} has {card.used_slots} tenant(s) on {card.node.name}; release them first"
+            )
+        before = card.node.name
+        card.node, card.present = target, False  # until the new node's agent reports it
+        card.links = {}
+        card.save(update_fields=["node", "present", "links", "updated_at"])
+        record_event(
+            Event.CARD_REASSIGNED,
+            f"card/{uuid}",
+            "Reassigned",
+            f"card {uuid} moved from node {before} to node {node_name}",
+            actor=by or "operator",
+            severity=Event.NORMAL,
+        )
+    return card
+
+
+@retry_on_conflict
+def cordon_card(uuid: str, on: bool, by: str = "") -> Card:
+    """Keep a card from new allocations (on) or give it back (off). Tenants are untouched.
+    Raises Card.DoesNotExist for an unknown UUID."""
+    with transaction.atomic():
+        card = Card.objects.select_for_update(no_key=True).get(uuid=uuid)
+        if card.cordoned != bool(on):
+            card.cordoned = bool(on)
+            card.save(update_fields=["cordoned", "updated_at"])
+            if not on:
+                capacity_changed(f"uncordon {uuid}")
+    return card
+
+
+@retry_on_conflict
+def mark_node_not_ready(node_name: str, reason: str) -> Node:
+    """An agent cannot vouch for the node now (unreadable inventory, Kubernetes says NotReady,
+    node deleted): it takes no new pods (`NodeNotReady`), its tenants stay. The reason is kept
+    in `not_ready_reason`; the next valid `report_inventory` makes the node ready again and
+    clears it. A node never seen before is created, not ready."""
+    reason = str(reason)[:1000]
+    with transaction.atomic():
+        node = Node.objects.select_for_update(no_key=True).filter(name=node_name).first()
+        if node is None:
+            return Node.objects.create(name=node_name, ready=False, not_ready_reason=reason)
+        if node.ready or node.not_ready_reason != reason:
+            node.ready, node.not_ready_reason = False, reason
+            node.save(update_fields=["ready", "not_ready_reason", "updated_at"])
+    return node

@@ -1,0 +1,175 @@
+"""Simulations sized before they run: small ones in the request, big ones in the background.
+
+The engine's work for a scenario grows with pods x (nodes + cards): every pod is checked
+against every node and card. Up to SIMULATE_SYNC_MAX_WORK units the API answers in the
+request; up to SIMULATE_MAX_WORK it queues a **job** and answers 202 with the job's URL; above
+that it refuses (413).
+
+A job runs in a Celery worker when REDIS_URL is set (queue SIMULATE_QUEUE, time limit
+SIMULATE_TIME_LIMIT_SECONDS); without Redis (the embedded default) in one background thread
+of this process, one job at a time. Its state and answer live in the "shared" cache for
+SIMULATE_RESULT_SECONDS: Redis, where web and workers meet, or this process's memory.
+The answer is kept gzip-compressed, as the finished document the result URL serves.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from celery import current_app
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.core.cache import caches
+from django.utils import timezone
+
+from scheduling.engine.scenario import run_scenario
+
+log = logging.getLogger("hamiadmin.simulations")
+
+QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
+STATUSES = (QUEUED, RUNNING, DONE, FAILED)
+
+
+def option(name: str):
+    return settings.HAMIADMIN[name]
+
+
+@dataclass(frozen=True)
+class Work:
+    """How much the engine has to do for a scenario: pods x (nodes + cards) units."""
+
+    pods: int
+    nodes: int
+    cards: int
+
+    @property
+    def units(self) -> int:
+        return self.pods * (self.nodes + self.cards)
+
+    def __str__(self) -> str:
+        return f"{self.pods} pods x ({self.nodes} nodes + {self.cards} cards) = {self.units} work units"
+
+
+def measure(raw) -> Work:
+    """The work of a scenario as posted; what is not a list counts 0 (the parser refuses it)."""
+    if not isinstance(raw, dict):
+        return Work(0, 0, 0)
+    nodes = raw.get("nodes") if isinstance(raw.get("nodes"), list) else []
+    pods = raw.get("pods") if isinstance(raw.get("pods"), list) else []
+    cards = sum(
+        len(node["devices"])
+        for node in nodes
+        if isinstance(node, dict) and isinstance(node.get("devices"), list)
+    )
+    return Work(pods=len(pods), nodes=len(nodes), cards=cards)
+
+
+# --- jobs ---------------------------------------------------------------------------------
+
+
+def _key(job: str) -> str:
+    return f"simulation:{job}"
+
+
+def _now() -> str:
+    return timezone.now().isoformat()
+
+
+def _save(job: str, state: dict) -> None:
+    caches["shared"].set(_key(job), state, option("SIMULATE_RESULT_SECONDS"))
+
+
+SIMULATE_TASK = "scheduling.simulate"
+
+
+def submit(raw: dict, top: int | None, owner: int, work: Work) -> dict:
+    """Queue a validated scenario; the job's state (`id`, `status`, `work`, ...)."""
+    job = uuid.uuid4().hex
+    state = {
+        "id": job,
+        "status": QUEUED,
+        "owner": owner,
+        "work": work.units,
+        "submitted_at": _now(),
+        "started_at": None,
+        "finished_at": None,
+        "error": None,
+    }
+    _save(job, state)
+    if settings.REDIS_URL:
+        limit = option("SIMULATE_TIME_LIMIT_SECONDS")
+        current_app.send_task(  # by name: scheduling.tasks imports this module, not the other way
+            SIMULATE_TASK,
+            (job, raw, top),
+            queue=option("SIMULATE_QUEUE"),
+            soft_time_limit=limit,
+            time_limit=limit + 10,
+            expires=option("SIMULATE_RESULT_SECONDS"),
+        )
+    else:
+        _local_runner().submit(run, job, raw, top)
+    return state
+
+
+def run(job: str, raw: dict, top: int | None) -> None:
+    """Run a queued job and keep its answer (or why it failed) under its id."""
+    state = read(job)
+    if state is None:
+        log.warning("simulation %s expired before it ran", job)
+        return
+    state.update(status=RUNNING, started_at=_now())
+    _save(job, state)
+    try:
+        result = run_scenario(raw, top=top)
+    except SoftTimeLimitExceeded:
+        limit = option("SIMULATE_TIME_LIMIT_SECONDS")
+        log.warning("simulation %s stopped after %s s (HAMI_SIMULATE_TIME_LIMIT_SECONDS)", job, limit)
+        state.update(
+            status=FAILED,
+            finished_at=_now(),
+            error=f"stopped after {limit} s (HAMI_SIMULATE_TIME_LIMIT_SECONDS)",
+        )
+        _save(job, state)
+        return
+    except Exception as exc:  # noqa: BLE001 - the submitter reads why, the log keeps the trace
+        log.exception("simulation %s failed", job)
+        state.update(status=FAILED, finished_at=_now(), error=f"{type(exc).__name__}: {exc}"[:1000])
+        _save(job, state)
+        return
+    state.update(status=DONE, finished_at=_now())
+    document = json.dumps({**public(state), "result": result}, separators=(",", ":")).encode()
+    state["document"] = gzip.compress(document, compresslevel=5)
+    _save(job, state)
+    log.info("simulation %s done: %d pods, %d bytes", job, len(result["pods"]), len(document))
+
+
+def read(job: str) -> dict | None:
+    """A job's state (with `document`, the gzip-compressed answer, once done), or None."""
+    return caches["shared"].get(_key(job))
+
+
+def public(state: dict) -> dict:
+    """What the result URL shows of a job's state."""
+    return {
+        key: state[key]
+        for key in ("id", "status", "work", "submitted_at", "started_at", "finished_at", "error")
+    }
+
+
+_runner: ThreadPoolExecutor | None = None
+_runner_lock = threading.Lock()
+
+
+def _local_runner() -> ThreadPoolExecutor:
+    """One background thread of this process (embedded default: no worker to send jobs to)."""
+    global _runner
+    with _runner_lock:
+        if _runner is None:
+            _runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="simulation")
+        return _runner

@@ -1,0 +1,1 @@
+"""The dashboard pages: page queries (queries.py), views and URLs."""

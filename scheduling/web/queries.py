@@ -1,0 +1,372 @@
+"""What the dashboard pages read: every query of the web pages, in one place.
+
+Views stay thin: they pass request parameters here and render what comes back. Filters
+are the shared filtersets of the REST API, so "cards of type T4" means the same on both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from django.contrib.staticfiles import finders
+from django.db.models import Count, Max, Q, Sum
+from django.shortcuts import get_object_or_404
+
+from scheduling.engine import ScenarioError, explain
+from scheduling.engine.encoding import links_to_pairs
+from scheduling.engine.scenario import read_scenario_text, run_scenario
+from scheduling.filtersets import CardFilterSet, EventFilterSet, PendingFilterSet
+from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Node, Pod
+from scheduling.services import simulations
+
+#: Pods listed on the Pending page; the rest are counted.
+PENDING_ROWS = 500
+#: Cycles shown on the Cycles page and its charts.
+CYCLE_ROWS = 120
+#: Node scores and failed nodes kept per simulated pod (SPEC 9 `--top`).
+SIMULATOR_TOP = 12
+#: Largest scenario the Simulator accepts, in bytes.
+SIMULATOR_MAX_BYTES = 2 * 1024 * 1024
+#: Scenario files offered by the Simulator's "load example" links (static/scheduling/examples/).
+EXAMPLES = (
+    "chain-mutex-binpack-t4",
+    "story1-node-binpack",
+    "story2-node-spread",
+    "story3-gpu-binpack",
+    "story4-gpu-spread",
+)
+
+
+@dataclass
+class Tenant:
+    """One pod's hold on one card: summed over its vGPUs there."""
+
+    pod: Pod
+    containers: list[str]
+    memory: int
+    cores: int
+    vgpus: int
+
+
+@dataclass
+class CardTile:
+    card: Card
+    tenants: list[Tenant]
+    usage: CardUsage
+
+
+@dataclass
+class NodePanel:
+    node: Node
+    tiles: list[CardTile]
+    usage: CardUsage = field(default_factory=CardUsage)
+    types: list[str] = field(default_factory=list)
+
+
+def tenants_by_card(card_ids) -> dict[int, list[Tenant]]:
+    """Active allocations of these cards, grouped per card and pod (one query)."""
+    grouped: dict[tuple[int, int], Tenant] = {}
+    rows = (
+        Allocation.objects.filter(active=True, card_id__in=card_ids)
+        .select_related("pod")
+        .order_by("card_id", "pod__namespace", "pod__name", "container_index")
+    )
+    for allocation in rows:
+        key = (allocation.card_id, allocation.pod_id)
+        tenant = grouped.get(key)
+        if tenant is None:
+            tenant = grouped[key] = Tenant(allocation.pod, [], 0, 0, 0)
+        if allocation.container_name not in tenant.containers:
+            tenant.containers.append(allocation.container_name)
+        tenant.memory += allocation.memory
+        tenant.cores += allocation.cores
+        tenant.vgpus += 1
+    per_card: dict[int, list[Tenant]] = {}
+    for (card_id, _), tenant in grouped.items():
+        per_card.setdefault(card_id, []).append(tenant)
+    return per_card
+
+
+def _tile(card: Card, tenants: dict[int, list[Tenant]]) -> CardTile:
+    return CardTile(card, tenants.get(card.pk, []), card.usage)
+
+
+def node_panels(cards) -> list[NodePanel]:
+    """Cards grouped into their nodes (in name order), with per-node totals."""
+    cards = list(cards)
+    tenants = tenants_by_card([card.pk for card in cards])
+    panels: dict[int, NodePanel] = {}
+    for card in cards:
+        panel = panels.get(card.node_id)
+        if panel is None:
+            panel = panels[card.node_id] = NodePanel(card.node, [])
+        panel.tiles.append(_tile(card, tenants))
+        if card.present:
+            panel.usage.add(card)
+        if card.type not in panel.types:
+            panel.types.append(card.type)
+    return sorted(panels.values(), key=lambda panel: panel.node.name)
+
+
+def cluster_page(params) -> dict:
+    """Every node with its cards, usage and tenants; filtered by card type and node."""
+    cards = Card.objects.select_related("node").order_by("node__name", "index")
+    filterset = CardFilterSet(params, queryset=cards)
+    chosen = filterset.qs if filterset.is_valid() else cards
+    panels = node_panels(chosen)
+    totals = CardUsage.of(tile.card for panel in panels for tile in panel.tiles if tile.card.present)
+    pods = dict(Pod.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    return {
+        "panels": panels,
+        "totals": totals,
+        "filters": {"type": params.get("type", ""), "node": params.get("node", "")},
+        "filter_errors": filterset.errors if not filterset.is_valid() else {},
+        "types": list(Card.objects.order_by("type").values_list("type", flat=True).distinct()),
+        "node_names": list(Node.objects.order_by("name").values_list("name", flat=True)),
+        "node_count": Node.objects.count(),
+        "ready_count": Node.objects.filter(ready=True).count(),
+        "pod_counts": pods,
+        "pending_count": pods.get(Pod.PENDING, 0),
+        "placed_count": pods.get(Pod.SCHEDULED, 0) + pods.get(Pod.RUNNING, 0),
+        "last_cycle": Cycle.objects.order_by("-id").first(),
+    }
+
+
+@dataclass
+class PendingRow:
+    pod: Pod
+    decision: Decision | None
+
+    @property
+    def payload(self) -> dict:
+        return self.decision.payload if self.decision else {}
+
+    @property
+    def chain(self) -> list[str]:
+        return explain.chain_of(explain.policy_of(self.payload))
+
+
+def pending_page(params) -> dict:
+    """Pending pods, oldest first, each with its latest decision (the reasons in words)."""
+    pods = Pod.objects.filter(status=Pod.PENDING).order_by("submitted_at", "id")
+    filterset = PendingFilterSet(params, queryset=pods)
+    pods = filterset.qs if filterset.is_valid() else pods
+    total = pods.count()
+    listed = list(pods.with_latest_decision()[:PENDING_ROWS])
+    decisions = Pod.objects.latest_decisions(listed)
+    rejected = list(
+        Pod.objects.filter(status=Pod.REJECTED).with_latest_decision().order_by("-updated_at")[:50]
+    )
+    rejected_decisions = Pod.objects.latest_decisions(rejected)
+    return {
+        "rows": [PendingRow(pod, decisions.get(pod.pk)) for pod in listed],
+        "total": total,
+        "more": max(0, total - len(listed)),
+        "rejected": [PendingRow(pod, rejected_decisions.get(pod.pk)) for pod in rejected],
+        "filters": {"namespace": params.get("namespace", ""), "reason": params.get("reason", "")},
+    }
+
+
+def pod_page(namespace: str, name: str, decision_id=None) -> dict:
+    """One pod: its asks, allocations, every kept decision, and the one to draw (latest by default)."""
+    pod = get_object_or_404(Pod.objects.select_related("node"), namespace=namespace, name=name)
+    decisions = list(pod.decisions.select_related("cycle").order_by("-id"))
+    shown = decisions[0] if decisions else None
+    if decision_id:
+        shown = next((d for d in decisions if str(d.pk) == str(decision_id)), shown)
+    allocations = list(
+        pod.allocations.select_related("card", "card__node").order_by("-active", "container_index", "id")
+    )
+    return {
+        "pod": pod,
+        "decisions": decisions,
+        "shown": shown,
+        "allocations": allocations,
+        "asks": container_asks(pod),
+    }
+
+
+def container_asks(pod: Pod) -> list[dict]:
+    """What each container asks for, read from limits then requests (SPEC 2), as written."""
+    rows = []
+    for kind, containers in (("init", pod.init_containers or []), ("app", pod.containers or [])):
+        for container in containers:
+            if not isinstance(container, dict):
+                continue
+            resources = container.get("resources") or {}
+            asked = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+            gpu = {
+                key.split("/", 1)[1]: value
+                for key, value in asked.items()
+                if str(key).startswith("nvidia.com/")
+            }
+            rows.append({"kind": kind, "name": container.get("name", ""), "asks": gpu})
+    return rows
+
+
+def pair_matrix(cards: list[Card]) -> list[dict]:
+    """The node's pair scores as rows of (card, [score to each card]); a pair given on one
+    side only counts for both, and the higher wins if the two sides disagree."""
+    score = links_to_pairs((card.uuid, card.links) for card in cards)
+    return [
+        {
+            "card": a,
+            "cells": [None if a.pk == b.pk else score.get(frozenset((a.uuid, b.uuid)), 0) for b in cards],
+        }
+        for a in cards
+    ]
+
+
+def node_page(name: str) -> dict:
+    node = get_object_or_404(Node, name=name)
+    cards = list(node.cards.select_related("node").order_by("index"))
+    panel = node_panels(cards)[0] if cards else None
+    recent = (
+        Pod.objects.filter(node=node, status__in=Pod.BOUND).with_latest_decision().order_by("-scheduled_at")
+    )
+    return {
+        "node": node,
+        "panel": panel,
+        "matrix": pair_matrix(cards),
+        "cards": cards,
+        "has_links": any(card.links for card in cards),
+        "pods": list(recent[:200]),
+    }
+
+
+def cycles_page() -> dict:
+    cycles = list(Cycle.objects.order_by("-id")[:CYCLE_ROWS])
+    oldest_first = list(reversed(cycles))
+    return {
+        "cycles": cycles,
+        "placed_points": [(f"#{c.pk}", c.placed) for c in oldest_first],
+        "duration_points": [(f"#{c.pk}", round(c.duration_ms, 1)) for c in oldest_first],
+        "total": Cycle.objects.count(),
+        "placed_total": sum(c.placed for c in cycles),
+    }
+
+
+#: Events listed on the Events page, newest first.
+EVENT_ROWS = 200
+
+
+@dataclass
+class EventRow:
+    """One Event, and the page of what it is about when hamiadmin has one (a refused pod has
+    no row: its subject is not a link)."""
+
+    event: Event
+    pod: tuple[str, str] | None = None
+    node: str | None = None
+
+
+def events_page(params) -> dict:
+    """The latest refusals and repairs, filtered like `GET /api/v1/events/`."""
+    events = Event.objects.order_by("-last_seen", "-id")
+    filterset = EventFilterSet(params, queryset=events)
+    events = filterset.qs if filterset.is_valid() else events
+    listed = list(events[:EVENT_ROWS])
+    pods, nodes = set(), set()
+    for event in listed:
+        what, _, rest = event.subject.partition("/")
+        if what == "pod" and "/" in rest:
+            pods.add(tuple(rest.split("/", 1)))
+        elif what == "node" and rest:
+            nodes.add(rest)
+    known_pods = {
+        key
+        for key in Pod.objects.filter(name__in={name for _, name in pods}).values_list("namespace", "name")
+    } & pods
+    known_nodes = set(Node.objects.filter(name__in=nodes).values_list("name", flat=True))
+    rows = []
+    for event in listed:
+        what, _, rest = event.subject.partition("/")
+        key = tuple(rest.split("/", 1)) if what == "pod" and "/" in rest else None
+        rows.append(
+            EventRow(
+                event,
+                pod=key if key in known_pods else None,
+                node=rest if what == "node" and rest in known_nodes else None,
+            )
+        )
+    return {
+        "rows": rows,
+        "total": events.count(),
+        "kinds": Event.KINDS,
+        "filters": {"kind": params.get("kind", ""), "subject": params.get("subject", "")},
+    }
+
+
+def fingerprint() -> str:
+    """Changes whenever anything a page shows changes: pods, allocations, cards, nodes, cycles.
+
+    Pages poll it and re-render only when it moves. Agent heartbeats alone do not move it.
+    """
+    parts = [
+        Pod.objects.aggregate(n=Count("id"), at=Max("updated_at"), revisions=Sum("revision")),
+        Allocation.objects.aggregate(
+            last=Max("id"), released=Max("released_at"), active=Count("id", filter=Q(active=True))
+        ),
+        Card.objects.aggregate(
+            n=Count("id"),
+            at=Max("updated_at"),
+            cordoned=Count("id", filter=Q(cordoned=True)),
+            healthy=Count("id", filter=Q(health=True)),
+        ),
+        Node.objects.aggregate(n=Count("id"), ready=Count("id", filter=Q(ready=True))),
+        Cycle.objects.aggregate(last=Max("id")),
+        Decision.objects.aggregate(last=Max("id")),
+    ]
+    return hashlib.sha1(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# --- Simulator -----------------------------------------------------------------------------
+
+
+@dataclass
+class Simulation:
+    text: str = ""
+    result: dict | None = None
+    error: str = ""
+
+
+def simulate(text: str, upload=None) -> Simulation:
+    """Run a pasted or uploaded scenario (SPEC 9) through the engine; no database involved."""
+    if upload is not None:
+        if upload.size > SIMULATOR_MAX_BYTES:
+            return Simulation(error=f"scenario file: larger than {SIMULATOR_MAX_BYTES // 1024} KiB")
+        try:
+            text = upload.read().decode("utf-8")
+        except UnicodeDecodeError:
+            return Simulation(error="scenario file: not UTF-8 text")
+    text = text or ""
+    if not text.strip():
+        return Simulation(text=text, error="scenario: paste a scenario or choose a file")
+    if len(text.encode("utf-8")) > SIMULATOR_MAX_BYTES:
+        return Simulation(text=text, error=f"scenario: larger than {SIMULATOR_MAX_BYTES // 1024} KiB")
+    try:
+        scenario = read_scenario_text(text)
+        work, limit = simulations.measure(scenario), simulations.option("SIMULATE_SYNC_MAX_WORK")
+        if work.units > limit:
+            return Simulation(
+                text=text,
+                error=(
+                    f"scenario: {work}, more than this page runs (HAMI_SIMULATE_SYNC_MAX_WORK = {limit}); "
+                    "POST it to /api/v1/simulate/, which runs it in the background"
+                ),
+            )
+        result = run_scenario(scenario, top=SIMULATOR_TOP)
+    except ScenarioError as exc:
+        return Simulation(text=text, error=str(exc))
+    return Simulation(text=text, result=result)
+
+
+def simulate_example(name: str) -> Simulation:
+    """Run one of the bundled examples; only the names in EXAMPLES are read."""
+    path = finders.find(f"scheduling/examples/{name}.json") if name in EXAMPLES else None
+    if not path:
+        return Simulation(error=f"example: no example named {name!r}; try one of {', '.join(EXAMPLES)}")
+    with open(path, encoding="utf-8") as handle:
+        return simulate(handle.read())
