@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from scheduling.ops.metrics import metrics_view
+from scheduling.ops.scrape import metrics_view
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -60,8 +60,14 @@ class AgentOptions:
 
 
 class KubeAgent:
-    def __init__(self, api: KubeApi, options: AgentOptions | None = None, elector: LeaderElector | None = None,
-                 identity: str = "", clock=time.monotonic):  # fmt: skip
+    def __init__(
+        self,
+        api: KubeApi,
+        options: AgentOptions | None = None,
+        elector: LeaderElector | None = None,
+        identity: str = "",
+        clock=time.monotonic,
+    ):
         self.api = api
         self.options = options or AgentOptions()
         self.elector = elector
@@ -71,8 +77,14 @@ class KubeAgent:
         self.binder = Binder(api, complete_phase=self.options.complete_bind_phase)
         # Extender mode writes no Kubernetes Events (kube-scheduler does; no grant for them).
         writes_events = None if self.options.extender else self.events
-        self.pod_sync = PodSync(api, name, self.is_leader, on_release=self.forget,
-                                queue_pods=not self.options.extender, events=writes_events)  # fmt: skip
+        self.pod_sync = PodSync(
+            api,
+            name,
+            self.is_leader,
+            on_release=self.forget,
+            queue_pods=not self.options.extender,
+            events=writes_events,
+        )
         self.node_sync = NodeSync(self.is_leader, events=writes_events)
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
@@ -104,11 +116,18 @@ class KubeAgent:
             watch_timeout=timeout,
             backoff=self._api_backoff(),
         )
-        self.nodes = Informer("nodes", self.api.list_nodes, self.api.watch_nodes, self.node_sync,
-                              watch_timeout=timeout, backoff=self._api_backoff())  # fmt: skip
+        self.nodes = Informer(
+            "nodes",
+            self.api.list_nodes,
+            self.api.watch_nodes,
+            self.node_sync,
+            watch_timeout=timeout,
+            backoff=self._api_backoff(),
+        )
         threads = [
-            threading.Thread(target=self._run_informer, args=(informer, stop), name=f"kube-{informer.name}",
-                             daemon=True)  # fmt: skip
+            threading.Thread(
+                target=self._run_informer, args=(informer, stop), name=f"kube-{informer.name}", daemon=True
+            )
             for informer in (self.nodes, self.pods)
         ]
         for thread in threads:
@@ -132,7 +151,9 @@ class KubeAgent:
         """Until `stop`: lead (or wait to), then sync, bind and report while leading."""
         elector_thread = None
         if self.elector is not None:
-            elector_thread = threading.Thread(target=self.elector.run, args=(stop,), name="kube-leader", daemon=True)
+            elector_thread = threading.Thread(
+                target=self.elector.run, args=(stop,), name="kube-leader", daemon=True
+            )
             elector_thread.start()
         while not stop.is_set():
             if not self.is_leader():
@@ -212,7 +233,11 @@ class KubeAgent:
             failures, not_before = self.bind_retry_at.get(row.uid, (0, 0.0))
             if now < not_before:
                 continue
-            row = Pod.objects.select_related("node").filter(pk=row.pk, uid=row.uid, status=Pod.SCHEDULED).first()
+            row = (
+                Pod.objects.select_related("node")
+                .filter(pk=row.pk, uid=row.uid, status=Pod.SCHEDULED)
+                .first()
+            )
             if row is None:
                 continue  # released or requeued since the query above
             delay = Backoff(self.options.bind_backoff_base, self.options.bind_backoff_cap)
@@ -223,7 +248,9 @@ class KubeAgent:
             if result.outcome == BOUND:
                 self.bind_retry_at.pop(row.uid, None)
                 self.events.forget(row.uid)
-                cards = [uuid for container in _decode(row.allocated) for uuid in container]
+                cards = list(
+                    dict.fromkeys(uuid for container in _decode(row.allocated) for uuid in container)
+                )
                 self.events.scheduled(ref, row.node.name, cards)
             elif result.outcome == FAILED:
                 self.bind_retry_at[row.uid] = (failures + 1, now + retry_after)
@@ -254,15 +281,21 @@ class KubeAgent:
             if result.outcome == BIND_COMPLETED:
                 self.events.forget(ref.uid)
                 allocated = Pod.objects.filter(uid=ref.uid).values_list("allocated", flat=True).first()
-                cards = [uuid for container in _decode(allocated or "") for uuid in container]
+                cards = list(
+                    dict.fromkeys(uuid for container in _decode(allocated or "") for uuid in container)
+                )
                 self.events.scheduled(ref, pod_objects.node_of(obj), cards)
             else:
                 self.events.record(ref, "Warning", result.outcome, result.detail)
         return True
 
     def report_waiting(self) -> None:
-        rows = Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED), origin=Pod.KUBERNETES).exclude(uid="")
-        for namespace, name, uid, reason, error in rows.values_list("namespace", "name", "uid", "reason", "error"):
+        rows = Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED), origin=Pod.KUBERNETES).exclude(
+            uid=""
+        )
+        for namespace, name, uid, reason, error in rows.values_list(
+            "namespace", "name", "uid", "reason", "error"
+        ):
             if not self.is_leader():
                 return
             obj = self.pods.get(namespace, name)

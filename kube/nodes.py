@@ -1,8 +1,9 @@
 """Reading a Kubernetes node's HAMi annotations into an inventory report. Pure.
 
 HAMi's device plugin publishes each node's cards in `hami.io/node-nvidia-register`
-(SPEC 8, 9- or 7-field form) and pair scores in `hami.io/node-nvidia-score`; reading
-them lets hamiadmin schedule on nodes run by that plugin instead of our NVML agent.
+(SPEC 8: the JSON list of HAMi 2.8 and later, or the older 9- or 7-field colon form, both
+read by `encoding.decode_node_register`) and pair scores in `hami.io/node-nvidia-score`;
+reading them lets hamiadmin schedule on nodes run by that plugin instead of our NVML agent.
 A node without the register annotation is not ours to describe (an NVML agent may
 report it), so it yields no inventory at all.
 """
@@ -97,9 +98,10 @@ def _strings(name: str, where: str, found) -> dict[str, str]:
 def inventory(node: dict) -> NodeInventory | None:
     """The node's cards from its HAMi annotations, or None when it has no register annotation.
 
-    Raises InventoryInvalid naming the field for a malformed one: the annotation and entry
-    (`hami.io/node-nvidia-register[1]`, `hami.io/node-nvidia-score.GPU-a.GPU-b`), text the
-    database cannot store (NUL), a number out of range, or `metadata.name` (`NAME`) itself.
+    Raises InventoryInvalid naming the field for a malformed one: the annotation, card and
+    field (`hami.io/node-nvidia-register[1].devmem`, `hami.io/node-nvidia-score.GPU-a.GPU-b`),
+    text the database cannot store (NUL, also written `\\u0000` inside the JSON register), a
+    number out of range, or `metadata.name` (`NAME`) itself.
     Links that name a card missing from the register (a score annotation older than the
     register) are dropped.
     """
@@ -138,7 +140,9 @@ def inventory(node: dict) -> NodeInventory | None:
             links[first][second] = score
             links[second][first] = score
     devices = []
-    for card in cards:
+    for position, card in enumerate(cards):
+        for key, text in (("id", card.uuid), ("type", card.type), ("mode", card.mode)):
+            _storable(name, f"{REGISTER}[{position}].{key}", text)
         device = {
             "uuid": card.uuid,
             "index": card.index,

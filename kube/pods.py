@@ -3,6 +3,13 @@
 Only what decides a placement is kept: the GPU resources of SPEC 2 and the annotations,
 minus the ones that are outputs (SPEC 8 placement annotations, written by the binder) or
 noise (kubectl's last-applied copy), so writing them back does not look like a new spec.
+
+The SPEC 2 resources are plain numbers (`nvidia.com/gpumem` counts MiB), but the API server
+rewrites every quantity in canonical form: a manifest's `gpumem: 3000` comes back as `"3k"`,
+`1.0` as `"1"`. So a whole number spelled as the API server spells plain numbers (digits,
+the `k` suffix, an exponent, a decimal point) is read as that number; any other unit
+(`16Gi`, `500M`, `1500m`) is kept as written, and the engine refuses the pod naming the
+field, as the simulator does: read as MiB, `16Gi` would be 17179869184 MiB and wait forever.
 """
 
 from __future__ import annotations
@@ -49,6 +56,10 @@ _SUFFIX = {
 }
 
 
+#: How the API server writes a plain number (SPEC 2 resources take no other unit): digits
+#: with an optional decimal part, then `k` (it writes 3000 as 3k) or an exponent (3e3).
+_PLAIN_NUMBER = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:k|[eE][+-]?[0-9]+)?$")
+
 #: Whole quantities beyond a 64-bit integer stay as written (the engine refuses them).
 LARGEST_QUANTITY = 2**63 - 1
 INT32 = 2**31 - 1
@@ -76,15 +87,24 @@ def quantity(value):
     return int(amount)
 
 
+def resource_quantity(value: str):
+    """A SPEC 2 resource as written by the API server: an int when it is a whole plain number
+    (`"3"`, `"3k"`, `"1.0"`, `"3e3"`); with any other unit (`"16Gi"`, `"500M"`, `"1500m"`),
+    or not whole, it is returned unchanged, for the engine to refuse naming the field."""
+    if not _PLAIN_NUMBER.match(value.strip()):
+        return value
+    return quantity(value)
+
+
 def resource_value(value, where: str):
-    """One GPU resource as stored: a quantity read (`quantity`), or the value as written.
-    Raises PodInvalid for what cannot be stored: text the database refuses, a number that
-    is not finite or out of range, an object or a list."""
+    """One GPU resource as stored: a plain number read (`resource_quantity`), or the value as
+    written. Raises PodInvalid for what cannot be stored: text the database refuses, a number
+    that is not finite or out of range, an object or a list."""
     if isinstance(value, str):
         problem = why_unstorable(value)
         if problem:
             raise PodInvalid(where, problem)
-        return quantity(value)
+        return resource_quantity(value)
     if value is None or isinstance(value, bool):
         return value  # stored as written; the engine refuses it naming the field
     if isinstance(value, int):

@@ -18,13 +18,23 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from . import reasons as R
 
 if TYPE_CHECKING:
-    from .annotations import PodPolicy
     from .model import Card, Node
 
 TOLERANCE = 1e-9
 
 #: Why a filter removed a card: (reason code of SPEC 4, stage), the stage naming the check.
 Rejection = tuple[str, str]
+
+
+class PolicyView(Protocol):
+    """What a filter reads of a pod's policy to know whether it is active
+    (`annotations.PodPolicy`, which imports this module for the registry)."""
+
+    @property
+    def filters(self) -> tuple[str, ...]: ...
+
+    @property
+    def numa_bind(self) -> bool: ...
 
 
 class Ranked(Protocol):
@@ -74,7 +84,7 @@ class Filter(Protocol):
     in_chain: bool
     decides_fit: bool
 
-    def active(self, policy: PodPolicy) -> bool: ...
+    def active(self, policy: PolicyView) -> bool: ...
 
     def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None: ...
 
@@ -92,7 +102,7 @@ class BaseFilter:
     in_chain = True
     decides_fit = True
 
-    def active(self, policy: PodPolicy) -> bool:
+    def active(self, policy: PolicyView) -> bool:
         return self.name in policy.filters
 
     def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None:
@@ -128,7 +138,7 @@ class NumaBindFilter(BaseFilter):
     words = "all cards of a container on one NUMA node"
     in_chain = False
 
-    def active(self, policy: PodPolicy) -> bool:
+    def active(self, policy: PolicyView) -> bool:
         return policy.numa_bind
 
     def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:

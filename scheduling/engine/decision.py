@@ -76,6 +76,10 @@ class ContainerPlacement:
 
 
 SCHEDULED, PENDING, REJECTED = "scheduled", "pending", "rejected"
+#: The fourth outcome of an attempt, given by the pipeline's commit, not the engine: the
+#: placement no longer fit under lock (capacity taken since the snapshot).
+CONFLICT = "conflict"
+OUTCOMES = (SCHEDULED, PENDING, REJECTED, CONFLICT)
 
 
 @dataclass(slots=True)
@@ -84,6 +88,12 @@ class Decision:
     `node_failures` is sorted by node name, each node's failure as data (`fit.NodeFailure`);
     `reasons` sums each reason over the failed nodes. A rejected pod has `error`, the
     `error_field` at fault and, where callers act on its kind, an `error_code`.
+
+    `containers` are the app containers only: they hold their cards, so they are what usage,
+    allocation rows and the node score count. `init_containers` (one per init container of
+    the spec, without card tables) hold their cards only until the app containers start;
+    they are written first in `allocated` (SPEC 8), and nowhere else. `warnings` are what
+    was read but changed or ignored, each `field: message` (e.g. `gpucores` above 100).
     """
 
     name: str
@@ -91,6 +101,7 @@ class Decision:
     status: str
     node: str | None = None
     containers: list[ContainerPlacement] = field(default_factory=list)
+    init_containers: list[ContainerPlacement] = field(default_factory=list)
     policy: dict | None = None
     node_ranking: list[tuple[str, float]] = field(default_factory=list)
     node_failures: list[tuple[str, NodeFailure]] = field(default_factory=list)
@@ -98,6 +109,7 @@ class Decision:
     error: str | None = None
     error_field: str | None = None
     error_code: str | None = None
+    warnings: list[str] = field(default_factory=list)
     duration_ms: float = 0.0
 
     @property
@@ -112,9 +124,16 @@ class Decision:
 
     @property
     def allocated(self) -> str | None:
+        """`hami.io/vgpu-devices-allocated` (SPEC 8): the init containers first, in their order,
+        then the app containers; `;` alone for a container without GPU."""
         if self.status != SCHEDULED:
             return None
-        return encode_allocation([[(d.uuid, d.memory, d.cores) for d in c.devices] for c in self.containers])
+        return encode_allocation(
+            [
+                [(d.uuid, d.memory, d.cores) for d in c.devices]
+                for c in (*self.init_containers, *self.containers)
+            ]
+        )
 
     @property
     def node_score(self) -> float | None:
@@ -139,9 +158,11 @@ class Decision:
         """The pod object of SPEC 9's output. `top` keeps the K best node scores and K failed nodes.
 
         Beyond SPEC 9's fields: `failed_reasons`, each failed node's failure as data
-        (`{node: {"cards": M, "reasons": {code: N}}}`, the nodes of `failed_nodes`), and
+        (`{node: {"cards": M, "reasons": {code: N}}}`, the nodes of `failed_nodes`),
         `node_order`, the entries of `node_scores` as `[[node, score], ...]` in policy order
-        (a JSON object may lose its key order where it is stored, e.g. PostgreSQL JSONB).
+        (a JSON object may lose its key order where it is stored, e.g. PostgreSQL JSONB),
+        `init_containers`, per init container `{"name", "devices"}` (scheduled pods; else []),
+        and `warnings`, a list of `field: message` texts, [] when none.
         """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
         failed = self.node_failures if top is None else self.node_failures[:top]
@@ -163,4 +184,11 @@ class Decision:
                 name: {"cards": failure.cards, "reasons": dict(failure.reasons)} for name, failure in failed
             },
             "node_order": [[name, round(score, 6)] for name, score in ranking],
+            "init_containers": [
+                {"name": c.name, "devices": [device.as_dict() for device in c.devices]}
+                for c in self.init_containers
+            ]
+            if self.status == SCHEDULED
+            else [],
+            "warnings": list(self.warnings),
         }

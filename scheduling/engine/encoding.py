@@ -1,7 +1,8 @@
 """SPEC 8: the one place that encodes and decodes HAMi's annotation strings.
 
 What a placement writes on the pod (`placement_annotations`), the allocation string, the
-node inventory (`hami.io/node-nvidia-register`) and pair scores (`hami.io/node-nvidia-score`),
+node inventory (`hami.io/node-nvidia-register`, HAMi's JSON list or the older colon form)
+and pair scores (`hami.io/node-nvidia-score`),
 and the two shapes pair scores take: a map from unordered UUID pair to score (what the
 engine reads) and per card `{other uuid: score}` (what a card row or a scenario lists).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -134,7 +136,21 @@ class RegisteredCard:
     mode: str
 
 
+REGISTER = "hami.io/node-nvidia-register"
+
+#: The fields of a card in the register, in the order of the colon form, named as HAMi's JSON
+#: form names them; errors of either form name them so (`hami.io/node-nvidia-register[2].devmem`).
+REGISTER_FIELDS = ("id", "count", "devmem", "devcore", "type", "numa", "health", "index", "mode")
+
+#: What separates cards and containers in the allocation annotation: a UUID holding one would
+#: shift every card after it onto the wrong container.
+_SEPARATORS = (",", ":", ";")
+#: An integer as the colon form writes one (Python's int() also takes `1_000` and other scripts' digits).
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+
+
 def encode_node_register(cards: list[RegisteredCard]) -> str:
+    """The colon form, 9 fields per card (what older device plugins and our NVML agent write)."""
     return "".join(
         f"{c.uuid},{c.slots},{c.memory},{c.cores},{c.type},{c.numa},{'true' if c.health else 'false'},"
         f"{c.index},{c.mode}:"
@@ -143,43 +159,130 @@ def encode_node_register(cards: list[RegisteredCard]) -> str:
 
 
 def decode_node_register(value: str) -> list[RegisteredCard]:
-    """Both the 9-field form and the older 7-field form (no INDEX, MODE: index by position)."""
-    where = "hami.io/node-nvidia-register"
+    """HAMi's node inventory in either form of SPEC 8, raising ScenarioError naming the card and
+    the field (`hami.io/node-nvidia-register[2].devmem`).
+
+    A value whose first character after whitespace is `[` is the JSON list HAMi 2.8 and later
+    write: one object per card, a field Go leaves out being its zero value (0, "", false: a
+    card without `health` is unhealthy), keys this scheduler does not use ignored. Anything
+    else is the colon form, `UUID,COUNT,MEM,CORES,TYPE,NUMA,HEALTH,INDEX,MODE:` per card, or
+    the older 7 fields without INDEX and MODE (the position in the list is the index).
+    """
+    if value.lstrip().startswith("["):
+        return _register_json(value)
+    return _register_colons(value)
+
+
+def _register_uuid(uuid: str, where: str) -> str:
+    if not uuid.strip():
+        raise ScenarioError(where, "required: the card's UUID, a non-empty string")
+    if any(mark in uuid for mark in _SEPARATORS):
+        raise ScenarioError(where, f"must not contain ',', ':' or ';', got {uuid!r}")
+    return uuid
+
+
+def _register_number(value: object, where: str, low: int, from_text: bool = True) -> int:
+    """A 32-bit integer from `low` up: the colon form's text (`from_text`), or a JSON integer."""
+    what = "a non-negative integer" if low == 0 else "an integer"
+    bounds = f"up to {LARGEST}" if low == 0 else f"from {low} to {LARGEST}"
+    if from_text and isinstance(value, str):
+        if not _DECIMAL.fullmatch(value):
+            raise ScenarioError(where, f"must be {what}, got {value!r}")
+        if len(value) > 20:  # int() refuses over 4300 digits; no such number is meant anyway
+            raise ScenarioError(where, f"must be {what} {bounds}, got a larger integer")
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScenarioError(where, f"must be {what}, got {value!r}")
+    if value < low or value > LARGEST:
+        shown = value if value.bit_length() <= 64 else "a larger integer"
+        raise ScenarioError(where, f"must be {what} {bounds}, got {shown}")
+    return value
+
+
+def _register_colons(value: str) -> list[RegisteredCard]:
     cards = []
     for position, entry in enumerate(item for item in value.split(":") if item.strip()):
+        where = f"{REGISTER}[{position}]"
         fields = [f.strip() for f in entry.split(",")]
         if len(fields) not in (7, 9):
             raise ScenarioError(
-                f"{where}[{position}]", f"expected 7 or 9 fields, got {len(fields)}: {entry!r}"
+                where,
+                f"expected 7 or 9 fields (UUID,COUNT,MEM,CORES,TYPE,NUMA,HEALTH[,INDEX,MODE]), "
+                f"got {len(fields)}: {entry!r}",
             )
-        uuid, slots, memory, cores, card_type, numa, health = fields[:7]
-        try:
-            numbers = [int(slots), int(memory), int(cores), int(numa)]
-            index = int(fields[7]) if len(fields) == 9 else position
-        except ValueError:
-            raise ScenarioError(f"{where}[{position}]", f"non-integer field in {entry!r}") from None
-        if not uuid:
-            raise ScenarioError(f"{where}[{position}]", "empty UUID")
-        if any(n < 0 for n in numbers[:3]):
-            raise ScenarioError(f"{where}[{position}]", f"negative capacity in {entry!r}")
-        if any(abs(n) > LARGEST for n in (*numbers, index)):
-            raise ScenarioError(f"{where}[{position}]", f"a field is larger than {LARGEST} in {entry!r}")
+        named = dict(zip(REGISTER_FIELDS, fields, strict=False))
+        health = named["health"]
         if health.lower() not in ("true", "false"):
-            raise ScenarioError(f"{where}[{position}]", f"health must be true or false, got {health!r}")
+            raise ScenarioError(f"{where}.health", f"must be true or false, got {health!r}")
         cards.append(
             RegisteredCard(
-                uuid=uuid,
-                slots=numbers[0],
-                memory=numbers[1],
-                cores=numbers[2],
-                type=card_type,
-                numa=numbers[3],
+                uuid=_register_uuid(named["id"], f"{where}.id"),
+                slots=_register_number(named["count"], f"{where}.count", 0),
+                memory=_register_number(named["devmem"], f"{where}.devmem", 0),
+                cores=_register_number(named["devcore"], f"{where}.devcore", 0),
+                type=named["type"],
+                numa=_register_number(named["numa"], f"{where}.numa", -LARGEST),
                 health=health.lower() == "true",
-                index=index,
-                mode=fields[8] if len(fields) == 9 else "",
+                index=_register_number(named["index"], f"{where}.index", -LARGEST)
+                if "index" in named
+                else position,
+                mode=named.get("mode", ""),
             )
         )
     return cards
+
+
+def _register_json(value: str) -> list[RegisteredCard]:
+    try:
+        raw = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(REGISTER, f"not JSON: {exc.msg} at {exc.pos}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; [[[[...]]]]
+        raise ScenarioError(REGISTER, f"not readable JSON: {type(exc).__name__}") from None
+    if not isinstance(raw, list):
+        raise ScenarioError(REGISTER, "expected a JSON list of cards")
+    return [_json_card(entry, f"{REGISTER}[{position}]") for position, entry in enumerate(raw)]
+
+
+def _json_card(entry: object, where: str) -> RegisteredCard:
+    if not isinstance(entry, dict):
+        raise ScenarioError(where, f"expected an object (one card), got {type(entry).__name__}")
+    uuid = entry.get("id")
+    if not isinstance(uuid, str):
+        raise ScenarioError(f"{where}.id", "required: the card's UUID, a non-empty string")
+    health = entry.get("health")
+    if health is not None and not isinstance(health, bool):
+        raise ScenarioError(f"{where}.health", f"must be true or false, got {health!r}")
+    return RegisteredCard(
+        uuid=_register_uuid(uuid, f"{where}.id"),
+        slots=_json_number(entry, "count", where, 0),
+        memory=_json_number(entry, "devmem", where, 0),
+        cores=_json_number(entry, "devcore", where, 0),
+        type=_json_text(entry, "type", where),
+        numa=_json_number(entry, "numa", where, -LARGEST),
+        health=bool(health),
+        index=_json_number(entry, "index", where, 0),
+        mode=_json_text(entry, "mode", where),
+    )
+
+
+def _json_text(entry: dict, key: str, where: str) -> str:
+    """A string field; left out (or null) it is Go's zero value, ""."""
+    found = entry.get(key)
+    if found is None:
+        return ""
+    if not isinstance(found, str):
+        raise ScenarioError(f"{where}.{key}", f"must be a string, got {found!r}")
+    return found
+
+
+def _json_number(entry: dict, key: str, where: str, low: int) -> int:
+    """An integer field; left out (or null) it is Go's zero value, 0. A string or a float is
+    refused, as Go refuses to read one into an integer."""
+    found = entry.get(key)
+    if found is None:
+        return 0
+    return _register_number(found, f"{where}.{key}", low, from_text=False)
 
 
 def decode_node_scores(value: str) -> dict[frozenset, int]:

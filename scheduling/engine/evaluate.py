@@ -9,7 +9,10 @@ cards than asked (`K/M AllocatedCardsInsufficientRequest`), a node not ready.
 
 For a pod (SPEC 2): init containers one at a time against the node as it is, then the app
 containers accumulating usage; the first container that does not fit gives the node's
-failure. This module names no filter: it runs whichever the policy makes active.
+failure. An init container's cards are the chain's choice for it alone; they count in no
+score and no usage (it gives them back before the app containers start), but they are
+written first in the allocation (SPEC 8), so an explaining evaluation keeps them.
+This module names no filter: it runs whichever the policy makes active.
 """
 
 from __future__ import annotations
@@ -149,6 +152,8 @@ class NodeVerdict:
     grants: list[list[tuple[int, int, int]] | None] | None = None
     # per app container: its ContainerVerdict (None without GPU), kept for explaining
     containers: list[ContainerVerdict | None] | None = None
+    # per GPU init container: list of (position, memory, cores), kept for explaining
+    init_grants: list[list[tuple[int, int, int]]] | None = None
 
 
 def evaluate_node(
@@ -164,10 +169,13 @@ def evaluate_node(
     if not node.ready:
         return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_NOT_READY: examined}))
     empty = [[0, 0, 0] for _ in node.cards]
+    init_grants: list[list[tuple[int, int, int]]] = []
     for init in inits:
-        verdict = evaluate_container(node, init, policy, empty)
+        verdict = evaluate_container(node, init, policy, empty, need_choice=explain)
         if not verdict.fits:
             return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts))
+        if explain:
+            init_grants.append([(entry.position, entry.memory, init.cores) for entry in verdict.chosen])
     overlay = [[0, 0, 0] for _ in node.cards]
     grants: list[list[tuple[int, int, int]] | None] = []
     containers: list[ContainerVerdict | None] = []
@@ -195,4 +203,5 @@ def evaluate_node(
         score=node_score(node, overlay),
         grants=grants if need_choice else None,
         containers=containers if explain else None,
+        init_grants=init_grants if explain else None,
     )

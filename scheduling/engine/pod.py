@@ -3,7 +3,9 @@
 A pod is valid when every container's ask (SPEC 2) and every annotation (SPEC 3, the
 weights of SPEC 5) reads; `parse_pod` raises PodInvalid naming the field otherwise, and
 also for a pod none of whose containers asks for a GPU (code `NO_GPU`: it is rejected for
-good). `describe_policy` shows as much of the policy of an invalid pod as can be read.
+good). What reads but is changed or ignored is kept as warnings, per field
+(`ParsedPod.warnings`). `describe_policy` shows as much of the policy of an invalid pod as
+can be read.
 """
 
 from __future__ import annotations
@@ -32,19 +34,38 @@ def _ask_key(ask: ContainerAsk | None) -> tuple[int, int | None, int, int] | Non
 
 @dataclass(frozen=True, slots=True)
 class ParsedPod:
-    """A pod read and validated: policy plus per-container asks."""
+    """A pod read and validated: policy plus per-container asks.
+
+    `inits` and `apps` hold one entry per container of the spec, in its order, None for one
+    that asks no GPU (an init container without GPU still has its place in `allocated`).
+    """
 
     policy: PodPolicy
-    inits: tuple[ContainerAsk, ...]
+    inits: tuple[ContainerAsk | None, ...]
     apps: tuple[ContainerAsk | None, ...]
     app_names: tuple[str, ...]
+    init_names: tuple[str, ...]
+
+    @property
+    def gpu_inits(self) -> list[ContainerAsk]:
+        """The init containers that ask for a GPU, in order: the ones checked on a node."""
+        return [ask for ask in self.inits if ask is not None]
+
+    def warnings(self) -> dict[str, list[str]]:
+        """What reads but is ignored or changed, per field: the policy's (unknown chain
+        names, node policy) then each container's (`gpucores` above 100), app containers first."""
+        found = self.policy.warnings()
+        for ask in (*self.apps, *self.inits):
+            for where, message in ask.warnings if ask is not None else ():
+                found.setdefault(where, []).append(message)
+        return found
 
     @property
     def shape(self) -> tuple:
         """What decides a node verdict: the asks (without names) and how cards are filtered and ranked."""
         p = self.policy
         return (
-            tuple(_ask_key(a) for a in self.inits),
+            tuple(_ask_key(a) for a in self.gpu_inits),
             tuple(_ask_key(a) for a in self.apps),
             p.filters,
             p.sort_keys,
@@ -64,7 +85,7 @@ class ParsedPod:
         p = self.policy
         return (
             "fit",
-            tuple(_ask_key(a) for a in self.inits),
+            tuple(_ask_key(a) for a in self.gpu_inits),
             tuple(_ask_key(a) for a in self.apps),
             tuple(f.name for f in p.active_filters if f.decides_fit),
             p.use_uuids,
@@ -80,15 +101,18 @@ def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
         raise PodInvalid("containers", "a pod needs at least one container")
     policy = parse_policy(pod.annotations, config)
     apps = parse_containers(pod.containers, "containers", config.resources)
-    inits = [a for a in parse_containers(pod.init_containers, "initContainers", config.resources) if a]
-    if not inits and not any(apps):
+    inits = parse_containers(pod.init_containers, "initContainers", config.resources)
+    if not any(inits) and not any(apps):
         raise PodInvalid(
             "containers",
             "asks for no GPU: none of its containers asks for nvidia.com resources",
             code=NO_GPU,
         )
-    names = tuple((c.get("name") or "") if isinstance(c, dict) else "" for c in pod.containers)
-    return ParsedPod(policy, tuple(inits), tuple(apps), names)
+    return ParsedPod(policy, tuple(inits), tuple(apps), _names(pod.containers), _names(pod.init_containers))
+
+
+def _names(containers) -> tuple[str, ...]:
+    return tuple((c.get("name") or "") if isinstance(c, dict) else "" for c in containers or ())
 
 
 def describe_policy(annotations: object, config: ClusterConfig) -> dict:

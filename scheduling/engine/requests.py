@@ -1,4 +1,9 @@
-"""SPEC 2: what each container asks for, read from limits then requests, resource by resource."""
+"""SPEC 2: what each container asks for, read from limits then requests, resource by resource.
+
+Two forms HAMi accepts are read as HAMi reads them, so its manifests keep working:
+`gpumem-percentage: 0` is the resource left out (the defaults apply), and `gpucores` above
+100 is 100, with a warning naming the container and the value given (`ContainerAsk.warnings`).
+"""
 
 from __future__ import annotations
 
@@ -14,17 +19,26 @@ GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
 GPUCORES = "nvidia.com/gpucores"
 RESOURCES = (GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES)
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+#: A number followed by a unit (`16Gi`, `500M`, `1.5k`): refused, with a word on units.
+_WITH_UNIT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)\s*[A-Za-z]+")
+#: The most cores a container can be given: a whole card.
+WHOLE_CARD_CORES = 100
 
 
 @dataclass(frozen=True, slots=True)
 class ContainerAsk:
-    """One container's GPU request. `memory` is MiB per vGPU, or None to use `memory_percentage`."""
+    """One container's GPU request. `memory` is MiB per vGPU, or None to use `memory_percentage`.
+
+    `warnings` are (field, message) pairs for what was accepted but changed (`gpucores` above
+    100); they never decide a node verdict, so they stay out of a pod's shape.
+    """
 
     name: str
     count: int
     memory: int | None
     memory_percentage: int
     cores: int
+    warnings: tuple[tuple[str, str], ...] = ()
 
 
 def _as_int(value, where: str, what: str, label: str) -> int:
@@ -36,6 +50,8 @@ def _as_int(value, where: str, what: str, label: str) -> int:
         return int(value)
     if isinstance(value, str) and _INTEGER.fullmatch(value.strip()):
         return int(value.strip())
+    if isinstance(value, str) and _WITH_UNIT.fullmatch(value.strip()):
+        raise PodInvalid(where, f"{label}: must be {what}, got {value!r}: a plain number, without a unit")
     raise PodInvalid(where, f"{label}: must be {what}, got {value!r}")
 
 
@@ -79,9 +95,20 @@ def parse_container(container: dict, where: str, defaults: ResourceDefaults) -> 
 
     count = read(GPU, "a positive integer", 1, None)
     memory = read(GPUMEM, "a non-negative integer (MiB)", 0, None)
-    percentage = read(GPUMEM_PERCENTAGE, "a percentage from 1 to 100", 1, 100)
-    cores = read(GPUCORES, "a percentage from 0 to 100", 0, 100)
+    percentage = read(GPUMEM_PERCENTAGE, "a percentage from 0 to 100", 0, 100)
+    cores = read(GPUCORES, "a non-negative integer (percent of the card)", 0, None)
 
+    warnings: tuple[tuple[str, str], ...] = ()
+    if percentage == 0:
+        percentage = None  # HAMi's form of "not given": the defaults apply
+    if cores is not None and cores > WHOLE_CARD_CORES:
+        warnings = (
+            (
+                found[GPUCORES][1],
+                f"{label}: {cores} is above {WHOLE_CARD_CORES}, taken as {WHOLE_CARD_CORES}",
+            ),
+        )
+        cores = WHOLE_CARD_CORES
     if count is None:
         count = 1
     if cores is None:
@@ -89,7 +116,14 @@ def parse_container(container: dict, where: str, defaults: ResourceDefaults) -> 
         cores = defaults.exclusive_cores if whole_card else defaults.cores
     if memory is None and percentage is None:
         percentage = defaults.memory_percentage
-    return ContainerAsk(name=name, count=count, memory=memory, memory_percentage=percentage or 0, cores=cores)
+    return ContainerAsk(
+        name=name,
+        count=count,
+        memory=memory,
+        memory_percentage=percentage or 0,
+        cores=cores,
+        warnings=warnings,
+    )
 
 
 def parse_containers(containers, where: str, defaults: ResourceDefaults) -> list[ContainerAsk | None]:

@@ -107,7 +107,7 @@ class Scheduler:
     def _decide_parsed(self, pod: PodSpec, parsed: ParsedPod) -> Decision:
         policy = parsed.policy
         table = self._verdicts_for(self._shape_key(parsed))
-        inits, apps = list(parsed.inits), list(parsed.apps)
+        inits, apps = parsed.gpu_inits, list(parsed.apps)
         sign = -1.0 if policy.node_policy == "binpack" else 1.0
         fitting: list[tuple[float, str, float]] = []
         failed: list[tuple[str, NodeFailure]] = []
@@ -145,18 +145,33 @@ class Scheduler:
             node_ranking=ranking,
             node_failures=failed,
             reasons=reasons,
+            warnings=[
+                f"{where}: {message}" for where, messages in parsed.warnings().items() for message in messages
+            ],
         )
         if ranking:
             node = self.cluster.node(ranking[0][0])
             decision.status = SCHEDULED
             decision.node = node.name
-            decision.containers = self._explain(node, parsed)
+            decision.containers, decision.init_containers = self._explain(node, parsed)
         return decision
 
-    def _explain(self, node: Node, parsed: ParsedPod) -> list[ContainerPlacement]:
-        """The chosen node's card tables, per app container, in the order the chain ranked them."""
-        verdict = evaluate_node(node, list(parsed.inits), list(parsed.apps), parsed.policy, explain=True)
+    def _explain(
+        self, node: Node, parsed: ParsedPod
+    ) -> tuple[list[ContainerPlacement], list[ContainerPlacement]]:
+        """The chosen node's card tables, per app container, in the order the chain ranked them;
+        and per init container the cards the chain chose for it alone (no table)."""
+        verdict = evaluate_node(node, parsed.gpu_inits, list(parsed.apps), parsed.policy, explain=True)
         assert verdict.grants is not None and verdict.containers is not None  # explain keeps both
+        assert verdict.init_grants is not None
+        init_grants = iter(verdict.init_grants)
+        inits = [
+            ContainerPlacement(
+                name=name,
+                devices=[] if ask is None else self._devices(node, next(init_grants)),
+            )
+            for name, ask in zip(parsed.init_names, parsed.inits, strict=True)
+        ]
         placements = []
         for name, grants, container in zip(parsed.app_names, verdict.grants, verdict.containers, strict=True):
             if grants is None or container is None:
@@ -182,14 +197,15 @@ class Scheduler:
                 )
                 for entry in container.ranked + rest_ranked
             ]
-            devices = [
-                DeviceGrant(
-                    uuid=node.cards[pos].uuid, memory=memory, cores=cores, index=node.cards[pos].index
-                )
-                for pos, memory, cores in grants
-            ]
-            placements.append(ContainerPlacement(name=name, devices=devices, cards=cards))
-        return placements
+            placements.append(ContainerPlacement(name=name, devices=self._devices(node, grants), cards=cards))
+        return placements, inits
+
+    @staticmethod
+    def _devices(node: Node, grants: list[tuple[int, int, int]]) -> list[DeviceGrant]:
+        return [
+            DeviceGrant(uuid=node.cards[pos].uuid, memory=memory, cores=cores, index=node.cards[pos].index)
+            for pos, memory, cores in grants
+        ]
 
     def assume(self, decision: Decision) -> None:
         """Apply a scheduled decision's grants to the snapshot, so later pods see them."""

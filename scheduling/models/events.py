@@ -33,7 +33,9 @@ class Event(models.Model):
     subject = models.CharField(max_length=400, help_text="what it is about: node/a, card/GPU-1, pod/ns/name")
     reason = models.CharField(max_length=100, help_text="a short code, like a Kubernetes event reason")
     message = models.TextField(blank=True, default="")
-    actor = models.CharField(max_length=200, blank=True, default="", help_text="who caused it: agent:node, user")
+    actor = models.CharField(
+        max_length=200, blank=True, default="", help_text="who caused it: agent:node, user"
+    )
     count = models.PositiveIntegerField(default=1)
     first_seen = models.DateTimeField(default=timezone.now)
     last_seen = models.DateTimeField(default=timezone.now)
@@ -49,27 +51,40 @@ class Event(models.Model):
         return f"{self.kind} {self.subject}: {self.reason}"
 
 
-def record_event(kind: str, subject: str, reason: str, message: str = "", actor: str = "",
-                 severity: str = Event.WARNING) -> Event:
+def record_event(
+    kind: str, subject: str, reason: str, message: str = "", actor: str = "", severity: str = Event.WARNING
+) -> Event:
     """Create the event, or count it again (newest message, actor and severity win). Runs in
     its own savepoint so that a caller's transaction is never broken by it; no row locks
     other than the event's own, so it cannot join a lock cycle."""
     subject, reason, message, actor = (
-        escaped(subject)[:400], escaped(reason)[:100], escaped(message)[:4000], escaped(actor)[:200]
+        escaped(subject)[:400],
+        escaped(reason)[:100],
+        escaped(message)[:4000],
+        escaped(actor)[:200],
     )
     now = timezone.now()
     same = Event.objects.filter(kind=kind, subject=subject, reason=reason)
 
     def count_again() -> int:
-        return same.update(count=models.F("count") + 1, last_seen=now, message=message, actor=actor,
-                           severity=severity)  # fmt: skip
+        return same.update(
+            count=models.F("count") + 1, last_seen=now, message=message, actor=actor, severity=severity
+        )
 
     with transaction.atomic():
         if not count_again():
             try:
                 with transaction.atomic():
-                    return Event.objects.create(kind=kind, subject=subject, reason=reason, message=message,
-                                                actor=actor, severity=severity, first_seen=now, last_seen=now)
+                    return Event.objects.create(
+                        kind=kind,
+                        subject=subject,
+                        reason=reason,
+                        message=message,
+                        actor=actor,
+                        severity=severity,
+                        first_seen=now,
+                        last_seen=now,
+                    )
             except IntegrityError:  # a concurrent writer created it first: count it there
                 count_again()
         return same.get()

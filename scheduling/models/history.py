@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from scheduling.engine import decision as outcomes
 from scheduling.engine import explain
 
 from .pods import Pod
@@ -41,10 +42,7 @@ class Decision(models.Model):
     the K best node scores and K failed nodes; counts and `reasons` are always complete).
     Read it through `scheduling.engine.explain`, as every face does."""
 
-    SCHEDULED = "scheduled"
-    PENDING = "pending"
-    REJECTED = "rejected"
-    CONFLICT = "conflict"
+    SCHEDULED, PENDING, REJECTED, CONFLICT = outcomes.OUTCOMES
     OUTCOMES = [
         (SCHEDULED, "scheduled"),
         (PENDING, "pending"),

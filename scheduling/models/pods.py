@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import cast
 
 from django.db import models
 from django.db.models import OuterRef, Q, Subquery
@@ -14,8 +14,11 @@ from scheduling.engine import PodSpec
 
 from .cluster import Card, Node
 
-if TYPE_CHECKING:
-    from .history import Decision
+
+def _decisions() -> type[models.Model]:
+    """The Decision model, reached through its foreign key to Pod (history.py imports this
+    module, so this one does not import it back)."""
+    return cast("type[models.Model]", Pod._meta.get_field("decisions").related_model)
 
 
 class PodQuerySet(models.QuerySet):
@@ -24,19 +27,18 @@ class PodQuerySet(models.QuerySet):
     def with_latest_decision(self) -> PodQuerySet:
         """Each pod with `latest_decision_id`, the id of its newest decision or None: a subquery
         on the (pod, -id) index, no query of its own."""
-        from .history import Decision  # history's models point at Pod
-
-        newest = Decision.objects.filter(pod=OuterRef("pk")).order_by("-id").values("id")[:1]
+        newest = _decisions()._default_manager.filter(pod=OuterRef("pk")).order_by("-id").values("id")[:1]
         return self.annotate(latest_decision_id=Subquery(newest))
 
-    def latest_decisions(self, pods: Iterable[Pod]) -> dict[int, Decision]:
+    def latest_decisions(self, pods: Iterable[Pod]) -> dict[int, models.Model]:
         """The newest decision of each of `pods` (read `with_latest_decision`), by pod id, in one
         query whatever their number. Each pod's `latest_decision` is set on the way."""
-        from .history import Decision
-
         pods = list(pods)
-        ids = [pod.latest_decision_id for pod in pods if pod.latest_decision_id]
-        decisions = {decision.pod_id: decision for decision in Decision.objects.filter(pk__in=ids)}
+        ids = [found for found in (getattr(pod, "latest_decision_id", None) for pod in pods) if found]
+        decisions = {
+            decision.pod_id: decision  # type: ignore[attr-defined]
+            for decision in _decisions()._default_manager.filter(pk__in=ids)
+        }
         for pod in pods:
             pod.latest_decision = decisions.get(pod.pk)
         return decisions
@@ -151,7 +153,7 @@ class Pod(models.Model):
         return namespace or "default", name
 
     @cached_property
-    def latest_decision(self) -> Decision | None:
+    def latest_decision(self) -> models.Model | None:
         """The newest decision (one query; none when read through `Pod.objects.latest_decisions`)."""
         return self.decisions.order_by("-id").first()
 

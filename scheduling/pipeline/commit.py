@@ -149,7 +149,11 @@ def recheck(attempt: Attempt, cards: dict[str, LockedCard], added: dict[int, lis
                 return None, f"{card.node} NodeNotReady"
             before = added.get(card.pk, (0, 0, 0))
             own = mine.setdefault(card.pk, [0, 0, 0])
-            used = tuple(card.used[i] + before[i] + own[i] for i in range(3))
+            used = (
+                card.used[0] + before[0] + own[0],
+                card.used[1] + before[1] + own[1],
+                card.used[2] + before[2] + own[2],
+            )
             failed = check_card(card.engine, ask, device.memory, parsed.policy, used)
             if failed is not None:
                 return None, f"{device.uuid} {failed[0]}"

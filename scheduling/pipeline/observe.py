@@ -16,12 +16,10 @@ from __future__ import annotations
 import logging
 
 from scheduling.engine import explain
-from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
+from scheduling.engine.decision import CONFLICT, PENDING, REJECTED, SCHEDULED
 from scheduling.ops import metrics
 
 log = logging.getLogger("hamiadmin.decisions")
-
-CONFLICT = "conflict"
 
 
 def attempt_reasons(outcome: str, decision, why: str) -> list[str]:

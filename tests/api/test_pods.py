@@ -108,11 +108,11 @@ INVALID = [
         f"{LIMITS}.nvidia.com/gpumem-percentage",
     ),
     (
-        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": 0}),
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": -1}),
         f"{LIMITS}.nvidia.com/gpumem-percentage",
     ),
     (
-        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpucores": 101}),
+        lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpucores": -1}),
         f"{LIMITS}.nvidia.com/gpucores",
     ),
     (

@@ -125,13 +125,14 @@ def test_node_order_keeps_the_top_entries_of_node_scores():
     assert out["nodes_fit"] == 4
 
 
-def test_the_pod_object_keeps_every_spec_key_and_adds_two():
+def test_the_pod_object_keeps_every_spec_key_and_adds_four():
     scheduled, pending, rejected = run(
         [node("n1", card("G0"))],
         [pod("s", None, ONE_GIB), pod("p", None, ask(gpu=2)), pod("r", None, ask(gpu=0))],
     )
     for out in (scheduled, pending, rejected):
-        assert set(out) == SPEC_KEYS | {"failed_reasons", "node_order"}
+        assert set(out) == SPEC_KEYS | {"failed_reasons", "node_order", "init_containers", "warnings"}
+        assert out["warnings"] == [] and out["init_containers"] == []
     assert (rejected["failed_reasons"], rejected["node_order"]) == ({}, [])
     assert scheduled["failed_reasons"] == {} and pending["node_order"] == []
 
@@ -153,3 +154,51 @@ def test_asks_no_gpu_reads_the_code_not_the_message():
     coded = Decision("p", "default", "rejected", error="anything", error_field="x", error_code=NO_GPU)
     assert not worded.asks_no_gpu
     assert coded.asks_no_gpu
+
+
+def test_warnings_reach_the_decision_as_field_and_message():
+    scheduler = Scheduler(Cluster([Node("n1", [Card("G0", 0, 8000)])]))
+    decision = scheduler.decide(
+        PodSpec(
+            "p",
+            annotations={GPU_POLICY: "binpack,fastest"},
+            containers=[container("main", ask(gpu=1, mem=1000, cores=200))],
+        )
+    )
+    assert decision.status == "scheduled"
+    policy, cores = decision.warnings
+    assert policy.startswith("annotations.hami.io/gpu-scheduler-policy: unknown policy 'fastest' ignored")
+    assert cores == (
+        "containers[0].resources.limits.nvidia.com/gpucores: container 'main': 200 is above 100, taken as 100"
+    )
+    assert decision.as_dict()["warnings"] == decision.warnings
+    assert [d.cores for d in decision.containers[0].devices] == [100]
+
+
+def test_a_rejected_pod_has_no_warnings():
+    scheduler = Scheduler(Cluster([Node("n1", [Card("G0", 0, 8000)])]))
+    decision = scheduler.decide(PodSpec("p", containers=[container("main", ask(gpu=0, cores=200))]))
+    assert (decision.status, decision.warnings, decision.as_dict()["warnings"]) == ("rejected", [], [])
+
+
+def test_init_containers_are_in_allocated_but_not_in_containers_nor_in_usage():
+    """SPEC 2 + 8: an init container's cards come first in `allocated`; they are not app
+    containers (no allocation rows) and the snapshot does not keep them as usage."""
+    cluster = Cluster([Node("n1", [Card("G0", 0, 8000), Card("G1", 1, 8000)])])
+    scheduler = Scheduler(cluster)
+    spec = PodSpec(
+        "p",
+        annotations={GPU_POLICY: "binpack"},
+        containers=[container("main", ask(gpu=1, mem=1000))],
+        init_containers=[{"name": "clone"}, container("warm", ask(gpu=2, mem=6000, cores=20))],
+    )
+    decision = scheduler.schedule(spec)
+    assert decision.allocated == ";G0,NVIDIA,6000,20:G1,NVIDIA,6000,20:;G0,NVIDIA,1000,0:;"
+    assert [c.name for c in decision.containers] == ["main"]
+    assert [(c.name, [d.uuid for d in c.devices]) for c in decision.init_containers] == [
+        ("clone", []),
+        ("warm", ["G0", "G1"]),
+    ]
+    g0, g1 = cluster.node("n1").cards
+    assert (g0.used_slots, g0.used_memory, g0.used_cores) == (1, 1000, 0)
+    assert (g1.used_slots, g1.used_memory, g1.used_cores) == (0, 0, 0)

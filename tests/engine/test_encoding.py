@@ -1,6 +1,8 @@
 """SPEC 8: the placement annotations, the allocation string, HAMi's node register and pair
 scores, as HAMi-aware tools read them."""
 
+import json
+
 import pytest
 
 from scheduling.engine.encoding import (
@@ -23,7 +25,7 @@ from scheduling.engine.encoding import (
 )
 from scheduling.engine.errors import ScenarioError
 
-from .builders import GPU_POLICY, ask, card, container, node, pod, run_one
+from .builders import GPU_POLICY, ask, card, container, node, pod, run, run_one
 
 # -- what a placement writes on the pod -----------------------------------------------------
 
@@ -90,6 +92,89 @@ def test_scheduled_pod_allocation_includes_no_gpu_containers_in_order():
     assert out["containers"][0]["devices"] == []
 
 
+# -- SPEC 8's three examples, through a placement, byte for byte --------------------------------
+
+
+def test_spec_8_one_container_one_card():
+    out = run_one([node("n1", card("GPU-2"))], pod("p", None, ask(gpu=1, mem=1000)))
+    assert out["allocated"] == "GPU-2,NVIDIA,1000,0:;"
+
+
+def test_spec_8_an_init_container_comes_first():
+    out = run_one(
+        [node("n1", card("J0", 15360))],
+        pod("p", init=[container("warm", ask(gpu=1, mem=15000))], limits=ask(gpu=1, mem=1000)),
+    )
+    assert out["allocated"] == "J0,NVIDIA,15000,0:;J0,NVIDIA,1000,0:;"
+    assert decode_allocation(out["allocated"]) == [[("J0", 15000, 0)], [("J0", 1000, 0)]]
+
+
+def test_spec_8_an_init_container_without_gpu_writes_just_a_semicolon():
+    out = run_one(
+        [node("n1", card("J0", 15360))],
+        pod("p", init=[container("clone", limits={"cpu": "1"})], limits=ask(gpu=1, mem=1000)),
+    )
+    assert out["allocated"] == ";J0,NVIDIA,1000,0:;"
+    assert decode_allocation(out["allocated"]) == [[], [("J0", 1000, 0)]]
+
+
+def test_init_containers_in_their_order_then_app_containers_in_theirs():
+    one = node("n1", card("G0", 8000), card("G1", 8000, used=(1, 4000, 0)))
+    inits = [
+        container("first", ask(gpu=2, mem=3000, cores=10)),
+        container("clone", limits={"cpu": "1"}),
+        container("last", ask(gpu=1, mem=7000)),
+    ]
+    apps = [container("sidecar"), container("train", ask(gpu=1, mem=1000))]
+    out = run_one([one], pod("p", {GPU_POLICY: "binpack"}, containers=apps, init=inits))
+    assert out["allocated"] == (
+        "G1,NVIDIA,3000,10:G0,NVIDIA,3000,10:;"  # first: binpack, busiest card first
+        ";"  # clone: no GPU
+        "G0,NVIDIA,7000,0:;"  # last: only G0 has 7000 MiB free
+        ";"  # sidecar: no GPU
+        "G1,NVIDIA,1000,0:;"  # train
+    )
+    assert [c["name"] for c in out["containers"]] == ["sidecar", "train"]
+    assert out["init_containers"] == [
+        {"name": "first", "devices": [d("G1", 3000, 10), d("G0", 3000, 10)]},
+        {"name": "clone", "devices": []},
+        {"name": "last", "devices": [d("G0", 7000, 0)]},
+    ]
+
+
+def d(uuid: str, memory: int, cores: int) -> dict:
+    return {"uuid": uuid, "memory": memory, "cores": cores}
+
+
+def test_each_init_container_is_the_chains_choice_against_the_node_before_this_pod():
+    """Init containers never see the app containers' cards, nor each other's: with spread, both
+    take the idle G1 although the app container (placed after them) goes there too."""
+    one = node("n1", card("G0", 8000, used=(1, 4000, 0)), card("G1", 8000))
+    inits = [container("a", ask(gpu=1, mem=1000)), container("b", ask(gpu=1, mem=1000))]
+    out = run_one([one], pod("p", {GPU_POLICY: "spread"}, ask(gpu=1, mem=1000), init=inits))
+    assert out["allocated"] == "G1,NVIDIA,1000,0:;G1,NVIDIA,1000,0:;G1,NVIDIA,1000,0:;"
+
+
+def test_init_cards_are_not_usage_a_later_pod_sees():
+    """The init container's 7000 MiB on G0 are given back: a later pod takes 7000 MiB there."""
+    outs = run(
+        [node("n1", card("G0", 8000))],
+        [
+            pod("first", init=[container("warm", ask(gpu=1, mem=7000))], limits=ask(gpu=1, mem=1000)),
+            pod("second", None, ask(gpu=1, mem=7000)),
+        ],
+    )
+    assert [o["allocated"] for o in outs] == ["G0,NVIDIA,7000,0:;G0,NVIDIA,1000,0:;", "G0,NVIDIA,7000,0:;"]
+
+
+def test_a_pending_pod_writes_no_init_containers():
+    out = run_one(
+        [node("n1", card("G0", 8000))],
+        pod("p", init=[container("warm", ask(gpu=1, mem=1000))], limits=ask(gpu=2)),
+    )
+    assert (out["status"], out["allocated"], out["init_containers"]) == ("pending", None, [])
+
+
 def test_allocation_round_trips():
     containers = [[("GPU-a", 1000, 0), ("GPU-b", 2000, 30)], [], [("GPU-c", 15360, 100)]]
     assert decode_allocation(encode_allocation(containers)) == containers
@@ -134,23 +219,160 @@ def test_empty_register_has_no_cards():
 
 
 @pytest.mark.parametrize(
-    "entry",
+    ("entry", "field"),
     [
-        pytest.param("GPU-x,10,15360,100,T4,0,true,1", id="eight-fields"),
-        pytest.param("GPU-x,10,15360,100,T4,0", id="six-fields"),
-        pytest.param("GPU-x,ten,15360,100,T4,0,true", id="non-integer-count"),
-        pytest.param("GPU-x,10,big,100,T4,0,true", id="non-integer-memory"),
-        pytest.param("GPU-x,10,15360,100,T4,0,true,first,hami-core", id="non-integer-index"),
-        pytest.param(",10,15360,100,T4,0,true", id="empty-uuid"),
-        pytest.param("GPU-x,10,-1,100,T4,0,true", id="negative-memory"),
-        pytest.param("GPU-x,10,15360,100,T4,0,maybe", id="bad-health"),
+        pytest.param("GPU-x,10,15360,100,T4,0,true,1", "", id="eight-fields"),
+        pytest.param("GPU-x,10,15360,100,T4,0", "", id="six-fields"),
+        pytest.param("GPU-x,ten,15360,100,T4,0,true", ".count", id="non-integer-count"),
+        pytest.param("GPU-x,10,big,100,T4,0,true", ".devmem", id="non-integer-memory"),
+        pytest.param("GPU-x,10,1_000,100,T4,0,true", ".devmem", id="python-only-integer"),
+        pytest.param("GPU-x,10,15360,100,T4,0,true,first,hami-core", ".index", id="non-integer-index"),
+        pytest.param(",10,15360,100,T4,0,true", ".id", id="empty-uuid"),
+        pytest.param("GPU;x,10,15360,100,T4,0,true", ".id", id="uuid-with-a-container-separator"),
+        pytest.param("GPU-x,10,-1,100,T4,0,true", ".devmem", id="negative-memory"),
+        pytest.param("GPU-x,10," + "9" * 5000 + ",100,T4,0,true", ".devmem", id="memory-of-5000-digits"),
+        pytest.param("GPU-x,10,15360,100,T4,0,maybe", ".health", id="bad-health"),
     ],
 )
-def test_malformed_register_entry_is_refused_naming_it(entry):
+def test_malformed_register_entry_is_refused_naming_it(entry, field):
     value = "GPU-ok,10,15360,100,T4,0,true:" + entry + ":"
     with pytest.raises(ScenarioError) as raised:
         decode_node_register(value)
-    assert raised.value.where == "hami.io/node-nvidia-register[1]"
+    assert raised.value.where == "hami.io/node-nvidia-register[1]" + field
+
+
+# -- hami.io/node-nvidia-register, the JSON list of HAMi 2.8 and later ---------------------------
+
+#: Written by hand as HAMi's device plugin marshals its cards: Go leaves out zero values, so
+#: card 0 has no `index` and no `numa`, and the unhealthy card has no `health`; keys this
+#: scheduler does not read (devicevendor, migtemplate, custominfo) are there too.
+JSON_REGISTER = (
+    '[{"id":"GPU-8a1b2c3d-0000-4e5f-9a8b-0123456789ab","count":10,"devmem":15360,"devcore":100,'
+    '"type":"NVIDIA-Tesla T4","mode":"hami-core","health":true,"devicevendor":"NVIDIA"},'
+    '{"id":"GPU-8a1b2c3d-0001-4e5f-9a8b-0123456789ab","index":1,"count":10,"devmem":15360,'
+    '"devcore":100,"type":"NVIDIA-Tesla T4","numa":1,"mode":"hami-core","health":true,'
+    '"custominfo":{"k":"v"}},'
+    '{"id":"GPU-8a1b2c3d-0002-4e5f-9a8b-0123456789ab","index":2,"count":4,"devmem":40960,'
+    '"devcore":100,"type":"NVIDIA-A100-SXM4-40GB","numa":1,"mode":"mig","migtemplate":[]}]'
+)
+
+
+def test_register_json_list_with_go_zero_values_left_out():
+    assert decode_node_register(JSON_REGISTER) == [
+        RegisteredCard(
+            "GPU-8a1b2c3d-0000-4e5f-9a8b-0123456789ab",
+            10,
+            15360,
+            100,
+            "NVIDIA-Tesla T4",
+            0,
+            True,
+            0,
+            "hami-core",
+        ),
+        RegisteredCard(
+            "GPU-8a1b2c3d-0001-4e5f-9a8b-0123456789ab",
+            10,
+            15360,
+            100,
+            "NVIDIA-Tesla T4",
+            1,
+            True,
+            1,
+            "hami-core",
+        ),
+        RegisteredCard(
+            "GPU-8a1b2c3d-0002-4e5f-9a8b-0123456789ab",
+            4,
+            40960,
+            100,
+            "NVIDIA-A100-SXM4-40GB",
+            1,
+            False,
+            2,
+            "mig",
+        ),
+    ]
+
+
+def test_register_json_card_naming_only_its_id_is_all_zero_and_unhealthy():
+    assert decode_node_register('[{"id":"GPU-a"}]') == [RegisteredCard("GPU-a", 0, 0, 0, "", 0, False, 0, "")]
+
+
+@pytest.mark.parametrize("value", ["[]", "  \n [ ]", "\t[]"])
+def test_register_json_is_told_by_a_leading_bracket_after_whitespace(value):
+    assert decode_node_register(value) == []
+
+
+def test_register_json_with_nulls_reads_them_as_left_out():
+    value = '[{"id":"GPU-a","index":null,"count":10,"devmem":8000,"devcore":null,"health":null}]'
+    assert decode_node_register(value) == [RegisteredCard("GPU-a", 10, 8000, 0, "", 0, False, 0, "")]
+
+
+def test_both_forms_of_one_node_read_the_same():
+    colons = "GPU-a,10,15360,100,NVIDIA-Tesla T4,0,true,0,hami-core:GPU-b,10,15360,100,NVIDIA-Tesla T4,1,false,1,hami-core:"
+    json_list = (
+        '[{"id":"GPU-a","count":10,"devmem":15360,"devcore":100,"type":"NVIDIA-Tesla T4","mode":"hami-core",'
+        '"health":true},{"id":"GPU-b","index":1,"count":10,"devmem":15360,"devcore":100,'
+        '"type":"NVIDIA-Tesla T4","numa":1,"mode":"hami-core"}]'
+    )
+    assert decode_node_register(json_list) == decode_node_register(colons)
+
+
+def third_card(**fields) -> str:
+    """A JSON register of three cards, the third with `fields` over a valid card."""
+    good = {"id": "GPU-c", "index": 2, "count": 10, "devmem": 15360, "devcore": 100, "health": True}
+    return json.dumps([{"id": "GPU-a", "health": True}, {"id": "GPU-b", "index": 1}, {**good, **fields}])
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "said"),
+    [
+        ({"devmem": -1}, "devmem", "must be a non-negative integer up to 2147483647, got -1"),
+        ({"devmem": "15360"}, "devmem", "must be a non-negative integer, got '15360'"),
+        ({"devmem": 15360.0}, "devmem", "must be a non-negative integer, got 15360.0"),
+        ({"devmem": True}, "devmem", "must be a non-negative integer, got True"),
+        ({"devmem": 2**31}, "devmem", "must be a non-negative integer up to 2147483647, got 2147483648"),
+        ({"devmem": 10**30}, "devmem", "got a larger integer"),
+        ({"count": [10]}, "count", "must be a non-negative integer, got [10]"),
+        ({"devcore": -5}, "devcore", "non-negative integer"),
+        ({"index": -1}, "index", "non-negative integer"),
+        ({"numa": "0"}, "numa", "must be an integer, got '0'"),
+        ({"numa": 2**31}, "numa", "from -2147483647 to 2147483647"),
+        ({"id": ""}, "id", "required"),
+        ({"id": "   "}, "id", "required"),
+        ({"id": 7}, "id", "required"),
+        ({"id": None}, "id", "required"),
+        ({"id": "GPU,c"}, "id", "must not contain"),
+        ({"id": "GPU:c"}, "id", "must not contain"),
+        ({"health": "true"}, "health", "must be true or false, got 'true'"),
+        ({"health": 1}, "health", "must be true or false, got 1"),
+        ({"type": 4}, "type", "must be a string, got 4"),
+        ({"mode": ["mig"]}, "mode", "must be a string"),
+    ],
+)
+def test_malformed_json_register_card_is_refused_naming_card_and_field(fields, field, said):
+    with pytest.raises(ScenarioError) as raised:
+        decode_node_register(third_card(**fields))
+    assert raised.value.where == f"hami.io/node-nvidia-register[2].{field}"
+    assert said in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("value", "where", "said"),
+    [
+        ('[{"id":"GPU-a"},', "hami.io/node-nvidia-register", "not JSON"),
+        ("[" * 100_000, "hami.io/node-nvidia-register", "JSON"),
+        ('[{"id":"GPU-a","devmem":1' + "0" * 5000 + "}]", "hami.io/node-nvidia-register", "JSON"),
+        ('[{"id":"GPU-a"}, "GPU-b"]', "hami.io/node-nvidia-register[1]", "expected an object"),
+        ('[{"id":"GPU-a"}] trailing', "hami.io/node-nvidia-register", "not JSON"),
+    ],
+)
+def test_json_register_that_does_not_read_is_refused_naming_where(value, where, said):
+    with pytest.raises(ScenarioError) as raised:
+        decode_node_register(value)
+    assert raised.value.where == where
+    assert said in raised.value.message
 
 
 # -- hami.io/node-nvidia-score ---------------------------------------------------------------

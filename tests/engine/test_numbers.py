@@ -41,15 +41,17 @@ def test_pair_scores_python_cannot_even_parse_are_refused(value):
     assert refused.value.where == "hami.io/node-nvidia-score"
 
 
-@pytest.mark.parametrize("field", ["memory", "slots", "cores", "numa"])
-def test_a_register_field_beyond_32_bits_is_refused_naming_the_entry(field):
+@pytest.mark.parametrize(
+    ("field", "named"), [("memory", "devmem"), ("slots", "count"), ("cores", "devcore"), ("numa", "numa")]
+)
+def test_a_register_field_beyond_32_bits_is_refused_naming_the_entry(field, named):
     fields = {"slots": "10", "memory": "15360", "cores": "100", "numa": "0"} | {field: str(2**31)}
     entry = (
         f"GPU-x,{fields['slots']},{fields['memory']},{fields['cores']},T4,{fields['numa']},true,0,hami-core"
     )
     with pytest.raises(ScenarioError) as refused:
         decode_node_register("GPU-ok,10,15360,100,T4,0,true,1,hami-core:" + entry + ":")
-    assert refused.value.where == "hami.io/node-nvidia-register[1]"
+    assert refused.value.where == f"hami.io/node-nvidia-register[1].{named}"
 
 
 @pytest.mark.parametrize(

@@ -105,3 +105,45 @@ def test_an_invalid_pods_policy_without_annotations_is_the_cluster_default():
         ["binpack"],
         None,
     )
+
+
+def test_cores_taken_as_100_share_the_shape_of_100_and_keep_their_warning():
+    """The warning is not part of what decides a verdict: the clamped ask is cached as 100."""
+    clamped = parsed(containers=[container("main", ask(gpu=1, mem=1000, cores=150))])
+    whole = parsed(containers=[container("main", ask(gpu=1, mem=1000, cores=100))])
+    assert clamped.shape == whole.shape and clamped.fit_shape == whole.fit_shape
+    assert clamped.shape != parsed(containers=[container("main", ask(gpu=1, mem=1000, cores=99))]).shape
+    assert clamped.warnings() == {
+        "containers[0].resources.limits.nvidia.com/gpucores": [
+            "container 'main': 150 is above 100, taken as 100"
+        ]
+    }
+    assert whole.warnings() == {}
+
+
+def test_a_percentage_of_zero_has_the_shape_of_no_percentage():
+    zero = parsed(containers=[container("main", ask(gpu=1, pct=0))])
+    assert zero.shape == parsed(containers=[container("main", ask(gpu=1))]).shape
+    assert zero.shape != parsed(containers=[container("main", ask(gpu=1, pct=50))]).shape
+
+
+def test_init_containers_keep_their_places_but_only_gpu_ones_shape_the_pod():
+    """An init container without GPU still writes `;` in `allocated`, so it keeps its place,
+    but it decides nothing on a node."""
+    with_cpu_init = parsed(inits=[CPU_ONLY, container("warm", ONE_GIB)])
+    assert [a and a.count for a in with_cpu_init.inits] == [None, 1]
+    assert with_cpu_init.init_names == ("side", "warm")
+    assert [a.name for a in with_cpu_init.gpu_inits] == ["warm"]
+    assert with_cpu_init.shape == parsed(inits=[container("warm", ONE_GIB)]).shape
+    assert with_cpu_init.shape != parsed().shape
+
+
+def test_policy_warnings_come_first_then_the_containers():
+    pod = parsed(
+        {GPU_POLICY: "binpack,fastest"},
+        containers=[container("main", ask(gpu=1, cores=101))],
+    )
+    assert list(pod.warnings()) == [
+        f"annotations.{GPU_POLICY}",
+        "containers[0].resources.limits.nvidia.com/gpucores",
+    ]

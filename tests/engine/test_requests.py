@@ -9,6 +9,7 @@ from .builders import (
     GPUMEM_PERCENTAGE,
     ask,
     card,
+    card_row,
     container,
     failure,
     node,
@@ -107,6 +108,77 @@ def test_sixteen_cards_is_valid_but_pending():
     assert out["reasons"] == {"NodeInsufficientDevice": 4}
 
 
+# -- two forms HAMi accepts ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "limits, expected",
+    [
+        (ask(gpu=1, pct=0), ("G0", 16000, 100)),
+        (ask(gpu=1, pct=0, mem=1000), ("G0", 1000, 0)),
+        (ask(gpu=1, pct=0, cores=30), ("G0", 16000, 30)),
+        (ask(pct=0), ("G0", 16000, 100)),
+    ],
+    ids=["alone", "beside-gpumem", "beside-gpucores", "without-a-count"],
+)
+def test_a_percentage_of_zero_is_the_resource_left_out(limits, expected):
+    """SPEC 2: `gpumem-percentage: 0` is read as absent, so the defaults apply (alone: the
+    whole card, exclusively); it still names a GPU resource, so the container asks one vGPU."""
+    out = scheduled(container("main", limits))
+    assert grants(out) == [expected]
+    assert out["warnings"] == []
+
+
+def test_cores_above_100_are_taken_as_100_with_a_warning_naming_container_and_value():
+    out = scheduled(container("trainer", ask(gpu=1, mem=1000, cores=150)))
+    assert grants(out) == [("G0", 1000, 100)]
+    assert out["warnings"] == [
+        "containers[0].resources.limits.nvidia.com/gpucores: container 'trainer': 150 is above 100, taken as 100"
+    ]
+
+
+def test_cores_above_100_are_exclusive_like_100():
+    """Taken as 100, the ask wants the whole card: a card with a tenant is refused for it."""
+    busy = node("n1", card("G0", 16000, used=(1, 1000, 0)), card("G1", 16000))
+    out = run_one([busy], pod("p", None, ask(gpu=1, mem=1000, cores=250)))
+    assert picked(out) == ["G1"]
+    assert card_row(out, "G0")["reason"] == "ExclusiveDeviceAllocateConflict"
+
+
+def test_every_warning_is_kept_in_container_order_app_containers_first():
+    out = run_one(
+        [FOUR_CARDS],
+        pod(
+            "p",
+            init=[container("warm", {GPU: 1, GPUMEM: 100, GPUCORES: "101"})],
+            containers=[container("a", requests=ask(gpu=1, mem=100, cores=300)), container("b", ask(gpu=1))],
+        ),
+    )
+    assert out["status"] == "scheduled"
+    assert out["warnings"] == [
+        "containers[0].resources.requests.nvidia.com/gpucores: container 'a': 300 is above 100, taken as 100",
+        "initContainers[0].resources.limits.nvidia.com/gpucores: container 'warm': 101 is above 100, taken as 100",
+    ]
+
+
+def test_a_pending_pod_keeps_its_warnings():
+    out = run_one([FOUR_CARDS], pod("p", None, ask(gpu=5, cores=120)))
+    assert out["status"] == "pending"
+    assert out["warnings"] == [
+        "containers[0].resources.limits.nvidia.com/gpucores: container 'main': 120 is above 100, taken as 100"
+    ]
+
+
+def test_memory_with_a_unit_is_refused_saying_so():
+    """`16Gi` read as MiB would be 17179869184 MiB and wait forever: refused naming the field."""
+    out = run_one([FOUR_CARDS], pod("p", None, {GPU: 1, GPUMEM: "16Gi"}))
+    assert out["status"] == "rejected"
+    assert out["error"] == (
+        "containers[0].resources.limits.nvidia.com/gpumem: container 'main': must be a non-negative "
+        "integer (MiB), got '16Gi': a plain number, without a unit"
+    )
+
+
 # -- invalid values ----------------------------------------------------------------------------
 
 
@@ -121,10 +193,13 @@ def test_sixteen_cards_is_valid_but_pending():
         (GPUMEM, -1),
         (GPUMEM, "lots"),
         (GPUMEM, 10.5),
-        (GPUMEM_PERCENTAGE, 0),
+        (GPUMEM, "16Gi"),
+        (GPUMEM, "500M"),
+        (GPUMEM_PERCENTAGE, -1),
         (GPUMEM_PERCENTAGE, 101),
+        (GPUMEM_PERCENTAGE, "50%"),
         (GPUCORES, -1),
-        (GPUCORES, 101),
+        (GPUCORES, 1.5),
         (GPUCORES, "half"),
     ],
 )
@@ -165,7 +240,7 @@ def test_pod_asking_no_gpu_is_rejected():
 
 def test_rejected_pod_takes_nothing_and_the_next_pod_still_runs():
     pods = [
-        pod("bad", None, ask(gpu=1, cores=150)),
+        pod("bad", None, ask(gpu=1, cores=-1)),
         pod("good", None, ask(gpu=1)),
     ]
     bad, good = run([node("n1", card("G0"))], pods)
@@ -187,7 +262,7 @@ def test_init_container_gives_its_card_back_before_the_app_containers():
     )
     assert out["status"] == "scheduled"
     assert [c["name"] for c in out["containers"]] == ["main"]
-    assert out["allocated"] == "G0,NVIDIA,6000,0:;"
+    assert out["allocated"] == "G0,NVIDIA,6000,0:;G0,NVIDIA,6000,0:;"
 
 
 def test_init_containers_fit_one_at_a_time():
@@ -232,7 +307,7 @@ def test_init_container_usage_is_not_kept_for_later_pods():
 
 
 def test_invalid_init_container_rejects_the_pod():
-    out = run_one([ONE_CARD], pod("p", init=[container("setup", ask(gpu=1, cores=101))], limits=ask(gpu=1)))
+    out = run_one([ONE_CARD], pod("p", init=[container("setup", ask(gpu=1, cores=-1))], limits=ask(gpu=1)))
     assert out["status"] == "rejected"
     assert "setup" in out["error"]
     assert GPUCORES in out["error"]

@@ -183,7 +183,7 @@ def test_invalid_pods_are_rejected_and_the_rest_still_run():
     pods = [
         pod("bad-weights", {WEIGHTS: "slot=1"}, ONE_GIB),
         pod("ok-1", None, ONE_GIB),
-        pod("bad-cores", None, ask(gpu=1, cores=250)),
+        pod("bad-cores", None, ask(gpu=1, cores=-5)),
         pod("no-gpu", containers=[container("web", limits={"cpu": "2"})]),
         pod("ok-2", {GPU_POLICY: "binpack"}, ONE_GIB),
     ]

@@ -201,7 +201,7 @@ def test_cluster_config_defaults_are_node_binpack_card_spread():
 
 def test_rejected_decision_names_the_field():
     decision = Scheduler(t4_cluster()).decide(
-        PodSpec(name="p", containers=[container("main", ask(gpu=1, pct=0))])
+        PodSpec(name="p", containers=[container("main", ask(gpu=1, pct=101))])
     )
     assert decision.status == "rejected"
     assert decision.error_field == "containers[0].resources.limits.nvidia.com/gpumem-percentage"

@@ -245,7 +245,11 @@ def test_init_containers_fit_alone_and_hold_nothing_afterwards():
     pod = submit("p", gpu=1, mem=3000, init=[{"name": "warmup", "resources": limits(gpu=1, mem=7000)}])
     run_cycle()
     pod = reload(pod)
-    assert pod.allocated == "GPU-0,NVIDIA,3000,0:;" and Card.objects.get().used_memory == 3000
+    # SPEC 8: the init container first in the allocation; only the app container holds usage.
+    assert (
+        pod.allocated == "GPU-0,NVIDIA,7000,0:;GPU-0,NVIDIA,3000,0:;"
+        and Card.objects.get().used_memory == 3000
+    )
 
 
 def test_the_snapshot_takes_the_same_few_queries_however_big_the_cluster(django_assert_max_num_queries):

@@ -52,7 +52,7 @@ def engine_payloads() -> list[dict]:
         pod("spread", "spread", **ask),
         pod("binpack", "binpack", **ask),
         pod("waits", "binpack", "mutex", **{"nvidia.com/gpu": 2, "nvidia.com/gpumem": 15000}),
-        pod("rejected", "spread", **{"nvidia.com/gpucores": 150}),
+        pod("rejected", "spread", **{"nvidia.com/gpucores": -1}),
     )
     return json.loads(json.dumps(decided))  # as stored: JSON has lists, not tuples
 

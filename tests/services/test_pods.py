@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
         ),
         (
             {},
-            {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 101},
+            {"nvidia.com/gpu": 1, "nvidia.com/gpucores": -1},
             "containers[0].resources.limits.nvidia.com/gpucores",
         ),
         ({}, {"nvidia.com/gpu": 0}, "containers[0].resources.limits.nvidia.com/gpu"),

@@ -25,7 +25,7 @@ def test_a_pending_pod_renders_its_reasons_and_a_rejected_pod_its_error():
     assert pending["status"] == "pending"
     html = render(pending)
     assert "Why it waits" in html and "1 of 1 cards on n1 lack the free memory asked" in html
-    rejected = scenario([card("A", 0)], "spread", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150})
+    rejected = scenario([card("A", 0)], "spread", {"nvidia.com/gpu": 1, "nvidia.com/gpucores": -1})
     html = render(rejected)
     assert rejected["status"] == "rejected" and "gpucores" in html and 'data-testid="decision-error"' in html
 

@@ -107,7 +107,7 @@ class PodViewSet(
             uid=pod["uid"],
             origin=Pod.API,
         )
-        warnings = parse_pod(submitted.as_spec(), SchedulerConfig.current()).policy.warnings()
+        warnings = parse_pod(submitted.as_spec(), SchedulerConfig.current()).warnings()
         answer = s.PodSubmittedSerializer(submitted, context={"warnings": warnings, "request": request})
         created = before is None or before in Pod.FINISHED
         return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

@@ -1,0 +1,157 @@
+"""`GET /metrics` on the web app: this process's event series (`scheduling.ops.metrics`) plus
+the cluster state, read from the database at scrape time. Only the web process serves the
+cluster-state gauges (`hamiadmin_card_*`, pending pods, node ages), so they are counted once
+however many workers run; workers and the kube agent serve their event series on their own
+port (`metrics.serve_from_env`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.http import HttpResponse, HttpResponseNotAllowed
+from django.utils import timezone
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from scheduling.models import Card, Node, Pod
+
+from .metrics import CONTENT_TYPE, MIB
+
+log = logging.getLogger("scheduling.ops.metrics")
+
+# --- cluster state, read at scrape time -----------------------------------------------
+
+
+class ClusterStateCollector:
+    """Gauges computed from the database on each scrape of `/metrics` (three queries).
+
+    A database error does not fail the scrape: the event series are still served and
+    `hamiadmin_cluster_state_up` says 0.
+    """
+
+    def collect(self):
+        up = GaugeMetricFamily(
+            "hamiadmin_cluster_state_up", "1 if the cluster state below was read from the database."
+        )
+        try:
+            families = self._families(timezone.now())
+        except DatabaseError as exc:
+            log.warning("metrics: cluster state not read: %s", type(exc).__name__)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    @staticmethod
+    def _families(now) -> list:
+        pending = GaugeMetricFamily(
+            "hamiadmin_pending_pods", "Pods waiting for a placement (parked invalid pods included)."
+        )
+        pending.add_metric([], Pod.objects.filter(status=Pod.PENDING).count())
+
+        labels = ["node", "uuid", "type"]
+        card_families = {
+            "slots": GaugeMetricFamily("hamiadmin_card_slots", "vGPU slots a card offers.", labels=labels),
+            "used_slots": GaugeMetricFamily(
+                "hamiadmin_card_slots_used", "vGPU slots in use on a card.", labels=labels
+            ),
+            "memory": GaugeMetricFamily("hamiadmin_card_memory_bytes", "Memory of a card.", labels=labels),
+            "used_memory": GaugeMetricFamily(
+                "hamiadmin_card_memory_used_bytes", "Memory of a card granted to pods.", labels=labels
+            ),
+            "cores": GaugeMetricFamily(
+                "hamiadmin_card_cores", "Compute of a card in percent (100 = the whole card).", labels=labels
+            ),
+            "used_cores": GaugeMetricFamily(
+                "hamiadmin_card_cores_used", "Compute of a card granted to pods, in percent.", labels=labels
+            ),
+        }
+        rows = Card.objects.order_by("node__name", "index", "uuid").values_list(
+            "node__name",
+            "uuid",
+            "type",
+            "slots",
+            "used_slots",
+            "memory",
+            "used_memory",
+            "cores",
+            "used_cores",
+        )
+        for node, uuid, card_type, slots, used_slots, memory, used_memory, cores, used_cores in rows:
+            values = [node, uuid, card_type]
+            card_families["slots"].add_metric(values, slots)
+            card_families["used_slots"].add_metric(values, used_slots)
+            card_families["memory"].add_metric(values, memory * MIB)
+            card_families["used_memory"].add_metric(values, used_memory * MIB)
+            card_families["cores"].add_metric(values, cores)
+            card_families["used_cores"].add_metric(values, used_cores)
+
+        age = GaugeMetricFamily(
+            "hamiadmin_node_report_age_seconds",
+            "Seconds since a node's agent last reported (nodes that never reported are left out).",
+            labels=["node"],
+        )
+        ready = GaugeMetricFamily(
+            "hamiadmin_node_ready", "1 if the node takes new pods (its agent reports).", labels=["node"]
+        )
+        for name, is_ready, heartbeat in Node.objects.order_by("name").values_list(
+            "name", "ready", "last_heartbeat"
+        ):
+            ready.add_metric([name], 1 if is_ready else 0)
+            if heartbeat is not None:
+                age.add_metric([name], max(0.0, (now - heartbeat).total_seconds()))
+        over = GaugeMetricFamily(
+            "hamiadmin_cards_over_capacity",
+            "Cards whose latest report is smaller than what their tenants hold (Card.over_capacity).",
+        )
+        over.add_metric([], Card.objects.exclude(over_capacity="").count())
+        return [pending, *card_families.values(), age, ready, over]
+
+
+CLUSTER_STATE = CollectorRegistry(auto_describe=False)
+CLUSTER_STATE.register(ClusterStateCollector())
+
+
+def exposition() -> bytes:
+    """This process's event series and the cluster state, in the Prometheus text format."""
+    return generate_latest(REGISTRY) + generate_latest(CLUSTER_STATE)
+
+
+def metrics_token_problem(request) -> tuple[int, str] | None:
+    """None when the scrape may proceed, else (status, why not).
+
+    With HAMI_METRICS_TOKEN set, the scrape needs `Authorization: Bearer <token>` (401). Without
+    one, /metrics is open in development and closed in production (403): there it is served
+    behind a token only."""
+    expected = str(settings.HAMIADMIN.get("METRICS_TOKEN") or "")
+    if not expected:
+        if getattr(settings, "PRODUCTION", False):
+            return 403, "metrics need a token in production: set HAMI_METRICS_TOKEN"
+        return None
+    header = request.headers.get("Authorization", "")
+    presented = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    if presented and hmac.compare_digest(presented.encode(), expected.encode()):
+        return None
+    return 401, "missing or wrong metrics token (Authorization: Bearer)"
+
+
+def metrics_view(request):
+    """GET /metrics: open in development unless HAMI_METRICS_TOKEN is set; behind it in production."""
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    problem = metrics_token_problem(request)
+    if problem:
+        code, why = problem
+        response = HttpResponse(why + "\n", status=code, content_type="text/plain; charset=utf-8")
+        if code == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    response = HttpResponse(exposition(), content_type=CONTENT_TYPE)
+    response["Cache-Control"] = "no-store"
+    return response
