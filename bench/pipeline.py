@@ -4,7 +4,8 @@ latency from a release to the placement of a pod waiting for that capacity.
     python -m bench.pipeline [--nodes 100,1000] [--pods 5000] [--backends sqlite,postgresql]
 
 Each run gets a throwaway database: a temporary SQLite file, and a PostgreSQL database
-`hamiadmin_bench` created and dropped on the server of DATABASE_URL (or
+`hamiadmin_bench_<pid>` (its own name, so two benches at once never drop each other's)
+created and dropped on the server of DATABASE_URL (or
 postgres://postgres@127.0.0.1:5432 when DATABASE_URL is not PostgreSQL); PostgreSQL is
 skipped when that server cannot be reached. Each run is a child process (a fresh Django
 on its own database); the parent prints the table.
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
-BENCH_DATABASE = "hamiadmin_bench"
+BENCH_DATABASE = f"hamiadmin_bench_{os.getpid()}"
 REPO = Path(__file__).resolve().parent.parent
 
 
