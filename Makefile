@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint bench venv clean
+.PHONY: run test chaos lint bench venv clean
 
 venv: $(STAMP)
 
@@ -19,8 +19,17 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/python manage.py demo --host $(HOST) --port $(PORT)
 
+# The chaos suite (tests/chaos, marker `chaos`) is its own target: `make chaos`.
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not chaos" $(PYTEST_ARGS)
+
+# Faults, fuzzing, security table and concurrency figures (docs/reliability.md).
+# CHAOS_SCALE=ci (default, about 3 minutes) or full; loopback only; figures also in var/chaos-figures.jsonl.
+CHAOS_SCALE ?= ci
+chaos: $(STAMP)
+	rm -f var/chaos-figures.jsonl
+	CHAOS_SCALE=$(CHAOS_SCALE) CHAOS_FIGURES_FILE=var/chaos-figures.jsonl \
+	  $(BIN)/python -m pytest tests/chaos -m chaos -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

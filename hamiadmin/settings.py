@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "django_filters",
+    "django_tables2",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "scheduling",
@@ -63,7 +64,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "hamiadmin.urls"
+# The admission webhook's TLS server (deploy/k8s: the web pod's `webhook` container) serves
+# only the webhook, its probes and metrics: HAMIADMIN_URLCONF=kube.webhook.urls.
+ROOT_URLCONF = os.environ.get("HAMIADMIN_URLCONF", "hamiadmin.urls")
 WSGI_APPLICATION = "hamiadmin.wsgi.application"
 ASGI_APPLICATION = "hamiadmin.asgi.application"
 
@@ -166,9 +169,17 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 
 # --- Scheduler --------------------------------------------------------------
+# HAMi's own configuration keys, from a mounted file (HAMI_CONFIG_FILE) or HAMI_CONFIG
+# (kube/hamiconfig.py, docs/migrating-from-hami.md). Its policies win over the HAMI_* ones below.
+from kube.hamiconfig import load as _load_hami_config  # noqa: E402 - pure, reads no setting
+
+HAMI_CONFIG = _load_hami_config(os.environ)
 HAMIADMIN = {
-    "NODE_SCHEDULER_POLICY": os.environ.get("HAMI_NODE_SCHEDULER_POLICY", "binpack"),
-    "GPU_SCHEDULER_POLICY": os.environ.get("HAMI_GPU_SCHEDULER_POLICY", "spread"),
+    "NODE_SCHEDULER_POLICY": HAMI_CONFIG.node_scheduler_policy
+    or os.environ.get("HAMI_NODE_SCHEDULER_POLICY", "binpack"),
+    "GPU_SCHEDULER_POLICY": HAMI_CONFIG.gpu_scheduler_policy
+    or os.environ.get("HAMI_GPU_SCHEDULER_POLICY", "spread"),
+    "HAMI_CONFIG": HAMI_CONFIG,
     "SAFETY_CYCLE_SECONDS": float(os.environ.get("HAMI_SAFETY_CYCLE_SECONDS", "5")),
     "HEARTBEAT_TIMEOUT_SECONDS": float(os.environ.get("HAMI_HEARTBEAT_TIMEOUT_SECONDS", "60")),
     "DECISIONS_PER_POD": int(os.environ.get("HAMI_DECISIONS_PER_POD", "20")),
@@ -181,6 +192,7 @@ HAMIADMIN = {
     "SINGLE_FLIGHT": env_bool("HAMI_SINGLE_FLIGHT", True),
     "CYCLE_MAX_PODS": int(os.environ.get("HAMI_CYCLE_MAX_PODS", "1000")),
     "DECISION_TOP": int(os.environ.get("HAMI_DECISION_TOP", "20")),
+    "CLOSEST_NODES": int(os.environ.get("HAMI_CLOSEST_NODES", "5")),
     "BACKOFF_BASE_SECONDS": float(os.environ.get("HAMI_BACKOFF_BASE_SECONDS", "0.5")),
     "BACKOFF_MAX_SECONDS": float(os.environ.get("HAMI_BACKOFF_MAX_SECONDS", "30")),
     "LOOP_POLL_SECONDS": float(os.environ.get("HAMI_LOOP_POLL_SECONDS", "0.5")),
@@ -194,6 +206,22 @@ HAMIADMIN = {
     "EXTENDER_TOKEN": os.environ.get("HAMI_EXTENDER_TOKEN", ""),
     "KUBECONFIG": os.environ.get("HAMI_KUBECONFIG", ""),
     "BIND_PHASE_SUCCESS": env_bool("HAMI_BIND_PHASE_SUCCESS", True),
+    # HAMi's node lock (hami.io/mutex.lock, kube/nodelock.py) around each bind: how long a lock
+    # whose pod still waits is honoured before it is taken over; 0 turns the lock off.
+    "NODE_LOCK_SECONDS": float(os.environ.get("HAMI_NODE_LOCK_SECONDS", "15")),
+    # Admission webhook (kube/webhook, docs/kubernetes.md): `all` sets schedulerName on GPU pods
+    # that name none, default-scheduler or hami-scheduler; `off` leaves it to the pods.
+    "WEBHOOK_SCHEDULER_NAME": os.environ.get("HAMI_WEBHOOK_SCHEDULER_NAME", "all").strip().lower(),
+    # NVIDIA_VISIBLE_DEVICES=none on the containers of GPU pods that ask no GPU (HAMi's overwriteEnv).
+    "WEBHOOK_HIDE_GPUS": env_bool(
+        "HAMI_WEBHOOK_HIDE_GPUS", HAMI_CONFIG.overwrite_env if HAMI_CONFIG.overwrite_env is not None else True
+    ),
+    "WEBHOOK_RUNTIME_CLASS": os.environ.get(
+        "HAMI_WEBHOOK_RUNTIME_CLASS", HAMI_CONFIG.runtime_class_name or ""
+    ),
+    # JSON: {"namespace": {"hami.io/gpu-scheduler-policy": "binpack", ...}}, added where a pod has none.
+    "WEBHOOK_NAMESPACE_POLICIES": os.environ.get("HAMI_WEBHOOK_NAMESPACE_POLICIES", ""),
+    "WEBHOOK_MAX_BODY_BYTES": int(os.environ.get("HAMI_WEBHOOK_MAX_BODY_BYTES", str(16 * 1024 * 1024))),
     # Observability (docs/deploy.md): a bearer token for /metrics; without one /metrics is open
     # in development and closed (403) in production.
     "METRICS_TOKEN": os.environ.get("HAMI_METRICS_TOKEN", ""),

@@ -4,8 +4,10 @@
 - `pods`, `nodes`: reading pods and HAMi node annotations (pure; what of their text the
   database can hold is `scheduling.storable`).
 - `informer`, `sync`: list/watch with resume, relist and back-off; into `scheduling.services`.
-- `binder`: SPEC 8 annotations and the Binding, and repairing binds left half-done;
-  `events`: deduplicated Events.
+- `binder`: SPEC 8 annotations and the Binding, and repairing binds left half-done, inside
+  HAMi's node lock (`nodelock`, `hami.io/mutex.lock`); `events`: deduplicated Events.
 - `leader`: Lease-based leader election; `agent`: the loop that ties them together.
 - `extender`, `views`, `urls`: kube-scheduler's extender protocol (filter, bind).
+- `webhook`: the admission webhook (validating with the engine, mutating as HAMi's), served
+  over TLS by the web image; `hamiconfig`: HAMi's scheduler configuration keys.
 """

@@ -26,14 +26,15 @@ from dataclasses import dataclass
 
 from django.db import close_old_connections, connections
 
-from scheduling.engine import ScenarioError
+from scheduling.engine import ScenarioError, explain
 from scheduling.engine.encoding import decode_allocation
-from scheduling.models import Pod
+from scheduling.models import Decision, Pod
+from scheduling.pipeline.snapshot import card_tenants
 
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .binder import BIND_COMPLETED, BOUND, FAILED, GONE, Binder, half_done
-from .events import EventRecorder, PodRef
+from .events import MAX_MESSAGE, EventRecorder, PodRef
 from .informer import Backoff, Informer
 from .leader import LeaderElector
 from .sync import NodeSync, PodSync
@@ -290,20 +291,35 @@ class KubeAgent:
         return True
 
     def report_waiting(self) -> None:
-        rows = Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED), origin=Pod.KUBERNETES).exclude(
-            uid=""
+        """A `FailedScheduling` event per waiting pod of ours: the one-line reason, and for a
+        pending pod its closest node's card reasons and what would make it fit
+        (`explain.failed_scheduling_message`, within the event's MAX_MESSAGE characters)."""
+        rows = (
+            Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED), origin=Pod.KUBERNETES)
+            .exclude(uid="")
+            .with_latest_decision()
         )
-        for namespace, name, uid, reason, error in rows.values_list(
-            "namespace", "name", "uid", "reason", "error"
+        waiting = []
+        for namespace, name, uid, status, reason, error, latest in rows.values_list(
+            "namespace", "name", "uid", "status", "reason", "error", "latest_decision_id"
         ):
-            if not self.is_leader():
-                return
             obj = self.pods.get(namespace, name)
             if obj is None or pod_objects.uid_of(obj) != uid or pod_objects.node_of(obj):
                 continue
-            text = reason or error
-            if text:
-                self.events.failed_scheduling(PodRef(namespace, name, uid), text)
+            if reason or error:
+                waiting.append((PodRef(namespace, name, uid), status, reason or error, latest))
+        ids = [latest for _, status, _, latest in waiting if status == Pod.PENDING and latest]
+        payloads = dict(Decision.objects.filter(pk__in=ids).values_list("id", "payload")) if ids else {}
+        tenants = card_tenants(
+            uuid for payload in payloads.values() for uuid in explain.card_tenant_uuids(payload)
+        )
+        for ref, _status, text, latest in waiting:
+            if not self.is_leader():
+                return
+            payload = payloads.get(latest)
+            if payload:
+                text = explain.failed_scheduling_message(payload, text, MAX_MESSAGE, tenants)
+            self.events.failed_scheduling(ref, text)
 
 
 def _decode(allocated: str) -> list[list[str]]:

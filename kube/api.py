@@ -148,6 +148,16 @@ class KubeApi:
     def watch_nodes(self, resource_version: str, timeout_seconds: int = 60):
         return self._watch(self.core.list_node, resource_version, timeout_seconds)
 
+    @needs(("", "nodes", "get"))
+    def get_node(self, name: str) -> dict:
+        return self._call(self.core.read_node, name)
+
+    @needs(("", "nodes", "patch"))
+    def patch_node(self, name: str, patch: dict) -> dict:
+        """JSON merge patch (the node lock, `hami.io/mutex.lock`); with `metadata.resourceVersion`
+        the server refuses it (409) if the node changed since."""
+        return self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
     # -- events (core/v1) ---------------------------------------------------------------
 
     @needs(("", "events", "create"))
@@ -215,6 +225,8 @@ WATCHER_AGENT_CALLS = (
     KubeApi.bind_pod,
     KubeApi.list_nodes,
     KubeApi.watch_nodes,
+    KubeApi.get_node,
+    KubeApi.patch_node,
     KubeApi.create_event,
     KubeApi.patch_event,
     KubeApi.get_lease,
@@ -233,8 +245,14 @@ EXTENDER_AGENT_CALLS = (
     KubeApi.create_lease,
     KubeApi.replace_lease,
 )
-#: The web app's `POST /extender/bind`: the Binder's annotations and Binding, nothing else.
-EXTENDER_WEB_CALLS = (KubeApi.get_pod, KubeApi.patch_pod, KubeApi.bind_pod)
+#: The web app's `POST /extender/bind`: the Binder's node lock, annotations and Binding.
+EXTENDER_WEB_CALLS = (
+    KubeApi.get_pod,
+    KubeApi.patch_pod,
+    KubeApi.bind_pod,
+    KubeApi.get_node,
+    KubeApi.patch_node,
+)
 
 
 def rules_for(calls) -> tuple[Grant, ...]:

@@ -18,6 +18,14 @@ pod deleted and created again under the same name never touches the new one.
 A leader killed between the Binding and the last patch leaves a pod bound with
 `bind-phase: allocating`; `repair` (run by the next leader) finishes it when hamiadmin holds
 its placement on that node, and marks it `failed` otherwise.
+
+Around it all, HAMi's node lock (`kube.nodelock`, `hami.io/mutex.lock`): taken before the
+first annotation, given back when the bind fails, and after `bind-phase: success` when
+`complete_phase` is on; with it off, HAMi's device plugin gives it back once it has handed
+out the cards. While another pod's live bind holds the node the outcome is `locked`
+(nothing changed; the caller tries again on its next pass). A stale lock (its pod gone or
+done, or older than `HAMI_NODE_LOCK_SECONDS`) is taken over and recorded as an Event
+(`NodeLockTakenOver` on `node/<name>`).
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+
+from django.conf import settings
 
 from scheduling import services
 from scheduling.engine import encoding
@@ -34,14 +44,19 @@ from scheduling.ops import metrics
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .events import ACTOR
+from .nodelock import KEY as NODE_LOCK
+from .nodelock import NodeLock, NodeLocked
 
 log = logging.getLogger("hamiadmin.kube.binder")
 
-BOUND, GONE, FAILED, UNAVAILABLE = "bound", "gone", "failed", "unavailable"
+BOUND, GONE, FAILED, UNAVAILABLE, LOCKED = "bound", "gone", "failed", "unavailable", "locked"
 #: `bind-phase` values that end a bind; any other on a bound pod is a bind left half-done.
 SETTLED_PHASES = ("success", "failed")
 #: `Event.reason` of a repaired bind: finished (hamiadmin holds the placement) or failed.
 BIND_COMPLETED, BIND_ABANDONED = "BindCompleted", "BindFailed"
+#: `Event.reason` (kind `bind_repaired`) of a stale node lock taken over: a binder's leftover.
+NODE_LOCK_TAKEN_OVER = "NodeLockTakenOver"
+_FROM_SETTINGS = object()
 
 
 def half_done(pod: dict) -> bool:
@@ -85,13 +100,25 @@ def requeue(row: Pod, why: str, retry_after: float = 0.0) -> Pod | None:
 
 class Binder:
     """`complete_phase`: write `bind-phase: success` after the Binding. Off for nodes run by
-    HAMi's device plugin, which looks for the pod by `allocating` and completes it itself."""
+    HAMi's device plugin, which looks for the pod by `allocating` and completes it itself.
+    `node_lock`: HAMi's node lock (default: `HAMI_NODE_LOCK_SECONDS`, off at 0)."""
 
-    def __init__(self, api: KubeApi, complete_phase: bool = True, conflict_retries: int = 5, clock=time.time):
+    def __init__(
+        self,
+        api: KubeApi,
+        complete_phase: bool = True,
+        conflict_retries: int = 5,
+        clock=time.time,
+        node_lock=_FROM_SETTINGS,
+    ):
         self.api = api
         self.complete_phase = complete_phase
         self.conflict_retries = conflict_retries
         self.clock = clock
+        if node_lock is _FROM_SETTINGS:
+            seconds = float(settings.HAMIADMIN.get("NODE_LOCK_SECONDS", 15))
+            node_lock = NodeLock(api, seconds, clock) if seconds > 0 else None
+        self.node_lock: NodeLock | None = node_lock  # type: ignore[assignment]
 
     def annotations(self, row: Pod, phase: str) -> dict[str, str]:
         """SPEC 8's six placement annotations for `row` (`encoding.placement_annotations`)."""
@@ -135,6 +162,49 @@ class Binder:
     def bind(self, row: Pod, retry_after: float = 0.0) -> BindResult:
         """Annotate, bind, mark success; see the module docstring for the outcomes.
         `retry_after`: how long a refused pod waits before the next cycle may place it."""
+        node = row.node.name
+        held, refused = self._lock(row, retry_after)
+        if refused is not None:
+            return refused
+        result = self._bind(row, retry_after)
+        if held and self.node_lock is not None and (result.outcome != BOUND or self.complete_phase):
+            # Bound with complete_phase off: HAMi's device plugin gives the lock back after
+            # handing out the cards. Anything else: nobody will, so we do (or it expires).
+            self.node_lock.release(node, row.namespace, row.name)
+        return result
+
+    def _lock(self, row: Pod, retry_after: float) -> tuple[bool, BindResult | None]:
+        """Take the node lock: (held, the result when the bind cannot go on). A node Kubernetes
+        does not know has no lock to take (nor a device plugin to read one): the bind goes on."""
+        if self.node_lock is None:
+            return False, None
+        node = row.node.name
+        try:
+            why = self.node_lock.acquire(node, row.namespace, row.name)
+        except NodeLocked as exc:
+            log.info("pod %s waits to bind: %s", row.key, exc)
+            return False, BindResult(LOCKED, str(exc))
+        except ApiUnavailable as exc:
+            log.warning("pod %s not bound yet, API server unavailable: %s", row.key, exc)
+            return False, BindResult(UNAVAILABLE, str(exc))
+        except ApiError as exc:
+            if exc.status == 404:
+                log.warning("pod %s: node %s has no Node object to lock; binding unlocked", row.key, node)
+                return False, None
+            metrics.bind_failed("refused")
+            requeue(row, f"locking node {node} ({NODE_LOCK}) failed: {exc}", retry_after)
+            return False, BindResult(FAILED, str(exc))
+        if why:
+            record_event(
+                Event.BIND_REPAIRED,
+                f"node/{node}",
+                NODE_LOCK_TAKEN_OVER,
+                f"took over {NODE_LOCK} to bind pod {row.key}: {why}",
+                actor=ACTOR,
+            )
+        return True, None
+
+    def _bind(self, row: Pod, retry_after: float) -> BindResult:
         node = row.node.name
         try:
             annotated = self.annotate(row, self.annotations(row, "allocating"))

@@ -10,6 +10,10 @@ rewrites every quantity in canonical form: a manifest's `gpumem: 3000` comes bac
 the `k` suffix, an exponent, a decimal point) is read as that number; any other unit
 (`16Gi`, `500M`, `1500m`) is kept as written, and the engine refuses the pod naming the
 field, as the simulator does: read as MiB, `16Gi` would be 17179869184 MiB and wait forever.
+
+A cluster that renamed HAMi's resources (`resourceCountName: hami.io/gpu`...) or counts
+`gpumem` in units of `memoryFactor` MiB (`kube.hamiconfig`) is read in those terms: the
+stored containers carry the SPEC 2 names and MiB, as the engine reads them.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import re
 from decimal import Decimal, DecimalException
 
 from scheduling.engine.errors import PodInvalid
-from scheduling.engine.requests import RESOURCES
+from scheduling.engine.requests import GPUMEM
 from scheduling.storable import printable, why_unstorable
+
+from .hamiconfig import HamiConfig, current
 
 NODE = "hami.io/vgpu-node"
 TIME = "hami.io/vgpu-time"
@@ -118,26 +124,39 @@ def resource_value(value, where: str):
     raise PodInvalid(where, f"must be a quantity (a string or a number), got {type(value).__name__}")
 
 
-def gpu_resources(resources, where: str = "resources") -> dict:
-    """limits/requests restricted to the SPEC 2 resources, quantities read. Raises PodInvalid
-    for a value that cannot be stored (`resource_value`)."""
+def gpu_resources(resources, where: str = "resources", config: HamiConfig | None = None) -> dict:
+    """limits/requests restricted to the SPEC 2 resources (as this cluster names them, stored
+    under the SPEC 2 names), quantities read, `gpumem` times `memoryFactor`. Raises PodInvalid
+    for a value that cannot be stored (`resource_value`), naming the field as written."""
     if not isinstance(resources, dict):
         return {}
+    config = config or current()
+    names = config.resources.canonical()
     kept = {}
     for section in ("limits", "requests"):
         values = resources.get(section)
         if isinstance(values, dict):
-            picked = {
-                name: resource_value(values[name], f"{where}.{section}.{name}")
-                for name in RESOURCES
-                if name in values
-            }
+            picked = {}
+            for written, canonical in names.items():
+                if written not in values:
+                    continue
+                path = f"{where}.{section}.{written}"
+                value = resource_value(values[written], path)
+                if canonical == GPUMEM and config.memory_factor > 1 and _whole(value):
+                    value *= config.memory_factor
+                    if abs(value) > LARGEST_QUANTITY:
+                        raise PodInvalid(path, f"out of range: at most {LARGEST_QUANTITY} MiB")
+                picked[canonical] = value
             if picked:
                 kept[section] = picked
     return kept
 
 
-def container_view(container, where: str = "containers[0]") -> dict:
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def container_view(container, where: str = "containers[0]", config: HamiConfig | None = None) -> dict:
     """A container as stored: its name and GPU resources. Raises PodInvalid for a name that is
     not a storable string, or a resource value that cannot be stored."""
     if not isinstance(container, dict):
@@ -148,7 +167,10 @@ def container_view(container, where: str = "containers[0]") -> dict:
     problem = why_unstorable(name)
     if problem:
         raise PodInvalid(f"{where}.name", problem)
-    return {"name": name, "resources": gpu_resources(container.get("resources"), f"{where}.resources")}
+    return {
+        "name": name,
+        "resources": gpu_resources(container.get("resources"), f"{where}.resources", config),
+    }
 
 
 def meta(pod) -> dict:
@@ -200,15 +222,24 @@ def _containers(pod: dict, key: str) -> list:
     return found if isinstance(found, list) else []
 
 
-def asks_gpu(pod: dict) -> bool:
-    """Whether any container or init container names a SPEC 2 resource."""
-    for container in _containers(pod, "containers") + _containers(pod, "initContainers"):
-        resources = container.get("resources") if isinstance(container, dict) else None
-        for section in ("limits", "requests"):
-            values = resources.get(section) if isinstance(resources, dict) else None
-            if isinstance(values, dict) and any(name in values for name in RESOURCES):
-                return True
+def container_asks_gpu(container, config: HamiConfig | None = None) -> bool:
+    """Whether the container names a SPEC 2 resource (as this cluster names them)."""
+    names = (config or current()).resources.canonical()
+    resources = container.get("resources") if isinstance(container, dict) else None
+    for section in ("limits", "requests"):
+        values = resources.get(section) if isinstance(resources, dict) else None
+        if isinstance(values, dict) and any(name in values for name in names):
+            return True
     return False
+
+
+def asks_gpu(pod: dict, config: HamiConfig | None = None) -> bool:
+    """Whether any container or init container names a SPEC 2 resource."""
+    config = config or current()
+    return any(
+        container_asks_gpu(container, config)
+        for container in _containers(pod, "containers") + _containers(pod, "initContainers")
+    )
 
 
 def _text(value, field: str, limit: int, default: str = "") -> str:
@@ -250,7 +281,7 @@ def _annotations(pod: dict) -> dict[str, str]:
     return kept
 
 
-def _container_list(pod: dict, key: str, required: bool) -> list[dict]:
+def _container_list(pod: dict, key: str, required: bool, config: HamiConfig) -> list[dict]:
     found = spec(pod).get(key)
     if found is None:
         found = []
@@ -258,10 +289,10 @@ def _container_list(pod: dict, key: str, required: bool) -> list[dict]:
         raise PodInvalid(key, "must be a list of containers")
     if required and not found:
         raise PodInvalid(key, "a pod needs at least one container")
-    return [container_view(c, f"{key}[{i}]") for i, c in enumerate(found)]
+    return [container_view(c, f"{key}[{i}]", config) for i, c in enumerate(found)]
 
 
-def submission(pod: dict) -> dict:
+def submission(pod: dict, config: HamiConfig | None = None) -> dict:
     """Keyword arguments of `services.submit_pod` for this pod, every one of them storable.
 
     Raises PodInvalid naming the field (`name`, `annotations.<key>`, `containers[0].name`,
@@ -269,8 +300,10 @@ def submission(pod: dict) -> dict:
     as read: text the database cannot store (NUL), a wrong type, a number out of range. The
     watcher records such a pod as refused (docs/kubernetes.md, *Refused objects*). What the
     engine judges (a resource of "lots", a bad policy annotation) is stored as written, and
-    the next cycle parks the pod with the field named, as for any pod.
+    the next cycle parks the pod with the field named, as for any pod. `config`: HAMi's
+    resource names and memory factor (`kube.hamiconfig.current()` when not given).
     """
+    config = config or current()
     if not isinstance(pod, dict):
         raise PodInvalid("pod", "must be an object")
     metadata = meta(pod)
@@ -286,8 +319,8 @@ def submission(pod: dict) -> dict:
         "namespace": _text(metadata.get("namespace"), "namespace", 63, default="default"),
         "name": name,
         "annotations": _annotations(pod),
-        "containers": _container_list(pod, "containers", required=True),
-        "init_containers": _container_list(pod, "initContainers", required=False),
+        "containers": _container_list(pod, "containers", required=True, config=config),
+        "init_containers": _container_list(pod, "initContainers", required=False, config=config),
         "priority": priority,
         "uid": _text(metadata.get("uid"), "uid", 64),
     }

@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Q
 from django.forms import ModelForm
 from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -363,7 +364,27 @@ class PodAdmin(WrittenByServices, admin.ModelAdmin):
 
     @admin.action(description="Release: the pod is deleted, give back its cards", permissions=["change"])
     def release(self, request, queryset):
+        """Asks first: a page lists the pods and the cards they hold; only its confirm
+        button (`confirm=yes`) releases them."""
+        if request.POST.get("confirm") != "yes":
+            pods = list(queryset.select_related("node").order_by("pk"))
+            held = Allocation.objects.filter(pod__in=pods, active=True).select_related("card")
+            cards: dict[int, list[str]] = {}
+            for allocation in held:
+                cards.setdefault(allocation.pod_id, []).append(allocation.card.uuid)
+            return TemplateResponse(
+                request,
+                "admin/scheduling/pod/release_confirmation.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Release these pods?",
+                    "opts": self.model._meta,
+                    "pods": [(pod, sorted(set(cards.get(pod.pk, [])))) for pod in pods],
+                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
         self._release(request, queryset, Pod.DELETED, "released")
+        return None
 
     @admin.action(description="Mark succeeded: the pod finished, give back its cards", permissions=["change"])
     def mark_succeeded(self, request, queryset):
@@ -406,7 +427,7 @@ class DecisionAdmin(WrittenByServices, admin.ModelAdmin):
     def decision_path(self, decision):
         """The chain, the card table and the nodes as on the Pod page: the same component."""
         return render_to_string(
-            decision_tags.TEMPLATE, decision_tags.pod_decision(decision.payload, heading=False)
+            decision_tags.TEMPLATE, decision_tags.pod_decision(decision.payload, heading=False, live=True)
         )
 
 

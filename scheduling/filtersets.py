@@ -6,7 +6,7 @@ import datetime as dt
 
 import django_filters as filters
 from django import forms
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -31,6 +31,25 @@ class NodeFilterSet(filters.FilterSet):
     class Meta:
         model = Node
         fields = ["ready", "name"]
+
+
+class NodeTableFilterSet(filters.FilterSet):
+    """The Cluster page's node table: search by name, narrow by card type and readiness."""
+
+    q = filters.CharFilter(
+        field_name="name", lookup_expr="icontains", label="Search", help_text="part of the node name"
+    )
+    type = filters.CharFilter(method="with_card_type", help_text="part of a card type, any case")
+    ready = StrictBooleanFilter()
+
+    class Meta:
+        model = Node
+        fields = ["q", "type", "ready"]
+
+    def with_card_type(self, qs, name, value):
+        if not value:
+            return qs
+        return qs.filter(Exists(Card.objects.filter(node=OuterRef("pk"), type__icontains=value)))
 
 
 class CardFilterSet(filters.FilterSet):
@@ -90,11 +109,12 @@ class AllocationFilterSet(filters.FilterSet):
 
 class PendingFilterSet(filters.FilterSet):
     namespace = filters.CharFilter()
+    name = filters.CharFilter(lookup_expr="icontains", help_text="part of the pod name")
     reason = filters.CharFilter(method="with_reason", help_text="a reason code, e.g. CardInsufficientMemory")
 
     class Meta:
         model = Pod
-        fields = ["namespace", "reason"]
+        fields = ["namespace", "name", "reason"]
 
     def with_reason(self, qs, name, value):
         return qs.filter(Q(reason__contains=value) | Q(error__contains=value)) if value else qs

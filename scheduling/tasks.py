@@ -6,9 +6,12 @@ tasks; a task that finds the lock held leaves its request to the holder.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from celery import shared_task
 from celery.signals import worker_ready
 
+from scheduling import services
 from scheduling.pipeline import triggers
 from scheduling.services import simulations
 
@@ -39,7 +42,13 @@ def safety_cycle() -> dict:
 
 @shared_task(name="scheduling.housekeeping", ignore_result=True)
 def housekeeping() -> dict:
-    return run_housekeeping()
+    """Not-ready nodes, bounded history and the consistency check; drift it finds (ghost
+    allocations, counters off their allocations, placements holding no card) is repaired."""
+    done = run_housekeeping()
+    if any(key.startswith("drift_") for key in done):
+        repair = services.repair_consistency(actor="housekeeping")
+        done["repaired"] = asdict(repair)
+    return done
 
 
 @shared_task(name=simulations.SIMULATE_TASK, ignore_result=True)

@@ -7,6 +7,7 @@ from rest_framework.routers import SimpleRouter
 from scheduling.ops.health import Healthz, Readyz
 
 from . import views
+from .views.base import ApiRootView
 
 router = SimpleRouter()
 router.register("nodes", views.NodeViewSet, basename="node")
@@ -23,15 +24,19 @@ NAMESPACE = "<str:namespace>"
 NAME = "<str:name>"
 
 api = [
+    path("", ApiRootView.as_view(), name="root"),
     path("agents/report/", views.AgentReportView.as_view(), name="agent-report"),
     path("pods/", pods, name="pod-list"),
     path(f"pods/{NAMESPACE}/{NAME}/", pod, name="pod-detail"),
     path(f"pods/{NAMESPACE}/{NAME}/complete/", pod_complete, name="pod-complete"),
+    path(f"pods/{NAMESPACE}/{NAME}/decision/", views.PodDecisionView.as_view(), name="pod-decision"),
     path("pending/", views.PendingView.as_view(), name="pending"),
     path("events/", views.EventList.as_view(), name="event-list"),
     path("config/", views.ConfigView.as_view(), name="config"),
     path("simulate/", views.SimulateView.as_view(), name="simulate"),
     path("simulate/<str:job>/", views.SimulationView.as_view(), name="simulation"),
+    path("whatif/", views.WhatIfView.as_view(), name="whatif"),
+    path("capacity/", views.CapacityView.as_view(), name="capacity"),
     *router.urls,
 ]
 

@@ -17,10 +17,20 @@ NOUSE_UUID = "nvidia.com/nouse-gpuuuid"
 USE_TYPE = "nvidia.com/use-gputype"
 NOUSE_TYPE = "nvidia.com/nouse-gputype"
 NUMA_BIND = "nvidia.com/numa-bind"
+VGPU_MODE = "nvidia.com/vgpu-mode"
 
 NODE_POLICIES = ("binpack", "spread")
 WEIGHT_KEYS = ("slot", "core", "memory")
 _DIGITS = re.compile(r"[0-9]+")
+#: `numa-bind` reads as HAMi's device plugin reads it (Go's strconv.ParseBool), in any case;
+#: empty is off. Anything else is refused: `"yes"` would otherwise silently mean no binding.
+_TRUE = frozenset({"true", "t", "1"})
+_FALSE = frozenset({"false", "f", "0", ""})
+#: A card UUID (`GPU-…`, `MIG-…/1/0`) has no blank and no control character.
+_UUID = re.compile(r"[^\s,]+")
+#: A card mode as HAMi's device plugin registers it (`hami-core`, `mig`, `mps`).
+_MODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +63,7 @@ class PodPolicy:
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
     numa_bind: bool = False
+    use_modes: tuple[str, ...] = ()
     active_filters: tuple[Filter, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,8 +152,34 @@ def _csv(value: object) -> list[str]:
     return [item.strip() for item in str(value or "").split(",") if item.strip()]
 
 
+def _entries(annotations: dict, key: str, pattern: re.Pattern | None, what: str) -> list[str]:
+    """A comma list annotation (SPEC 3), trimmed, empty entries skipped. Raises PodInvalid
+    for an entry with a control character (a list written one per line), or, with `pattern`,
+    one that does not match it (`GPU-a GPU-b`: blank-separated UUIDs that would match no card)."""
+    entries = _csv(annotations.get(key))
+    for entry in entries:
+        if _CONTROL.search(entry) or (pattern is not None and not pattern.fullmatch(entry)):
+            raise PodInvalid(
+                f"annotations.{key}", f"{key}: {entry!r} is not {what}; separate entries with commas"
+            )
+    return entries
+
+
+def parse_numa_bind(annotations: dict) -> bool:
+    """`nvidia.com/numa-bind`: true/t/1 or false/f/0/empty, any case. Raises PodInvalid otherwise."""
+    value = annotations.get(NUMA_BIND, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise PodInvalid(
+        f"annotations.{NUMA_BIND}", f"{NUMA_BIND}: {annotations[NUMA_BIND]!r} is not true or false"
+    )
+
+
 def parse_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
-    """Read the pod's annotations over the cluster defaults. Raises PodInvalid for bad weights."""
+    """Read the pod's annotations over the cluster defaults. Raises PodInvalid for bad weights,
+    a numa-bind that is not a boolean, or a malformed use/nouse or vgpu-mode entry."""
     if annotations is None:
         annotations = {}
     if not isinstance(annotations, dict):
@@ -170,9 +207,12 @@ def parse_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
         sort_keys=sort_keys,
         ignored=ignored,
         weights=weights,
-        use_uuids=frozenset(_csv(annotations.get(USE_UUID))),
-        nouse_uuids=frozenset(_csv(annotations.get(NOUSE_UUID))),
-        use_types=tuple(t.lower() for t in _csv(annotations.get(USE_TYPE))),
-        nouse_types=tuple(t.lower() for t in _csv(annotations.get(NOUSE_TYPE))),
-        numa_bind=annotations.get(NUMA_BIND, "").strip().lower() == "true",
+        use_uuids=frozenset(_entries(annotations, USE_UUID, _UUID, "a card UUID")),
+        nouse_uuids=frozenset(_entries(annotations, NOUSE_UUID, _UUID, "a card UUID")),
+        use_types=tuple(t.lower() for t in _entries(annotations, USE_TYPE, None, "a card type")),
+        nouse_types=tuple(t.lower() for t in _entries(annotations, NOUSE_TYPE, None, "a card type")),
+        numa_bind=parse_numa_bind(annotations),
+        use_modes=tuple(
+            dict.fromkeys(m.lower() for m in _entries(annotations, VGPU_MODE, _MODE, "a card mode"))
+        ),
     )

@@ -111,6 +111,13 @@ class Decision:
     error_code: str | None = None
     warnings: list[str] = field(default_factory=list)
     duration_ms: float = 0.0
+    closest: list[dict] = field(default_factory=list)  # `closeness.NodeCloseness.detail()`s
+    never: dict | None = None
+
+    @property
+    def unschedulable(self) -> bool:
+        """Pending, and no node could ever take the pod as it asks (`never` says why)."""
+        return self.status == PENDING and self.never is not None
 
     @property
     def failed_nodes(self) -> list[tuple[str, str]]:
@@ -162,7 +169,12 @@ class Decision:
         `node_order`, the entries of `node_scores` as `[[node, score], ...]` in policy order
         (a JSON object may lose its key order where it is stored, e.g. PostgreSQL JSONB),
         `init_containers`, per init container `{"name", "devices"}` (scheduled pods; else []),
-        and `warnings`, a list of `field: message` texts, [] when none.
+        `warnings`, a list of `field: message` texts, [] when none; for a pending pod
+        `closest_nodes`, the nodes that came closest (`engine.closeness`, at most
+        `ClusterConfig.closest_nodes`, closest first, whatever `top` is), each with its card
+        table and what would make the pod fit there (`hints`), `unschedulable`, true when no
+        node could ever take the pod (false otherwise, and for other outcomes), and
+        `unschedulable_reason`, why not (`closeness.cluster_never`), else null.
         """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
         failed = self.node_failures if top is None else self.node_failures[:top]
@@ -191,4 +203,7 @@ class Decision:
             if self.status == SCHEDULED
             else [],
             "warnings": list(self.warnings),
+            "closest_nodes": [dict(c) for c in self.closest] if self.status == PENDING else [],
+            "unschedulable": self.unschedulable,
+            "unschedulable_reason": self.never if self.unschedulable else None,
         }

@@ -154,6 +154,19 @@ class NodeVerdict:
     containers: list[ContainerVerdict | None] | None = None
     # per GPU init container: list of (position, memory, cores), kept for explaining
     init_grants: list[list[tuple[int, int, int]]] | None = None
+    # the container that did not fit, kept for explaining a failure (`closeness`)
+    failing: FailingContainer | None = None
+
+
+@dataclass(slots=True)
+class FailingContainer:
+    """The first container that does not fit a node, as an explaining evaluation saw it:
+    its ask, every card's evaluation, and the usage this pod's earlier containers add."""
+
+    ask: ContainerAsk
+    verdict: ContainerVerdict
+    overlay: list[list[int]]
+    init: bool = False
 
 
 def evaluate_node(
@@ -171,9 +184,10 @@ def evaluate_node(
     empty = [[0, 0, 0] for _ in node.cards]
     init_grants: list[list[tuple[int, int, int]]] = []
     for init in inits:
-        verdict = evaluate_container(node, init, policy, empty, need_choice=explain)
+        verdict = evaluate_container(node, init, policy, empty, explain, need_choice=explain)
         if not verdict.fits:
-            return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts))
+            failing = FailingContainer(init, verdict, empty, init=True) if explain else None
+            return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts), failing=failing)
         if explain:
             init_grants.append([(entry.position, entry.memory, init.cores) for entry in verdict.chosen])
     overlay = [[0, 0, 0] for _ in node.cards]
@@ -188,7 +202,8 @@ def evaluate_node(
             continue
         verdict = evaluate_container(node, ask, policy, overlay, explain, need_choice)
         if not verdict.fits:
-            return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts))
+            failing = FailingContainer(ask, verdict, overlay) if explain else None
+            return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts), failing=failing)
         mine = []
         for entry in verdict.chosen:
             extra = overlay[entry.position]

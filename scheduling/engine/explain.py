@@ -34,6 +34,7 @@ STAGE_WORDS = {
     "health": "card is unhealthy",
     "cordon": "card is cordoned",
     "type": "type excluded by use/nouse-gputype",
+    "mode": "mode not asked by nvidia.com/vgpu-mode",
     "uuid": "UUID excluded by use/nouse-gpuuuid",
     "slots": "every vGPU slot is taken",
     "mutex": "has tenants and the chain has mutex",
@@ -49,6 +50,9 @@ EXPLANATIONS = {
     R.CARD_NOT_HEALTH: "{n} of {m} cards on {node} are unhealthy",
     R.CARD_CORDONED: "{n} of {m} cards on {node} are cordoned",
     R.CARD_TYPE_MISMATCH: "{n} of {m} cards on {node} are not of the type the pod asks for (use/nouse-gputype)",
+    R.CARD_MODE_MISMATCH: (
+        "{n} of {m} cards on {node} run in a mode the pod does not ask for (nvidia.com/vgpu-mode)"
+    ),
     R.CARD_UUID_MISMATCH: "{n} of {m} cards on {node} are excluded by UUID (use/nouse-gpuuuid)",
     R.CARD_SLOTS_EXHAUSTED: "{n} of {m} cards on {node} have every vGPU slot taken",
     R.EXCLUSIVE_CONFLICT: (
@@ -68,7 +72,7 @@ EXPLANATIONS = {
 MUTEX_EXPLANATION = "{n} of {m} cards on {node} already have tenants (mutex)"
 
 #: Reasons that only say the pod itself excluded the card; listed after the ones about capacity.
-SELF_EXCLUDED = frozenset({R.CARD_TYPE_MISMATCH, R.CARD_UUID_MISMATCH})
+SELF_EXCLUDED = frozenset({R.CARD_TYPE_MISMATCH, R.CARD_MODE_MISMATCH, R.CARD_UUID_MISMATCH})
 
 
 # --- The policy as parsed ----------------------------------------------------------------
@@ -267,8 +271,295 @@ def node_bars(payload: Payload) -> list[NodeBar]:
     return [NodeBar(node, score, node == chosen) for node, score in payload.get("node_order") or []]
 
 
-def decision_path(payload: Payload | None) -> dict:
-    """Everything `includes/pod_decision.html` draws, computed once from the payload."""
+# --- The closest nodes of a pending pod, and what would make it fit ----------------------
+
+#: Tenants of one card, as the pages and events name them: (pod `ns/name`, MiB, cores).
+Tenants = Mapping[str, list[tuple[str, int, int]]]
+
+#: How a card that a close node's table shows is coloured: by the stage that removed it.
+CARD_CLASSES = {
+    None: "fits",
+    "health": "unavailable",
+    "cordon": "unavailable",
+    "type": "excluded",
+    "mode": "excluded",
+    "uuid": "excluded",
+    "numa": "numa",
+}
+
+#: What an unavailable card is, for the `blocked` hint.
+EXCLUDED_WORDS = {
+    "health": "unhealthy",
+    "cordon": "cordoned",
+    "type": "of another type",
+    "mode": "of another mode",
+    "uuid": "excluded by UUID",
+}
+
+
+def _mib(value: int | None) -> str:
+    return f"{value or 0:,} MiB"
+
+
+def tenants_words(uuid: str, tenants: Tenants | None) -> str:
+    """` (tenants: ns/p1 1,000 MiB, ns/p2 1,500 MiB)`, or nothing when none are known."""
+    held = (tenants or {}).get(uuid) or []
+    if not held:
+        return ""
+    return " (tenants: " + ", ".join(f"{pod} {_mib(memory)}" for pod, memory, _ in held) + ")"
+
+
+def _card_needs(card: Payload) -> str:
+    needs = []
+    if card.get("tenants_needed"):
+        needs.append("no tenants" + (" (mutex)" if card.get("stage") == "mutex" else " (whole-card ask)"))
+    if card.get("slots"):
+        needs.append("a free vGPU slot")
+    if card.get("memory"):
+        needs.append(f"{_mib(card.get('memory'))} more free")
+    if card.get("cores"):
+        needs.append(f"{card.get('cores')}% more cores free")
+    return " and ".join(needs) or "its tenants' usage freed"
+
+
+def never_words(hint: Payload, where: str) -> str:
+    """Why a container never fits `where` (a node's name, or `this cluster`)."""
+    why = hint.get("why")
+    count = hint.get("count") or 0
+    if why == "memory":
+        largest = hint.get("largest_memory") or 0
+        on = "every card" if where == "this cluster" else f"every card on {where}"
+        return f"gpumem {_mib(hint.get('memory'))} exceeds {on} (largest {_mib(largest)}): never fits here"
+    if why == "cards":
+        if where == "this cluster":
+            return f"asks {count} cards, no node has more than {hint.get('most_cards') or 0}: never fits here"
+        return f"{where} has {hint.get('cards')} cards, the container asks {count}: never fits here"
+    if why == "numa":
+        return f"{where}: no NUMA node has {count} cards that could take it (numa-bind): never fits here"
+    if why == "combined":
+        return f"{where}: no node could take every container at once: never fits here"
+    if not hint.get("able"):
+        return f"{where}: no card of the type, mode, UUID and capacity asked: never fits here"
+    return (
+        f"{where}: only {hint.get('able')} cards of the type, mode, UUID and capacity asked, "
+        f"{count} needed: never fits here"
+    )
+
+
+def hint_words(hint: Payload, tenants: Tenants | None = None) -> str:
+    """One hint of `closeness.hints` (the smallest change on one node) in plain words."""
+    kind, node = hint.get("kind"), hint.get("node", "")
+    if kind == "not-ready":
+        return f"{node} is not ready: nothing fits there until its agent reports"
+    if kind == "never":
+        return never_words(hint, node)
+    if kind == "numa":
+        return (
+            f"{node}: fits {hint.get('fit')} of {hint.get('cards')} cards; numa-bind needs {hint.get('count')}"
+            f" on one NUMA node, best has {hint.get('best')}"
+        )
+    if kind == "mutex":
+        busy = (
+            "every card has tenants"
+            if hint.get("every")
+            else f"{hint.get('busy')} of {hint.get('cards')} cards have tenants"
+        )
+        would = hint.get("would_fit") or 0
+        return f"{node}: mutex: {busy}; {would} card{'s' if would != 1 else ''} would fit without mutex"
+    if kind == "free":
+        parts = [
+            f"{card.get('uuid')} had {_card_needs(card)}{tenants_words(card.get('uuid', ''), tenants)}"
+            for card in hint.get("cards") or []
+        ]
+        return f"{node}: fits if " + "; ".join(parts)
+    if kind == "blocked":
+        stages = hint.get("stages") or {}
+        unavailable = ", ".join(
+            f"{n} {EXCLUDED_WORDS.get(stage, stage)}" for stage, n in sorted(stages.items())
+        )
+        return (
+            f"{node}: {hint.get('missing')} more card(s) needed and the rest are unavailable ({unavailable})"
+        )
+    return f"{node}: {kind}"
+
+
+@dataclass
+class CardCell:
+    """One card of a close node's grid: the engine's row, its colour class and words."""
+
+    card: dict
+    css: str
+    words: str
+
+
+@dataclass
+class CloseNode:
+    """One node that came close, as the pod page, the API and the event show it."""
+
+    node: str
+    rank: int
+    container: str
+    count: int
+    missing: int
+    never: bool
+    ready: bool
+    cells: list[CardCell]
+    hints: list[str]
+    hint_data: list[dict]
+    cards_total: int
+
+
+def card_words(card: Payload) -> str:
+    """One card of a close node: its reason, or that it fits, with free against asked."""
+    free, ask = card.get("free") or {}, card.get("ask") or {}
+    facts = (
+        f"free {free.get('slots', 0)} slots, {_mib(free.get('memory'))}, {free.get('cores', 0)}% cores;"
+        f" asks {_mib(ask.get('memory'))}, {ask.get('cores', 0)}% cores"
+    )
+    stage = card.get("stage")
+    if card.get("reason") is None:
+        return f"fits alone ({facts})"
+    return f"{STAGE_WORDS.get(stage or '', card.get('reason') or '')} ({facts})"
+
+
+def closest_nodes(payload: Payload | None, tenants: Tenants | None = None) -> list[CloseNode]:
+    """A pending pod's closest nodes (`closest_nodes`, closest first) with card grids and hints."""
+    out = []
+    for rank, close in enumerate((payload or {}).get("closest_nodes") or [], start=1):
+        cells = [
+            CardCell(dict(card), CARD_CLASSES.get(card.get("stage"), "capacity"), card_words(card))
+            for card in close.get("cards") or []
+        ]
+        hints = list(close.get("hints") or [])
+        out.append(
+            CloseNode(
+                node=close.get("node", ""),
+                rank=rank,
+                container=close.get("container", ""),
+                count=close.get("count") or 0,
+                missing=close.get("missing") or 0,
+                never=bool(close.get("never")),
+                ready=bool(close.get("ready", True)),
+                cells=cells,
+                hints=[hint_words(hint, tenants) for hint in hints],
+                hint_data=hints,
+                cards_total=close.get("cards_total") or len(cells),
+            )
+        )
+    return out
+
+
+def unschedulable_words(payload: Payload | None) -> str | None:
+    """For a pod no node could ever take (`unschedulable`), why, in words; else None."""
+    payload = payload or {}
+    if not payload.get("unschedulable"):
+        return None
+    return never_words(payload.get("unschedulable_reason") or {}, "this cluster")
+
+
+def what_would_fit(payload: Payload | None, tenants: Tenants | None = None) -> list[str]:
+    """What would make a pending pod fit, in words: cluster-wide first (it never fits), then
+    the smallest change on each close node, closest first."""
+    lines = []
+    never = unschedulable_words(payload)
+    if never:
+        lines.append(never)
+    for close in closest_nodes(payload, tenants):
+        lines.extend(close.hints)
+    return lines
+
+
+def card_tenant_uuids(payload: Payload | None) -> list[str]:
+    """The cards of the close nodes whose tenants the words name (the `free` hints' cards)."""
+    uuids: list[str] = []
+    for close in (payload or {}).get("closest_nodes") or []:
+        for hint in close.get("hints") or []:
+            if hint.get("kind") == "free":
+                uuids.extend(card.get("uuid", "") for card in hint.get("cards") or [])
+    return list(dict.fromkeys(uuids))
+
+
+def failed_scheduling_message(
+    payload: Payload | None, summary: str, limit: int, tenants: Tenants | None = None
+) -> str:
+    """The Kubernetes `FailedScheduling` message: the one-line `summary` (kubectl-describe
+    style), then the closest node's card reasons and what would make it fit, cut card by card
+    so the whole stays within `limit` characters."""
+    payload = payload or {}
+    head = summary
+    never = unschedulable_words(payload)
+    if never:
+        head = f"{head}; {never}"
+    close = closest_nodes(payload, tenants)
+    if not close or (never and not close[0].cells):
+        return head[:limit]
+    first = close[0]
+    tail = "" if never else "; ".join(first.hints)  # when it never fits, the hints repeat it
+    cards = [f"{cell.card.get('uuid')} {cell.card.get('reason') or 'fits'}" for cell in first.cells]
+    for shown in range(len(cards), -1, -1):
+        more = f", +{len(cards) - shown} more" if shown < len(cards) else ""
+        part = f"; closest {first.node}: " + ", ".join(cards[:shown]) + more if cards else ""
+        candidate = f"{head}{part}" + (f"; {tail}" if tail else "")
+        if len(candidate) <= limit:
+            return candidate
+    for candidate in (f"{head}{part}", head):
+        if len(candidate) <= limit:
+            return candidate
+    return head[:limit]
+
+
+def summary_of(payload: Payload | None) -> str:
+    """The one line an operator reads for a decision (`Decision.reason_text`, from the payload)."""
+    payload = payload or {}
+    status = payload.get("status")
+    if status == "rejected":
+        return payload.get("error") or "rejected"
+    if status == "scheduled":
+        return f"scheduled on {payload.get('node')}"
+    total = payload.get("nodes_failed") or 0
+    if not total:
+        return "0/0 nodes are available: no GPU nodes"
+    reasons = payload.get("reasons") or {}
+    return f"0/{total} nodes are available: " + ", ".join(f"{reasons[r]} {r}" for r in sorted(reasons))
+
+
+def explained(payload: Payload | None, tenants: Tenants | None = None) -> dict:
+    """A decision as the API gives it: the payload and its words, plain JSON (`summary`,
+    `unschedulable`, `would_fit`, the close nodes' card grids, every kept node's reasons)."""
+    payload = payload or {}
+    closest = [
+        {
+            "node": close.node,
+            "rank": close.rank,
+            "container": close.container,
+            "count": close.count,
+            "missing": close.missing,
+            "never": close.never,
+            "ready": close.ready,
+            "cards_total": close.cards_total,
+            "cards": [{**cell.card, "css": cell.css, "words": cell.words} for cell in close.cells],
+            "hints": close.hints,
+            "hint_data": close.hint_data,
+        }
+        for close in closest_nodes(payload, tenants)
+    ]
+    return {
+        "summary": summary_of(payload),
+        "unschedulable": bool(payload.get("unschedulable")),
+        "unschedulable_words": unschedulable_words(payload),
+        "would_fit": what_would_fit(payload, tenants),
+        "closest_nodes": closest,
+        "waiting": [
+            {"node": line.node, "code": line.code, "n": line.n, "m": line.m, "words": line.words}
+            for line in waiting_reasons(payload)
+        ],
+        "payload": dict(payload),
+    }
+
+
+def decision_path(payload: Payload | None, tenants: Tenants | None = None) -> dict:
+    """Everything `includes/pod_decision.html` draws, computed once from the payload;
+    `tenants` (card UUID -> tenants) lets the words name who holds the close cards."""
     payload = payload or {}
     policy = policy_of(payload)
     return {
@@ -282,4 +573,7 @@ def decision_path(payload: Payload | None) -> dict:
         "reasons": sorted((payload.get("reasons") or {}).items()),
         "more_failed": max(0, (payload.get("nodes_failed") or 0) - len(payload.get("failed_reasons") or {})),
         "more_fit": max(0, (payload.get("nodes_fit") or 0) - len(payload.get("node_order") or [])),
+        "closest": closest_nodes(payload, tenants),
+        "would_fit": what_would_fit(payload, tenants),
+        "unschedulable": unschedulable_words(payload),
     }

@@ -4,6 +4,8 @@
   1  not healthy                                   CardNotHealth                     health
   2  cordoned                                      CardCordoned                      cordon
   3  type excluded by use/nouse-gputype            CardTypeMismatch                  type
+ 3a  mode not in nvidia.com/vgpu-mode               CardModeMismatch                  mode
+     (a card that registers no mode is not checked)
   4  UUID excluded by use/nouse-gpuuuid            CardUuidMismatch                  uuid
   5  every slot taken                              CardTimeSlicingExhausted          slots
   6  an active filter's card hook (`mutex`:        ExclusiveDeviceAllocateConflict   mutex
@@ -32,7 +34,7 @@ from .requests import ContainerAsk
 def check_card(
     card: Card, ask: ContainerAsk, memory: int, policy: PodPolicy, used: tuple[int, int, int]
 ) -> Rejection | None:
-    """Checks 1-10 for `ask` taking `memory` MiB on `card` that already holds `used`
+    """Checks 1-10 (and 3a) for `ask` taking `memory` MiB on `card` that already holds `used`
     (slots, MiB, cores): the first failure as (reason, stage), or None if the card fits."""
     used_slots, used_memory, used_cores = used
     if not card.health:
@@ -45,6 +47,8 @@ def check_card(
             return R.CARD_TYPE_MISMATCH, "type"
         if any(t in card_type for t in policy.nouse_types):
             return R.CARD_TYPE_MISMATCH, "type"
+    if policy.use_modes and card.mode and card.mode.lower() not in policy.use_modes:
+        return R.CARD_MODE_MISMATCH, "mode"
     if (policy.use_uuids and card.uuid not in policy.use_uuids) or card.uuid in policy.nouse_uuids:
         return R.CARD_UUID_MISMATCH, "uuid"
     if used_slots >= card.slots:

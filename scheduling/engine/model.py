@@ -103,9 +103,13 @@ class ResourceDefaults:
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
+    """The cluster's default policies and resources; `closest_nodes` is how many of the nodes
+    that came closest a pending decision keeps with their card tables (`engine.closeness`)."""
+
     node_scheduler_policy: str = "binpack"
     gpu_scheduler_policy: str = "spread"
     resources: ResourceDefaults = ResourceDefaults()
+    closest_nodes: int = 5
 
 
 @dataclass(slots=True)

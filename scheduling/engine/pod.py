@@ -74,6 +74,7 @@ class ParsedPod:
             p.nouse_uuids,
             p.use_types,
             p.nouse_types,
+            p.use_modes,
             p.numa_bind,
         )
 
@@ -92,6 +93,7 @@ class ParsedPod:
             p.nouse_uuids,
             p.use_types,
             p.nouse_types,
+            p.use_modes,
         )
 
 

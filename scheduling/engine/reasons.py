@@ -5,6 +5,7 @@ The words for each code are in `engine.explain`."""
 CARD_NOT_HEALTH = "CardNotHealth"
 CARD_CORDONED = "CardCordoned"
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
+CARD_MODE_MISMATCH = "CardModeMismatch"
 CARD_UUID_MISMATCH = "CardUuidMismatch"
 CARD_SLOTS_EXHAUSTED = "CardTimeSlicingExhausted"
 EXCLUSIVE_CONFLICT = "ExclusiveDeviceAllocateConflict"
@@ -22,6 +23,7 @@ CODES = frozenset(
         CARD_NOT_HEALTH,
         CARD_CORDONED,
         CARD_TYPE_MISMATCH,
+        CARD_MODE_MISMATCH,
         CARD_UUID_MISMATCH,
         CARD_SLOTS_EXHAUSTED,
         EXCLUSIVE_CONFLICT,

@@ -5,15 +5,20 @@ per pod *shape* (what the pod asks and how it ranks) and per node version, so a 
 similar pods costs one node re-evaluation per placement instead of a sweep over every card.
 Among the nodes where the pod fits, binpack takes the highest node score, spread the lowest,
 scores within 1e-9 tie and go by node name; the chosen node is evaluated once more to
-explain its cards.
+explain its cards. A pod that fits nowhere keeps the `config.closest_nodes` nodes that came
+closest (`engine.closeness`), with their card tables; their closeness is cached like the
+verdicts, per pod shape and node version, so explaining costs one explaining evaluation per
+changed node, not a sweep.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import OrderedDict
 
 from .chain import TOLERANCE, ranking_order
+from .closeness import NodeCloseness, cluster_never, node_closeness
 from .decision import PENDING, REJECTED, SCHEDULED, CardVerdict, ContainerPlacement, Decision, DeviceGrant
 from .errors import PodInvalid
 from .evaluate import NodeVerdict, evaluate_node
@@ -54,6 +59,8 @@ class Scheduler:
         self.cluster = cluster
         self.config = config or ClusterConfig()
         self._verdicts: OrderedDict[tuple, dict[str, tuple[int, NodeVerdict]]] = OrderedDict()
+        self._closeness: OrderedDict[tuple, dict[str, tuple[int, NodeCloseness]]] = OrderedDict()
+        self._never: dict[tuple, dict] = {}
         if cached_shapes is None:
             cached_shapes = max(16, self.CACHE_ENTRIES // max(1, len(cluster.nodes)))
         self._cached_shapes = cached_shapes
@@ -69,14 +76,51 @@ class Scheduler:
         return parsed.shape
 
     def _verdicts_for(self, shape: tuple) -> dict[str, tuple[int, NodeVerdict]]:
-        table = self._verdicts.get(shape)
+        return self._cached(self._verdicts, shape)
+
+    def _cached(self, tables: OrderedDict, shape: tuple) -> dict:
+        table = tables.get(shape)
         if table is None:
-            table = self._verdicts[shape] = {}
-            if len(self._verdicts) > self._cached_shapes:
-                self._verdicts.popitem(last=False)
+            table = tables[shape] = {}
+            if len(tables) > self._cached_shapes:
+                tables.popitem(last=False)
         else:
-            self._verdicts.move_to_end(shape)
+            tables.move_to_end(shape)
         return table
+
+    def closest(self, parsed: ParsedPod, names: list[str]) -> tuple[list[dict], dict | None]:
+        """The `config.closest_nodes` nodes among `names` (where the pod does not fit) that came
+        closest, closest first; and, when no node at all could ever take the pod, why not."""
+        gpu_apps = sum(ask is not None for ask in parsed.apps)
+        # One GPU app container: no earlier container's choice changes its cards' usage, so
+        # closeness depends on the fit shape and the weights (its card scores) only.
+        shape = (parsed.fit_shape, parsed.policy.weights) if gpu_apps <= 1 else parsed.shape
+        table = self._cached(self._closeness, shape)
+        inits, apps = parsed.gpu_inits, list(parsed.apps)
+        measured = []
+        for name in names:
+            node = self.cluster.node(name)
+            cached = table.get(name)
+            if cached is not None and cached[0] == node.version:
+                closeness = cached[1]
+            else:
+                # whether it never fits depends on capacities only: kept across versions
+                never = cached[1].never if cached is not None else None
+                closeness = node_closeness(node, inits, apps, parsed.policy, never)
+                table[name] = (node.version, closeness)
+            measured.append(closeness)
+        never = None
+        if measured and all(c.never for c in measured):
+            # capacities only, so once per shape and set of nodes
+            never_key = (shape, len(measured))
+            never = self._never.get(never_key)
+            if never is None:
+                asks = [*inits, *(ask for ask in apps if ask is not None)]
+                never = self._never[never_key] = cluster_never(
+                    [c.node for c in measured], asks, parsed.policy
+                )
+        keep = max(0, self.config.closest_nodes)
+        return [c.detail() for c in heapq.nsmallest(keep, measured, key=lambda c: c.key)], never
 
     def decide(self, pod: PodSpec) -> Decision:
         """Where `pod` would go on the snapshot as it is now. Does not change the snapshot."""
@@ -154,6 +198,8 @@ class Scheduler:
             decision.status = SCHEDULED
             decision.node = node.name
             decision.containers, decision.init_containers = self._explain(node, parsed)
+        elif failed:
+            decision.closest, decision.never = self.closest(parsed, [name for name, _ in failed])
         return decision
 
     def _explain(

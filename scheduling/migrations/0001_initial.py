@@ -6,206 +6,360 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Cycle',
+            name="Cycle",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('started_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('trigger', models.CharField(blank=True, default='', max_length=100)),
-                ('worker', models.CharField(blank=True, default='', max_length=200)),
-                ('considered', models.PositiveIntegerField(default=0)),
-                ('placed', models.PositiveIntegerField(default=0)),
-                ('pending', models.PositiveIntegerField(default=0, help_text='left pending: no fit, or a conflict')),
-                ('rejected', models.PositiveIntegerField(default=0)),
-                ('conflicts', models.PositiveIntegerField(default=0)),
-                ('skipped', models.PositiveIntegerField(default=0, help_text='changed by someone else since the snapshot')),
-                ('nodes', models.PositiveIntegerField(default=0)),
-                ('snapshot_ms', models.FloatField(default=0)),
-                ('decide_ms', models.FloatField(default=0)),
-                ('commit_ms', models.FloatField(default=0)),
-                ('duration_ms', models.FloatField(default=0)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("started_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("trigger", models.CharField(blank=True, default="", max_length=100)),
+                ("worker", models.CharField(blank=True, default="", max_length=200)),
+                ("considered", models.PositiveIntegerField(default=0)),
+                ("placed", models.PositiveIntegerField(default=0)),
+                (
+                    "pending",
+                    models.PositiveIntegerField(default=0, help_text="left pending: no fit, or a conflict"),
+                ),
+                ("rejected", models.PositiveIntegerField(default=0)),
+                ("conflicts", models.PositiveIntegerField(default=0)),
+                (
+                    "skipped",
+                    models.PositiveIntegerField(
+                        default=0, help_text="changed by someone else since the snapshot"
+                    ),
+                ),
+                ("nodes", models.PositiveIntegerField(default=0)),
+                ("snapshot_ms", models.FloatField(default=0)),
+                ("decide_ms", models.FloatField(default=0)),
+                ("commit_ms", models.FloatField(default=0)),
+                ("duration_ms", models.FloatField(default=0)),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
         migrations.CreateModel(
-            name='Node',
+            name="Node",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=253, unique=True)),
-                ('labels', models.JSONField(blank=True, default=dict)),
-                ('annotations', models.JSONField(blank=True, default=dict)),
-                ('ready', models.BooleanField(default=True)),
-                ('last_heartbeat', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=253, unique=True)),
+                ("labels", models.JSONField(blank=True, default=dict)),
+                ("annotations", models.JSONField(blank=True, default=dict)),
+                ("ready", models.BooleanField(default=True)),
+                ("last_heartbeat", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='SchedulerConfig',
+            name="SchedulerConfig",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('node_scheduler_policy', models.CharField(default='binpack', max_length=16)),
-                ('gpu_scheduler_policy', models.CharField(default='spread', max_length=200)),
-                ('memory_percentage', models.PositiveSmallIntegerField(default=100, help_text='memory share of a container naming neither gpumem nor gpumem-percentage')),
-                ('default_cores', models.PositiveSmallIntegerField(default=0, help_text='cores of a container not naming gpucores')),
-                ('exclusive_cores', models.PositiveSmallIntegerField(default=100, help_text='cores of a container that wants the whole card')),
-                ('changed_by', models.CharField(blank=True, default='', max_length=150)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("node_scheduler_policy", models.CharField(default="binpack", max_length=16)),
+                ("gpu_scheduler_policy", models.CharField(default="spread", max_length=200)),
+                (
+                    "memory_percentage",
+                    models.PositiveSmallIntegerField(
+                        default=100,
+                        help_text="memory share of a container naming neither gpumem nor gpumem-percentage",
+                    ),
+                ),
+                (
+                    "default_cores",
+                    models.PositiveSmallIntegerField(
+                        default=0, help_text="cores of a container not naming gpucores"
+                    ),
+                ),
+                (
+                    "exclusive_cores",
+                    models.PositiveSmallIntegerField(
+                        default=100, help_text="cores of a container that wants the whole card"
+                    ),
+                ),
+                ("changed_by", models.CharField(blank=True, default="", max_length=150)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'ordering': ['-id'],
-                'get_latest_by': 'id',
+                "ordering": ["-id"],
+                "get_latest_by": "id",
             },
         ),
         migrations.CreateModel(
-            name='Card',
+            name="Card",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('uuid', models.CharField(max_length=128, unique=True)),
-                ('index', models.PositiveIntegerField(default=0)),
-                ('type', models.CharField(default='NVIDIA', max_length=128)),
-                ('slots', models.PositiveIntegerField(default=10)),
-                ('memory', models.PositiveIntegerField(help_text='MiB')),
-                ('cores', models.PositiveIntegerField(default=100, help_text='100 = the whole card')),
-                ('numa', models.IntegerField(default=0)),
-                ('health', models.BooleanField(default=True)),
-                ('mode', models.CharField(blank=True, default='', max_length=64)),
-                ('cordoned', models.BooleanField(default=False)),
-                ('present', models.BooleanField(default=True)),
-                ('links', models.JSONField(blank=True, default=dict, help_text='pair scores: {other card uuid: score}')),
-                ('used_slots', models.IntegerField(default=0)),
-                ('used_memory', models.IntegerField(default=0)),
-                ('used_cores', models.IntegerField(default=0)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('node', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='cards', to='scheduling.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("uuid", models.CharField(max_length=128, unique=True)),
+                ("index", models.PositiveIntegerField(default=0)),
+                ("type", models.CharField(default="NVIDIA", max_length=128)),
+                ("slots", models.PositiveIntegerField(default=10)),
+                ("memory", models.PositiveIntegerField(help_text="MiB")),
+                ("cores", models.PositiveIntegerField(default=100, help_text="100 = the whole card")),
+                ("numa", models.IntegerField(default=0)),
+                ("health", models.BooleanField(default=True)),
+                ("mode", models.CharField(blank=True, default="", max_length=64)),
+                ("cordoned", models.BooleanField(default=False)),
+                ("present", models.BooleanField(default=True)),
+                (
+                    "links",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="pair scores: {other card uuid: score}"
+                    ),
+                ),
+                ("used_slots", models.IntegerField(default=0)),
+                ("used_memory", models.IntegerField(default=0)),
+                ("used_cores", models.IntegerField(default=0)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="cards",
+                        to="scheduling.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['node__name', 'index'],
+                "ordering": ["node__name", "index"],
             },
         ),
         migrations.CreateModel(
-            name='Pod',
+            name="Pod",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('namespace', models.CharField(default='default', max_length=63)),
-                ('name', models.CharField(max_length=253)),
-                ('uid', models.CharField(blank=True, default='', max_length=64)),
-                ('annotations', models.JSONField(blank=True, default=dict)),
-                ('containers', models.JSONField(default=list)),
-                ('init_containers', models.JSONField(blank=True, default=list)),
-                ('priority', models.IntegerField(default=0)),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('scheduled', 'scheduled'), ('running', 'running'), ('succeeded', 'succeeded'), ('failed', 'failed'), ('rejected', 'rejected'), ('deleted', 'deleted')], default='pending', max_length=16)),
-                ('submitted_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('scheduled_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('attempts', models.PositiveIntegerField(default=0)),
-                ('reason', models.TextField(blank=True, default='', help_text='the latest decision, in one line')),
-                ('error', models.TextField(blank=True, default='')),
-                ('error_field', models.CharField(blank=True, default='', max_length=300)),
-                ('parked', models.BooleanField(default=False)),
-                ('next_attempt_at', models.DateTimeField(blank=True, null=True)),
-                ('allocated', models.TextField(blank=True, default='', help_text='hami.io/vgpu-devices-allocated')),
-                ('spec_hash', models.CharField(blank=True, default='', max_length=64)),
-                ('revision', models.PositiveIntegerField(default=0)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('node', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='pods', to='scheduling.node')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("namespace", models.CharField(default="default", max_length=63)),
+                ("name", models.CharField(max_length=253)),
+                ("uid", models.CharField(blank=True, default="", max_length=64)),
+                ("annotations", models.JSONField(blank=True, default=dict)),
+                ("containers", models.JSONField(default=list)),
+                ("init_containers", models.JSONField(blank=True, default=list)),
+                ("priority", models.IntegerField(default=0)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("scheduled", "scheduled"),
+                            ("running", "running"),
+                            ("succeeded", "succeeded"),
+                            ("failed", "failed"),
+                            ("rejected", "rejected"),
+                            ("deleted", "deleted"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("submitted_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("scheduled_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("attempts", models.PositiveIntegerField(default=0)),
+                (
+                    "reason",
+                    models.TextField(blank=True, default="", help_text="the latest decision, in one line"),
+                ),
+                ("error", models.TextField(blank=True, default="")),
+                ("error_field", models.CharField(blank=True, default="", max_length=300)),
+                ("parked", models.BooleanField(default=False)),
+                ("next_attempt_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "allocated",
+                    models.TextField(blank=True, default="", help_text="hami.io/vgpu-devices-allocated"),
+                ),
+                ("spec_hash", models.CharField(blank=True, default="", max_length=64)),
+                ("revision", models.PositiveIntegerField(default=0)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "node",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="pods",
+                        to="scheduling.node",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-priority', 'submitted_at', 'id'],
+                "ordering": ["-priority", "submitted_at", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Decision',
+            name="Decision",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('outcome', models.CharField(choices=[('scheduled', 'scheduled'), ('pending', 'pending'), ('rejected', 'rejected: invalid pod'), ('conflict', 'conflict: capacity taken before the commit')], max_length=16)),
-                ('node', models.CharField(blank=True, default='', max_length=253)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('error', models.TextField(blank=True, default='')),
-                ('payload', models.JSONField(default=dict)),
-                ('duration_ms', models.FloatField(default=0)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('cycle', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='decisions', to='scheduling.cycle')),
-                ('pod', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='decisions', to='scheduling.pod')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("scheduled", "scheduled"),
+                            ("pending", "pending"),
+                            ("rejected", "rejected: invalid pod"),
+                            ("conflict", "conflict: capacity taken before the commit"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("node", models.CharField(blank=True, default="", max_length=253)),
+                ("reason", models.TextField(blank=True, default="")),
+                ("error", models.TextField(blank=True, default="")),
+                ("payload", models.JSONField(default=dict)),
+                ("duration_ms", models.FloatField(default=0)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "cycle",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="decisions",
+                        to="scheduling.cycle",
+                    ),
+                ),
+                (
+                    "pod",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="decisions",
+                        to="scheduling.pod",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-id'],
-                'get_latest_by': 'id',
+                "ordering": ["-id"],
+                "get_latest_by": "id",
             },
         ),
         migrations.CreateModel(
-            name='Allocation',
+            name="Allocation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('container_index', models.PositiveSmallIntegerField()),
-                ('container_name', models.CharField(blank=True, default='', max_length=253)),
-                ('memory', models.PositiveIntegerField(help_text='MiB')),
-                ('cores', models.PositiveSmallIntegerField()),
-                ('active', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('released_at', models.DateTimeField(blank=True, null=True)),
-                ('card', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='allocations', to='scheduling.card')),
-                ('pod', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='allocations', to='scheduling.pod')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("container_index", models.PositiveSmallIntegerField()),
+                ("container_name", models.CharField(blank=True, default="", max_length=253)),
+                ("memory", models.PositiveIntegerField(help_text="MiB")),
+                ("cores", models.PositiveSmallIntegerField()),
+                ("active", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("released_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "card",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="allocations",
+                        to="scheduling.card",
+                    ),
+                ),
+                (
+                    "pod",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="allocations",
+                        to="scheduling.pod",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['pod_id', 'container_index', 'id'],
+                "ordering": ["pod_id", "container_index", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='card',
-            constraint=models.CheckConstraint(condition=models.Q(('used_slots__gte', 0)), name='card_used_slots_not_negative'),
+            model_name="card",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("used_slots__gte", 0)), name="card_used_slots_not_negative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='card',
-            constraint=models.CheckConstraint(condition=models.Q(('used_memory__gte', 0)), name='card_used_memory_not_negative'),
+            model_name="card",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("used_memory__gte", 0)), name="card_used_memory_not_negative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='card',
-            constraint=models.CheckConstraint(condition=models.Q(('used_cores__gte', 0)), name='card_used_cores_not_negative'),
+            model_name="card",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("used_cores__gte", 0)), name="card_used_cores_not_negative"
+            ),
         ),
         migrations.AddIndex(
-            model_name='pod',
-            index=models.Index(condition=models.Q(('parked', False), ('status', 'pending')), fields=['-priority', 'submitted_at', 'id'], name='pod_pending_queue'),
+            model_name="pod",
+            index=models.Index(
+                condition=models.Q(("parked", False), ("status", "pending")),
+                fields=["-priority", "submitted_at", "id"],
+                name="pod_pending_queue",
+            ),
         ),
         migrations.AddIndex(
-            model_name='pod',
-            index=models.Index(fields=['status', '-updated_at'], name='pod_status_recent'),
+            model_name="pod",
+            index=models.Index(fields=["status", "-updated_at"], name="pod_status_recent"),
         ),
         migrations.AddConstraint(
-            model_name='pod',
-            constraint=models.UniqueConstraint(fields=('namespace', 'name'), name='pod_unique_name'),
+            model_name="pod",
+            constraint=models.UniqueConstraint(fields=("namespace", "name"), name="pod_unique_name"),
         ),
         migrations.AddIndex(
-            model_name='decision',
-            index=models.Index(fields=['pod', '-id'], name='decision_pod_latest'),
+            model_name="decision",
+            index=models.Index(fields=["pod", "-id"], name="decision_pod_latest"),
         ),
         migrations.AddIndex(
-            model_name='decision',
-            index=models.Index(fields=['outcome', '-created_at'], name='decision_outcome_recent'),
+            model_name="decision",
+            index=models.Index(fields=["outcome", "-created_at"], name="decision_outcome_recent"),
         ),
         migrations.AddIndex(
-            model_name='decision',
-            index=models.Index(fields=['node', '-created_at'], name='decision_node_recent'),
+            model_name="decision",
+            index=models.Index(fields=["node", "-created_at"], name="decision_node_recent"),
         ),
         migrations.AddIndex(
-            model_name='allocation',
-            index=models.Index(condition=models.Q(('active', True)), fields=['card'], name='allocation_active_card'),
+            model_name="allocation",
+            index=models.Index(
+                condition=models.Q(("active", True)), fields=["card"], name="allocation_active_card"
+            ),
         ),
         migrations.AddIndex(
-            model_name='allocation',
-            index=models.Index(condition=models.Q(('active', True)), fields=['pod'], name='allocation_active_pod'),
+            model_name="allocation",
+            index=models.Index(
+                condition=models.Q(("active", True)), fields=["pod"], name="allocation_active_pod"
+            ),
         ),
     ]

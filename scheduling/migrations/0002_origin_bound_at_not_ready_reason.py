@@ -20,26 +20,35 @@ def move_reasons_and_guess_origins(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduling', '0001_initial'),
+        ("scheduling", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='not_ready_reason',
-            field=models.TextField(blank=True, db_default='', default=''),
+            model_name="node",
+            name="not_ready_reason",
+            field=models.TextField(blank=True, db_default="", default=""),
         ),
         migrations.AddField(
-            model_name='pod',
-            name='bound_at',
-            field=models.DateTimeField(blank=True, help_text='Kubernetes accepted the Binding', null=True),
+            model_name="pod",
+            name="bound_at",
+            field=models.DateTimeField(blank=True, help_text="Kubernetes accepted the Binding", null=True),
         ),
         migrations.AddField(
-            model_name='pod',
-            name='origin',
-            field=models.CharField(choices=[('api', 'REST API'), ('kubernetes', 'Kubernetes watcher'), ('extender', 'kube-scheduler extender')], db_default='api', default='api', help_text="who submitted it: extender pods are placed only by kube-scheduler's filter calls", max_length=16),
+            model_name="pod",
+            name="origin",
+            field=models.CharField(
+                choices=[
+                    ("api", "REST API"),
+                    ("kubernetes", "Kubernetes watcher"),
+                    ("extender", "kube-scheduler extender"),
+                ],
+                db_default="api",
+                default="api",
+                help_text="who submitted it: extender pods are placed only by kube-scheduler's filter calls",
+                max_length=16,
+            ),
         ),
         migrations.RunPython(move_reasons_and_guess_origins, migrations.RunPython.noop),
     ]

@@ -5,35 +5,76 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scheduling', '0002_origin_bound_at_not_ready_reason'),
+        ("scheduling", "0002_origin_bound_at_not_ready_reason"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='card',
-            name='over_capacity',
-            field=models.CharField(blank=True, db_default='', default='', help_text='set when a report shrank the card under its tenants: which dimension, by how much', max_length=300),
+            model_name="card",
+            name="over_capacity",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="set when a report shrank the card under its tenants: which dimension, by how much",
+                max_length=300,
+            ),
         ),
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('card_claim_refused', 'card claim refused'), ('card_overcommitted', 'card over capacity under its tenants'), ('card_reassigned', 'card reassigned by an operator'), ('object_refused', 'object refused'), ('bind_repaired', 'half-done bind repaired')], max_length=32)),
-                ('severity', models.CharField(default='Warning', max_length=8)),
-                ('subject', models.CharField(help_text='what it is about: node/a, card/GPU-1, pod/ns/name', max_length=400)),
-                ('reason', models.CharField(help_text='a short code, like a Kubernetes event reason', max_length=100)),
-                ('message', models.TextField(blank=True, default='')),
-                ('actor', models.CharField(blank=True, default='', help_text='who caused it: agent:node, user', max_length=200)),
-                ('count', models.PositiveIntegerField(default=1)),
-                ('first_seen', models.DateTimeField(default=django.utils.timezone.now)),
-                ('last_seen', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("card_claim_refused", "card claim refused"),
+                            ("card_overcommitted", "card over capacity under its tenants"),
+                            ("card_reassigned", "card reassigned by an operator"),
+                            ("object_refused", "object refused"),
+                            ("bind_repaired", "half-done bind repaired"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("severity", models.CharField(default="Warning", max_length=8)),
+                (
+                    "subject",
+                    models.CharField(
+                        help_text="what it is about: node/a, card/GPU-1, pod/ns/name", max_length=400
+                    ),
+                ),
+                (
+                    "reason",
+                    models.CharField(
+                        help_text="a short code, like a Kubernetes event reason", max_length=100
+                    ),
+                ),
+                ("message", models.TextField(blank=True, default="")),
+                (
+                    "actor",
+                    models.CharField(
+                        blank=True, default="", help_text="who caused it: agent:node, user", max_length=200
+                    ),
+                ),
+                ("count", models.PositiveIntegerField(default=1)),
+                ("first_seen", models.DateTimeField(default=django.utils.timezone.now)),
+                ("last_seen", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['-last_seen', '-id'],
-                'indexes': [models.Index(fields=['-last_seen'], name='event_last_seen')],
-                'constraints': [models.UniqueConstraint(fields=('kind', 'subject', 'reason'), name='event_kind_subject_reason')],
+                "ordering": ["-last_seen", "-id"],
+                "indexes": [models.Index(fields=["-last_seen"], name="event_last_seen")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("kind", "subject", "reason"), name="event_kind_subject_reason"
+                    )
+                ],
             },
         ),
     ]

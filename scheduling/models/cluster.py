@@ -7,9 +7,33 @@ from dataclasses import dataclass
 
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 
 #: The largest number the integer columns hold (capacities, counters, priority).
 INT32_MAX = 2**31 - 1
+
+
+PRESENT = Q(cards__present=True)
+
+
+class NodeQuerySet(models.QuerySet):
+    def with_totals(self) -> NodeQuerySet:
+        """Each node with its present cards' count, capacity and usage summed in SQL (read by
+        `Node.usage` instead of the cards), and `cordoned_cards`."""
+        return self.annotate(
+            total_cards=models.Count("cards", filter=PRESENT),
+            total_slots=Coalesce(models.Sum("cards__slots", filter=PRESENT), 0),
+            total_used_slots=Coalesce(models.Sum("cards__used_slots", filter=PRESENT), 0),
+            total_memory=Coalesce(models.Sum("cards__memory", filter=PRESENT), 0),
+            total_used_memory=Coalesce(models.Sum("cards__used_memory", filter=PRESENT), 0),
+            total_cores=Coalesce(models.Sum("cards__cores", filter=PRESENT), 0),
+            total_used_cores=Coalesce(models.Sum("cards__used_cores", filter=PRESENT), 0),
+            cordoned_cards=models.Count("cards", filter=Q(cards__cordoned=True)),
+        )
+
+
+#: The annotations `Node.objects.with_totals()` sets, in `CardUsage`'s argument order.
+TOTALS = ("slots", "used_slots", "memory", "used_memory", "cores", "used_cores")
 
 
 class Node(models.Model):
@@ -25,6 +49,8 @@ class Node(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    objects = NodeQuerySet.as_manager()
+
     class Meta:
         ordering = ["name"]
 
@@ -33,7 +59,13 @@ class Node(models.Model):
 
     @property
     def usage(self) -> CardUsage:
-        """What the node's present cards hold against their capacity (reads the prefetched cards)."""
+        """What the node's present cards hold against their capacity: the sums of
+        `Node.objects.with_totals()` when read so, else the (prefetched) cards."""
+        if hasattr(self, "total_cards"):
+            totals = vars(self)  # the annotations of with_totals(), set on the instance
+            return CardUsage(
+                **{name: totals[f"total_{name}"] for name in TOTALS}, cards=totals["total_cards"]
+            )
         return CardUsage.of(card for card in self.cards.all() if card.present)
 
 

@@ -12,19 +12,24 @@ from scheduling.storable import escaped
 class Event(models.Model):
     """An audited happening that is not a scheduling decision: a card claim refused, an
     object from Kubernetes that could not enter, a card left over capacity by a shrinking
-    report, a card reassigned by an operator, a half-done bind repaired."""
+    report, a card reassigned by an operator, a half-done bind repaired, an operator's
+    dashboard action, consistency drift found or repaired."""
 
     CARD_CLAIM_REFUSED = "card_claim_refused"
     CARD_OVERCOMMITTED = "card_overcommitted"
     CARD_REASSIGNED = "card_reassigned"
     OBJECT_REFUSED = "object_refused"
     BIND_REPAIRED = "bind_repaired"
+    OPERATOR_ACTION = "operator_action"
+    CONSISTENCY = "consistency"
     KINDS = [
         (CARD_CLAIM_REFUSED, "card claim refused"),
         (CARD_OVERCOMMITTED, "card over capacity under its tenants"),
         (CARD_REASSIGNED, "card reassigned by an operator"),
         (OBJECT_REFUSED, "object refused"),
         (BIND_REPAIRED, "half-done bind repaired"),
+        (OPERATOR_ACTION, "operator action from the dashboard"),
+        (CONSISTENCY, "consistency drift found or repaired"),
     ]
     WARNING, NORMAL = "Warning", "Normal"
 

@@ -84,10 +84,43 @@ DB_RETRIES = Counter(
     "or for a serialization failure ('serialization'). The lock order should keep this at 0.",
     ["kind"],
 )
+ADMISSIONS = Counter(
+    "hamiadmin_webhook_admissions",
+    "AdmissionReviews answered by the admission webhook (kube/webhook), by webhook ('mutate', "
+    "'validate') and outcome: 'patched' or 'unchanged' (mutate), 'allowed', 'warned' (allowed "
+    "with warnings) or 'denied' (validate), 'skipped' (not a GPU pod of this scheduler, not a "
+    "create), 'malformed' (not an AdmissionReview), 'error' (answered allowed after a failure).",
+    ["webhook", "outcome"],
+)
+#: The only label values of ADMISSIONS.
+WEBHOOKS = ("mutate", "validate")
+ADMISSION_OUTCOMES = ("patched", "unchanged", "allowed", "warned", "denied", "skipped", "malformed", "error")
 CARD_CLAIMS_REFUSED = Counter(
     "hamiadmin_refused_card_claims",
     "Cards an agent reported that belong to another node; refused card by card (see the events).",
 )
+
+CONSISTENCY_KINDS = ("counter_drift", "over_capacity", "ghost_allocation", "unbacked_placement")
+CONSISTENCY_FOUND = Counter(
+    "hamiadmin_consistency_findings",
+    "Drift found by the consistency check (housekeeping, manage.py check_consistency), by kind: "
+    "counters that differ from the allocations, cards over capacity, allocations held for a "
+    "pod that is not placed (ghosts), placed pods holding no card. Should stay at 0.",
+    ["kind"],
+)
+CONSISTENCY_REPAIRED = Counter(
+    "hamiadmin_consistency_repairs",
+    "Drift repaired by manage.py check_consistency --repair (or the housekeeping), by kind.",
+    ["kind"],
+)
+
+
+def consistency_found(kind: str, count: int) -> None:
+    CONSISTENCY_FOUND.labels(kind if kind in CONSISTENCY_KINDS else OTHER).inc(count)
+
+
+def consistency_repaired(kind: str, count: int) -> None:
+    CONSISTENCY_REPAIRED.labels(kind if kind in CONSISTENCY_KINDS else OTHER).inc(count)
 
 
 def count_claim_refused() -> None:
@@ -110,6 +143,12 @@ def _initialise_series() -> None:
         AUTH_THROTTLED.labels(kind)
     for kind in ("deadlock", "serialization"):
         DB_RETRIES.labels(kind)
+    for webhook in WEBHOOKS:
+        for outcome in ADMISSION_OUTCOMES:
+            ADMISSIONS.labels(webhook, outcome)
+    for kind in CONSISTENCY_KINDS:
+        CONSISTENCY_FOUND.labels(kind)
+        CONSISTENCY_REPAIRED.labels(kind)
 
 
 _initialise_series()
@@ -122,6 +161,13 @@ def reason_code(text: str) -> str:
 
 def bind_failed(reason: str) -> None:
     BIND_FAILURES.labels(reason if reason in BIND_REASONS else OTHER).inc()
+
+
+def admission(webhook: str, outcome: str) -> None:
+    """One AdmissionReview answered; unknown values become OTHER, so labels stay bounded."""
+    ADMISSIONS.labels(
+        webhook if webhook in WEBHOOKS else OTHER, outcome if outcome in ADMISSION_OUTCOMES else OTHER
+    ).inc()
 
 
 def auth_failed(kind: str) -> None:

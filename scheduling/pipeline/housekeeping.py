@@ -1,4 +1,4 @@
-"""Periodic upkeep: silent nodes go not-ready, history stays bounded."""
+"""Periodic upkeep: silent nodes go not-ready, history stays bounded, drift is looked for."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..models import Cycle, Decision, Node, Pod
+from . import consistency
 from .options import option
 
 
@@ -54,10 +55,22 @@ def prune_finished_pods(now=None, hours: float | None = None) -> int:
         return Pod.objects.filter(status__in=Pod.FINISHED, finished_at__lt=cutoff).delete()[0]
 
 
+def check_consistency() -> consistency.ConsistencyReport:
+    """Look for drift (counters, ghosts, unbacked placements, over capacity) and report it
+    as metrics and events; the repair is `manage.py check_consistency --repair`
+    (`services.repair_consistency`), a write path the pipeline does not import."""
+    found = consistency.check()
+    consistency.report(found, actor="housekeeping")
+    return found
+
+
 def housekeeping(now=None) -> dict[str, int]:
+    """What it did; a `drift_<kind>` entry for each kind of drift found (none when clean)."""
+    found = check_consistency()
     return {
         "nodes_not_ready": mark_silent_nodes_not_ready(now),
         "decisions_pruned": prune_decisions(),
         "cycles_pruned": prune_cycles(),
         "pods_pruned": prune_finished_pods(now),
+        **{f"drift_{kind}": count for kind, count in found.counts().items() if count},
     }

@@ -6,7 +6,9 @@ commit gave each attempt, so the numbers and the lines match what was written.
 Log lines (logger `hamiadmin.decisions`), fields passed as `extra` for the JSON formatter:
 - INFO per decision: pod, outcome, node, cards (UUIDs), chain (the pod's GPU chain),
   duration_ms (engine time), reason (the one-line summary of a pod that waits or was
-  refused), reasons (code -> nodes, for pending), cycle.
+  refused), reasons (code -> nodes, for pending), cycle; for pending also unschedulable,
+  closest (the closest nodes: node, missing, never) and would_fit (what would make it fit,
+  in words).
 - DEBUG per card of the chosen node: pod, node, container, uuid, score, eligible, reason
   (the failed check, or null), chosen.
 """
@@ -69,6 +71,25 @@ def _record(report, outcomes) -> None:
     metrics.CYCLE_DURATION.observe(max(0.0, report.duration_ms) / 1000)
 
 
+def waiting_fields(decision) -> dict:
+    """What a pending decision's log line adds: `unschedulable`, the closest nodes (name, cards
+    missing, never) and `would_fit`, what would make it fit in words (`explain.what_would_fit`;
+    no tenants: naming them would cost a query per line)."""
+    explained = {
+        "closest_nodes": decision.closest,
+        "unschedulable": decision.unschedulable,
+        "unschedulable_reason": decision.never,
+    }
+    return {
+        "unschedulable": decision.unschedulable,
+        "closest": [
+            {"node": close["node"], "missing": close["missing"], "never": close["never"]}
+            for close in decision.closest
+        ],
+        "would_fit": explain.what_would_fit(explained),
+    }
+
+
 def log_decision(attempt, outcome: str, why: str, cycle_id) -> None:
     decision = attempt.decision
     placed = outcome in (SCHEDULED, CONFLICT)
@@ -89,6 +110,7 @@ def log_decision(attempt, outcome: str, why: str, cycle_id) -> None:
     }
     if outcome == PENDING:
         fields["reasons"] = dict(sorted(decision.reasons.items()))
+        fields.update(waiting_fields(decision))
     if outcome == REJECTED and decision.error_field:
         fields["field"] = decision.error_field
     where = f" on {node} ({', '.join(cards)})" if node else ""

@@ -6,7 +6,7 @@ rows into them, so every cycle (and every worker) sees the cluster the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.db.models import Q
 from django.utils import timezone
@@ -15,7 +15,9 @@ from scheduling.engine import Card as EngineCard
 from scheduling.engine import Cluster, ClusterConfig
 from scheduling.engine import Node as EngineNode
 from scheduling.engine.encoding import links_to_pairs
-from scheduling.models import Card, Node, Pod, SchedulerConfig
+from scheduling.models import Allocation, Card, Node, Pod, SchedulerConfig
+
+from .options import option
 
 CARD_COLUMNS = (
     "id",
@@ -50,12 +52,13 @@ class Snapshot:
 def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
     """Nodes, present cards with their counters, and the config in force.
 
-    Cordon comes from `Card.cordoned` and from the node annotation `hami.io/device-cordon`
+    The config in force gets `closest_nodes` from the CLOSEST_NODES option (how many close
+    nodes a pending decision keeps with their card tables). Cordon comes from `Card.cordoned` and from the node annotation `hami.io/device-cordon`
     (the engine's Node applies the annotation). Absent cards are left out; a not-ready node
     is kept so that pods see `NodeNotReady` for it.
     """
     if config is None:
-        config = SchedulerConfig.current()
+        config = replace(SchedulerConfig.current(), closest_nodes=option("CLOSEST_NODES"))
     per_node: dict[int, list] = {}
     card_ids: dict[str, int] = {}
     for row in Card.objects.filter(present=True).values_list(*CARD_COLUMNS):
@@ -114,6 +117,27 @@ def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
         )
         node_ids[name] = node_id
     return Snapshot(cluster=Cluster(nodes), config=config, node_ids=node_ids, card_ids=card_ids)
+
+
+def card_tenants(uuids) -> dict[str, list[tuple[str, int, int]]]:
+    """Who holds each of the cards `uuids` now: card UUID -> [(pod `ns/name`, MiB, cores)], a
+    pod's vGPUs on one card summed, largest first. One query, for the few cards a pending
+    pod's explanation names (the close nodes' `free` hints), not for the whole cycle."""
+    uuids = [uuid for uuid in dict.fromkeys(uuids) if uuid]
+    if not uuids:
+        return {}
+    held: dict[str, dict[str, list[int]]] = {}
+    rows = Allocation.objects.filter(active=True, card__uuid__in=uuids, card__present=True).values_list(
+        "card__uuid", "pod__namespace", "pod__name", "memory", "cores"
+    )
+    for uuid, namespace, name, memory, cores in rows:
+        entry = held.setdefault(uuid, {}).setdefault(f"{namespace}/{name}", [0, 0])
+        entry[0] += memory
+        entry[1] += cores
+    return {
+        uuid: sorted(((pod, m, c) for pod, (m, c) in pods.items()), key=lambda t: (-t[1], t[0]))
+        for uuid, pods in held.items()
+    }
 
 
 POD_COLUMNS = (

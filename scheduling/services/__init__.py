@@ -16,7 +16,9 @@ of the domains is here.
 
 from scheduling.models.cluster import over_capacity_text
 
+from .actions import OPERATOR_ACTION, cordon_card_by, cordon_node, delete_pod_by, requeue_pod_by
 from .config import current_config_view, parse_config_defaults, set_config, validate_config
+from .consistency import Repair, repair_consistency
 from .inventory import CAPACITY_FIELDS, cordon_card, mark_node_not_ready, reassign_card, report_inventory
 from .pods import (
     FINAL_STATUSES,
@@ -34,19 +36,26 @@ from .pods import (
 __all__ = [
     "CAPACITY_FIELDS",
     "FINAL_STATUSES",
+    "OPERATOR_ACTION",
     "ORIGIN_VALUES",
+    "Repair",
     "capacity_changed",
     "cordon_card",
+    "cordon_card_by",
+    "cordon_node",
     "current_config_view",
+    "delete_pod_by",
     "mark_bound",
     "mark_node_not_ready",
     "over_capacity_text",
     "parse_config_defaults",
     "reassign_card",
+    "repair_consistency",
     "release_pod",
     "report_inventory",
     "requeue_placed_pod",
     "requeue_pod",
+    "requeue_pod_by",
     "set_config",
     "spec_hash",
     "submit_pod",

@@ -11,16 +11,25 @@ from __future__ import annotations
 from django import template
 
 from scheduling.engine import explain
+from scheduling.pipeline.snapshot import card_tenants
 
 register = template.Library()
 
 TEMPLATE = "scheduling/includes/pod_decision.html"
 
 
+def live_tenants(payload) -> explain.Tenants:
+    """Who holds the cards a pending pod's `free` hints name, now (one query, none if none)."""
+    return card_tenants(explain.card_tenant_uuids(payload if isinstance(payload, dict) else {}))
+
+
 @register.inclusion_tag(TEMPLATE)
-def pod_decision(payload, heading=True) -> dict:
-    """`{% pod_decision payload %}`: one pod's decision path, the same on every page."""
-    context = explain.decision_path(payload if isinstance(payload, dict) else {})
+def pod_decision(payload, heading=True, live=False) -> dict:
+    """`{% pod_decision payload %}`: one pod's decision path, the same on every page. `live`:
+    the payload is about this cluster, so the hints name the close cards' tenants, read now
+    (the pod page and the Simulator's live mode; a scenario's decisions are not)."""
+    payload = payload if isinstance(payload, dict) else {}
+    context = explain.decision_path(payload, live_tenants(payload) if live else None)
     context["heading"] = heading
     return context
 
@@ -29,6 +38,22 @@ def pod_decision(payload, heading=True) -> dict:
 def reason_lines(payload) -> list[explain.ReasonLine]:
     """Failed-node reasons in words for a pending pod's list row."""
     return explain.waiting_reasons(payload if isinstance(payload, dict) else {})
+
+
+#: The card grid's colour per reason class (`explain.CARD_CLASSES`), inline until
+#: static/scheduling/dashboard.css styles the `reason-*` classes itself.
+REASON_COLOURS = {
+    "fits": "#2e7d32",
+    "capacity": "#e65100",
+    "unavailable": "#616161",
+    "excluded": "#9e9e9e",
+    "numa": "#6a1b9a",
+}
+
+
+@register.filter
+def reason_colour(css: str) -> str:
+    return REASON_COLOURS.get(css or "", "#e65100")
 
 
 @register.filter

@@ -8,21 +8,32 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.contrib.staticfiles import finders
+from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q, Sum
 from django.shortcuts import get_object_or_404
 
 from scheduling.engine import ScenarioError, explain
 from scheduling.engine.encoding import links_to_pairs
 from scheduling.engine.scenario import read_scenario_text, run_scenario
-from scheduling.filtersets import CardFilterSet, EventFilterSet, PendingFilterSet
+from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
+from scheduling.filtersets import (
+    CardFilterSet,
+    EventFilterSet,
+    NodeTableFilterSet,
+    PendingFilterSet,
+    PodFilterSet,
+)
 from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Node, Pod
+from scheduling.pipeline.snapshot import load_snapshot
 from scheduling.services import simulations
+from scheduling.web import heatmap, tables
 
-#: Pods listed on the Pending page; the rest are counted.
-PENDING_ROWS = 500
+#: The Cluster page draws full card tiles (tenants and all) when the filters leave at most this many.
+TILE_CARDS = 64
 #: Cycles shown on the Cycles page and its charts.
 CYCLE_ROWS = 120
 #: Node scores and failed nodes kept per simulated pod (SPEC 9 `--top`).
@@ -110,21 +121,57 @@ def node_panels(cards) -> list[NodePanel]:
     return sorted(panels.values(), key=lambda panel: panel.node.name)
 
 
-def cluster_page(params) -> dict:
-    """Every node with its cards, usage and tenants; filtered by card type and node."""
-    cards = Card.objects.select_related("node").order_by("node__name", "index")
+def cluster_page(request) -> dict:
+    """The whole cluster at a glance, at any size: totals, a heatmap of every card, a paged
+    node table; card tiles (tenants and all) only when the filters leave a few cards.
+
+    Filters: `type` (card type), `node` (one node), `q` (part of a node name), `ready`; the
+    table also reads `sort` and `page`.
+    """
+    params = request.GET
+    cards = Card.objects.all()
     filterset = CardFilterSet(params, queryset=cards)
     chosen = filterset.qs if filterset.is_valid() else cards
-    panels = node_panels(chosen)
-    totals = CardUsage.of(tile.card for panel in panels for tile in panel.tiles if tile.card.present)
+    nodes = NodeTableFilterSet(params, queryset=Node.objects.all())
+    node_rows = nodes.qs if nodes.is_valid() else Node.objects.all()
+    if params.get("node"):
+        node_rows = node_rows.filter(name=params["node"])
+    chosen = chosen.filter(node__in=node_rows.values("pk"))
+    totals = CardUsage(
+        **{
+            key: value or 0
+            for key, value in chosen.filter(present=True)
+            .aggregate(
+                slots=Sum("slots"),
+                used_slots=Sum("used_slots"),
+                memory=Sum("memory"),
+                used_memory=Sum("used_memory"),
+                cores=Sum("cores"),
+                used_cores=Sum("used_cores"),
+                cards=Count("id"),
+            )
+            .items()
+        }
+    )
+    shown = chosen.count()
+    panels = (
+        node_panels(chosen.select_related("node").order_by("node__name", "index"))
+        if shown <= TILE_CARDS
+        else []
+    )
     pods = dict(Pod.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    filters = {key: params.get(key, "") for key in ("type", "node", "q", "ready")}
     return {
+        "heatmap": heatmap.build(chosen),
+        "table": tables.node_table(node_rows, request),
         "panels": panels,
+        "shown_cards": shown,
+        "tile_cards": TILE_CARDS,
         "totals": totals,
-        "filters": {"type": params.get("type", ""), "node": params.get("node", "")},
-        "filter_errors": filterset.errors if not filterset.is_valid() else {},
+        "filters": filters,
+        "filtered": any(filters.values()),
+        "filter_errors": {**(filterset.errors or {}), **(nodes.errors or {})},
         "types": list(Card.objects.order_by("type").values_list("type", flat=True).distinct()),
-        "node_names": list(Node.objects.order_by("name").values_list("name", flat=True)),
         "node_count": Node.objects.count(),
         "ready_count": Node.objects.filter(ready=True).count(),
         "pod_counts": pods,
@@ -138,6 +185,7 @@ def cluster_page(params) -> dict:
 class PendingRow:
     pod: Pod
     decision: Decision | None
+    dominant: str = ""
 
     @property
     def payload(self) -> dict:
@@ -148,24 +196,108 @@ class PendingRow:
         return explain.chain_of(explain.policy_of(self.payload))
 
 
+#: Facet names for pending pods whose latest decision names no failed-node reason.
+NOT_TRIED, INVALID, CONFLICT, NO_REASON = "not tried yet", "invalid spec", "lost a race", "no GPU node"
+
+
+def dominant_reason(pod_error: str, outcome: str | None, failed_reasons) -> str:
+    """The reason code that turned away the most cards (summed over the failed nodes, ties by
+    name), or a facet name for a pod that has no such reason."""
+    if pod_error:
+        return INVALID
+    if outcome is None:
+        return NOT_TRIED
+    if outcome == Decision.CONFLICT:
+        return CONFLICT
+    totals: dict[str, int] = {}
+    for failed in (failed_reasons or {}).values():
+        for code, n in ((failed or {}).get("reasons") or {}).items():
+            totals[code] = totals.get(code, 0) + (n or 0)
+    if not totals:
+        return NO_REASON
+    return min(totals, key=lambda code: (-totals[code], code))
+
+
 def pending_page(params) -> dict:
-    """Pending pods, oldest first, each with its latest decision (the reasons in words)."""
+    """Pending pods, oldest first, a page at a time, each with its latest decision (the reasons
+    in words); a facet list counts them by dominant reason, and `dominant` narrows to one.
+
+    The facets read every pending pod's latest decision, but only its `failed_reasons`; the
+    rows read full decisions for one page.
+    """
     pods = Pod.objects.filter(status=Pod.PENDING).order_by("submitted_at", "id")
     filterset = PendingFilterSet(params, queryset=pods)
     pods = filterset.qs if filterset.is_valid() else pods
-    total = pods.count()
-    listed = list(pods.with_latest_decision()[:PENDING_ROWS])
+    keyed = list(pods.with_latest_decision().values_list("id", "error", "latest_decision_id"))
+    latest = _failed_reasons([decision_id for _, _, decision_id in keyed if decision_id])
+    dominant = {
+        pod_id: dominant_reason(error, *(latest.get(decision_id) or (None, None)))
+        for pod_id, error, decision_id in keyed
+    }
+    facets = sorted(Counter(dominant.values()).items(), key=lambda item: (-item[1], item[0]))
+    chosen = params.get("dominant", "")
+    ids = [pod_id for pod_id, _, _ in keyed if not chosen or dominant[pod_id] == chosen]
+    page = Paginator(ids, tables.PODS_PER_PAGE).get_page(params.get("page"))
+    listed = list(
+        Pod.objects.filter(pk__in=list(page.object_list))
+        .with_latest_decision()
+        .order_by("submitted_at", "id")
+    )
     decisions = Pod.objects.latest_decisions(listed)
     rejected = list(
         Pod.objects.filter(status=Pod.REJECTED).with_latest_decision().order_by("-updated_at")[:50]
     )
     rejected_decisions = Pod.objects.latest_decisions(rejected)
     return {
-        "rows": [PendingRow(pod, decisions.get(pod.pk)) for pod in listed],
-        "total": total,
-        "more": max(0, total - len(listed)),
+        "rows": [PendingRow(pod, decisions.get(pod.pk), dominant.get(pod.pk, "")) for pod in listed],
+        "total": len(keyed),
+        "matching": len(ids),
+        "page": page,
+        "facets": facets,
         "rejected": [PendingRow(pod, rejected_decisions.get(pod.pk)) for pod in rejected],
-        "filters": {"namespace": params.get("namespace", ""), "reason": params.get("reason", "")},
+        "filters": {key: params.get(key, "") for key in ("namespace", "name", "reason", "dominant")},
+        "filter_errors": filterset.errors if not filterset.is_valid() else {},
+        "query": _query_without(params, "page"),
+        "facet_query": _query_without(params, "page", "dominant"),
+    }
+
+
+def _failed_reasons(decision_ids: list[int]) -> dict[int, tuple[str, dict]]:
+    """(outcome, failed_reasons) of these decisions by id, without the rest of their payload."""
+    rows = Decision.objects.filter(pk__in=decision_ids).values_list(
+        "id", "outcome", "payload__failed_reasons"
+    )
+    return {decision_id: (outcome, failed) for decision_id, outcome, failed in rows}
+
+
+def _query_without(params, *names: str) -> str:
+    """The query string of `params` without `names`, to build page and facet links on."""
+    kept = params.copy()
+    for name in names:
+        kept.pop(name, None)
+    return kept.urlencode()
+
+
+def pods_page(request) -> dict:
+    """Every pod, newest first, a page at a time: by status, namespace, node, part of a name."""
+    params = request.GET
+    pods = Pod.objects.all()
+    filterset = PodFilterSet(params, queryset=pods)
+    pods = filterset.qs if filterset.is_valid() else pods
+    if params.get("q"):
+        pods = pods.filter(name__icontains=params["q"])
+    counts = dict(Pod.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n"))
+    return {
+        "table": tables.pod_table(pods, request),
+        "statuses": [(value, label, counts.get(value, 0)) for value, label in Pod.STATUSES],
+        "namespaces": list(
+            Pod.objects.order_by("namespace").values_list("namespace", flat=True).distinct()[:200]
+        ),
+        "filters": {
+            "status": params.getlist("status"),
+            **{k: params.get(k, "") for k in ("namespace", "node", "q")},
+        },
+        "filter_errors": filterset.errors if not filterset.is_valid() else {},
     }
 
 
@@ -330,6 +462,7 @@ class Simulation:
     text: str = ""
     result: dict | None = None
     error: str = ""
+    live: bool = False  # against the live cluster (`simulate_live`), not a pasted one
 
 
 def simulate(text: str, upload=None) -> Simulation:
@@ -361,6 +494,29 @@ def simulate(text: str, upload=None) -> Simulation:
     except ScenarioError as exc:
         return Simulation(text=text, error=str(exc))
     return Simulation(text=text, result=result)
+
+
+def simulate_live(text: str) -> Simulation:
+    """Pasted pods (and edits), `{"pods": [...], "edits": {...}}` as `POST /api/v1/whatif/`
+    takes them, decided against the live cluster as the next cycle would see it. Reads the
+    database, writes nothing."""
+    text = text or ""
+    if not text.strip():
+        return Simulation(
+            text=text, live=True, error='pods: paste {"pods": [...]} to try them on the cluster'
+        )
+    if len(text.encode("utf-8")) > SIMULATOR_MAX_BYTES:
+        return Simulation(text=text, live=True, error=f"pods: larger than {SIMULATOR_MAX_BYTES // 1024} KiB")
+    try:
+        pods, edits = parse_whatif(read_scenario_text(text, "pods"))
+        snapshot = load_snapshot()
+        cluster, config = apply_edits(snapshot.cluster, snapshot.config, edits)
+        decisions = decide_all(cluster, config, pods)
+    except ScenarioError as exc:
+        return Simulation(text=text, live=True, error=str(exc))
+    return Simulation(
+        text=text, live=True, result={"pods": [d.as_dict(top=SIMULATOR_TOP) for d in decisions]}
+    )
 
 
 def simulate_example(name: str) -> Simulation:

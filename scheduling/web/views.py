@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from scheduling.roles import VIEWER, has_role
+from scheduling.roles import OPERATOR, VIEWER, has_role
 from scheduling.web import queries
 
 
@@ -23,6 +23,7 @@ def render_live(request, template_name, build, *args):
     version = queries.fingerprint()
     context = build(*args)
     context["live_version"] = version
+    context["can_operate"] = has_role(request.user, OPERATOR)
     return render(request, template_name, context)
 
 
@@ -44,13 +45,20 @@ def viewer_required(view):
 @viewer_required
 def home(request):
     """The Cluster page: every node and card, with usage, tenants and badges."""
-    return render_live(request, "scheduling/cluster.html", queries.cluster_page, request.GET)
+    return render_live(request, "scheduling/cluster.html", queries.cluster_page, request)
 
 
 @require_GET
 @viewer_required
 def pending(request):
     return render_live(request, "scheduling/pending.html", queries.pending_page, request.GET)
+
+
+@require_GET
+@viewer_required
+def pods(request):
+    """Every pod, paged and sortable, filtered by status, namespace, node and name."""
+    return render_live(request, "scheduling/pods.html", queries.pods_page, request)
 
 
 @require_GET
@@ -84,7 +92,9 @@ def events(request):
 @viewer_required
 def simulator(request):
     """Paste or upload a scenario (SPEC 9) and see each pod's decision path; nothing is stored."""
-    if request.method == "POST":
+    if request.method == "POST" and request.POST.get("live"):
+        simulation = queries.simulate_live(request.POST.get("scenario", ""))
+    elif request.method == "POST":
         simulation = queries.simulate(request.POST.get("scenario", ""), request.FILES.get("scenario_file"))
     elif request.GET.get("example"):
         simulation = queries.simulate_example(request.GET["example"])

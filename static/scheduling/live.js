@@ -1,5 +1,9 @@
-// Live pages: poll the small /live/ token; when it moves, fetch this page again and swap
-// its <main id="live"> in place, so a pod turning scheduled shows without a reload.
+// Live pages: poll the small /live/ token; when it moves, fetch this page again and replace
+// only the blocks of <main id="live"> whose HTML changed. What the user is doing survives:
+// forms are never replaced (typed filter text, focus, selections), a block holding the focus
+// waits for the next change, and every <details> keeps the open state the user gave it
+// (matched by id, else by its position in the block). Scroll stays: unchanged blocks stay.
+// Written for hamiadmin; no library.
 (function () {
   "use strict";
   var main = document.getElementById("live");
@@ -15,6 +19,60 @@
     state.className = "live-state " + (cls || "");
   }
 
+  function detailsKey(element, position) {
+    return element.id ? "#" + element.id : "@" + position;
+  }
+
+  function openStates(block) {
+    var states = {};
+    var all = block.tagName === "DETAILS" ? [block] : block.querySelectorAll("details");
+    Array.prototype.forEach.call(all, function (element, position) {
+      states[detailsKey(element, position)] = element.open;
+    });
+    return states;
+  }
+
+  function restoreOpen(block, states) {
+    var all = block.tagName === "DETAILS" ? [block] : block.querySelectorAll("details");
+    Array.prototype.forEach.call(all, function (element, position) {
+      var key = detailsKey(element, position);
+      if (Object.prototype.hasOwnProperty.call(states, key)) element.open = states[key];
+    });
+  }
+
+  function keep(block) {
+    return block.tagName === "FORM" || block.contains(document.activeElement);
+  }
+
+  // Replace the changed children of `current` with those of `fresh`, block by block.
+  function patch(current, fresh) {
+    var old = Array.prototype.slice.call(current.children);
+    var next = Array.prototype.slice.call(fresh.children);
+    var changed = 0;
+    if (old.length !== next.length) {
+      // A block appeared or went: rebuild in order, moving the user's forms over as they are.
+      var forms = old.filter(function (block) { return block.tagName === "FORM"; });
+      old.forEach(function (block) {
+        if (block.tagName !== "FORM") block.remove();
+      });
+      next.forEach(function (block) {
+        var form = block.tagName === "FORM" ? forms.shift() : null;
+        current.appendChild(form || document.importNode(block, true));
+      });
+      return next.length;
+    }
+    next.forEach(function (block, position) {
+      var mine = old[position];
+      if (mine.outerHTML === block.outerHTML || keep(mine)) return;
+      var states = openStates(mine);
+      var fresh = document.importNode(block, true);
+      mine.replaceWith(fresh);
+      restoreOpen(fresh, states);
+      changed += 1;
+    });
+    return changed;
+  }
+
   function swap() {
     return fetch(window.location.href, { credentials: "same-origin" })
       .then(function (response) {
@@ -24,10 +82,10 @@
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
         if (!fresh) throw new Error("no live content (signed out?)");
-        main.innerHTML = fresh.innerHTML;
+        var changed = patch(main, fresh);
         version = fresh.dataset.version || version;
         main.dataset.version = version;
-        document.dispatchEvent(new CustomEvent("live:updated"));
+        document.dispatchEvent(new CustomEvent("live:updated", { detail: { blocks: changed } }));
       });
   }
 

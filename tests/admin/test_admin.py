@@ -149,7 +149,15 @@ def test_release_and_mark_succeeded_give_the_cards_back(admin_client):
     cycle()
     card = Card.objects.get(uuid="GPU-t4-0")
     assert (card.used_slots, card.used_memory, card.used_cores) == (2, 5000, 30)
-    run_action(admin_client, "pod", "release", [Pod.objects.get(name="one").pk])
+    one = Pod.objects.get(name="one").pk
+    asked = admin_client.post(changelist("pod"), {"action": "release", "_selected_action": [str(one)]})
+    assert asked.status_code == 200 and "Release these pods?" in asked.content.decode()
+    assert "default/one" in asked.content.decode() and "GPU-t4-0" in asked.content.decode()
+    assert Pod.objects.get(name="one").status == Pod.SCHEDULED  # nothing released before the confirm
+    answer = admin_client.post(
+        changelist("pod"), {"action": "release", "_selected_action": [str(one)], "confirm": "yes"}
+    )
+    assert answer.status_code == 302
     card.refresh_from_db()
     assert (card.used_slots, card.used_memory, card.used_cores) == (1, 2000, 10)
     assert Pod.objects.get(name="one").status == Pod.DELETED

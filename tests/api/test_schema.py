@@ -28,6 +28,7 @@ def schema_document() -> dict:
 
 
 ENDPOINTS = {
+    "/api/v1/": {"get"},
     "/api/v1/agents/report/": {"post"},
     "/api/v1/nodes/": {"get"},
     "/api/v1/nodes/{name}/": {"get"},
@@ -39,6 +40,7 @@ ENDPOINTS = {
     "/api/v1/pods/": {"get", "post"},
     "/api/v1/pods/{namespace}/{name}/": {"get", "delete"},
     "/api/v1/pods/{namespace}/{name}/complete/": {"post"},
+    "/api/v1/pods/{namespace}/{name}/decision/": {"get"},
     "/api/v1/pending/": {"get"},
     "/api/v1/events/": {"get"},
     "/api/v1/decisions/": {"get"},
@@ -49,6 +51,8 @@ ENDPOINTS = {
     "/api/v1/cycles/{id}/": {"get"},
     "/api/v1/simulate/": {"post"},
     "/api/v1/simulate/{job}/": {"get"},
+    "/api/v1/whatif/": {"post"},
+    "/api/v1/capacity/": {"get"},
     "/api/v1/config/": {"get", "put", "patch"},
     "/healthz": {"get"},
     "/readyz": {"get"},

@@ -22,9 +22,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-OVERLAYS = ("dev", "production", "extender")
+OVERLAYS = ("dev", "production", "extender", "cert-manager")
 #: Overlays built on production: secrets out of band, images from a registry.
-PRODUCTION_OVERLAYS = ("production", "extender")
+PRODUCTION_OVERLAYS = ("production", "extender", "cert-manager")
 NAMESPACE = "hamiadmin"
 KUBE_AGENT_SERVICE_ACCOUNT = "hamiadmin-kube"
 EXTENDER_WEB_SERVICE_ACCOUNT = "hamiadmin-extender"
@@ -37,13 +37,26 @@ API_CALLERS = {
         "hamiadmin-kube-agent": KUBE_AGENT_SERVICE_ACCOUNT,
         "hamiadmin-web": EXTENDER_WEB_SERVICE_ACCOUNT,
     },
+    "cert-manager": {"hamiadmin-kube-agent": KUBE_AGENT_SERVICE_ACCOUNT},
 }
-CLUSTER_SCOPED_KINDS = {"Namespace", "ClusterRole", "ClusterRoleBinding", "RuntimeClass"}
+CLUSTER_SCOPED_KINDS = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "RuntimeClass",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+}
+#: Kinds of custom resources (no published schema): cert-manager's, in the cert-manager overlay.
+CUSTOM_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+WEBHOOK_SECRET = "hamiadmin-webhook-tls"
 POD_OWNER_KINDS = {"Deployment", "DaemonSet", "StatefulSet", "Job"}
 # Secrets production expects to be created out of band (docs/deploy.md), with their keys.
 OUT_OF_BAND_SECRETS = {
     "hamiadmin-secrets": ("SECRET_KEY", "DATABASE_URL", "REDIS_URL"),
     "hamiadmin-agent-tokens": (),  # one key per GPU node name
+    # `manage.py webhookcert` (or cert-manager, in its overlay): the webhook's TLS pair.
+    "hamiadmin-webhook-tls": ("tls.crt", "tls.key"),
 }
 
 # Debian 12: `apt-get install -y kubernetes-client` (kubectl 1.20, kustomize v2.0.3).

@@ -14,6 +14,7 @@ import pytest
 from .manifests import (
     API_CALLERS,
     CLUSTER_SCOPED_KINDS,
+    CUSTOM_KINDS,
     EXTENDER_WEB_SERVICE_ACCOUNT,
     NAMESPACE,
     OUT_OF_BAND_SECRETS,
@@ -74,6 +75,8 @@ def named_port(container, port):
 def test_every_object_matches_the_kubernetes_schemas(objects, overlay):
     errors = []
     for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS:
+            continue  # no published schema: checked field by field in test_webhook_manifests.py
         for version in SCHEMA_VERSIONS:
             try:
                 kubernetes_validate.validate(obj, version, strict=True)
@@ -367,6 +370,8 @@ def test_dev_secrets_are_visibly_dev_only_placeholders():
     for name, keys in OUT_OF_BAND_SECRETS.items():
         assert set(keys) <= set(by_base_name[name]["data"]), name
     for secret in secrets:
+        if secret.get("type") == "kubernetes.io/tls":
+            continue  # a certificate says DEV-ONLY in its subject: test_webhook_manifests.py
         for key, encoded in secret["data"].items():
             value = base64.b64decode(encoded).decode()
             url = urlsplit(value)

@@ -135,10 +135,49 @@ def test_without_numa_bind_cards_may_cross_numa_nodes():
     assert picked(out) == ["N0-A", "N1-A"]
 
 
-@pytest.mark.parametrize("value", ["false", "", "yes"])
-def test_numa_bind_other_than_true_is_off(value):
+@pytest.mark.parametrize("value", ["false", "", "0", "F", " False "])
+def test_numa_bind_false_or_empty_is_off(value):
     out = run_one([split_numa()], pod("p", {NUMA_BIND: value, GPU_POLICY: "spread"}, ask(gpu=2, mem=1000)))
     assert picked(out) == ["N0-A", "N1-A"]
+
+
+@pytest.mark.parametrize("value", ["1", "t", "TRUE", " true "])
+def test_numa_bind_reads_booleans_as_hamis_device_plugin_does(value):
+    out = run_one([split_numa()], pod("p", {NUMA_BIND: value, GPU_POLICY: "spread"}, ask(gpu=2, mem=1000)))
+    assert sorted(picked(out)) == ["N1-A", "N1-B"]
+
+
+def test_numa_bind_that_is_not_a_boolean_is_refused_naming_the_annotation():
+    """`yes` would otherwise silently mean no binding at all."""
+    out = run_one([split_numa()], pod("p", {NUMA_BIND: "yes"}, ask(gpu=2, mem=1000)))
+    assert out["status"] == "rejected"
+    assert (
+        out["error"] == "annotations.nvidia.com/numa-bind: nvidia.com/numa-bind: 'yes' is not true or false"
+    )
+
+
+@pytest.mark.parametrize(
+    "annotation, value, what",
+    [
+        (USE_UUID, "GPU-a GPU-b", "a card UUID"),
+        (NOUSE_UUID, "GPU-a,GPU-b\tGPU-c", "a card UUID"),
+        (USE_TYPE, "T4\nA100", "a card type"),
+        (NOUSE_TYPE, "A100,V100\x00", "a card type"),
+        ("nvidia.com/vgpu-mode", "hami core", "a card mode"),
+    ],
+)
+def test_a_malformed_list_entry_is_refused_naming_the_annotation(annotation, value, what):
+    out = run_one([gpus()], pod("p", {annotation: value}, ONE_GIB))
+    assert out["status"] == "rejected"
+    field, _, message = out["error"].partition(": ")
+    assert field == f"annotations.{annotation}"
+    assert message.startswith(f"{annotation}: ") and f"is not {what}; separate entries with commas" in message
+
+
+def test_list_entries_may_carry_blanks_around_them_and_empty_entries():
+    policy = parse_policy({USE_UUID: " GPU-a , ,GPU-b,", USE_TYPE: "Tesla T4, A100"}, ClusterConfig())
+    assert policy.use_uuids == {"GPU-a", "GPU-b"}
+    assert policy.use_types == ("tesla t4", "a100")
 
 
 def test_numa_bind_is_per_container():

@@ -125,14 +125,28 @@ def test_node_order_keeps_the_top_entries_of_node_scores():
     assert out["nodes_fit"] == 4
 
 
-def test_the_pod_object_keeps_every_spec_key_and_adds_four():
+#: The keys beyond SPEC 9's: the failed nodes as data, the node order, init containers,
+#: warnings, and for a pending pod the closest nodes and whether it can never fit.
+EXTRA_KEYS = {
+    "failed_reasons",
+    "node_order",
+    "init_containers",
+    "warnings",
+    "closest_nodes",
+    "unschedulable",
+    "unschedulable_reason",
+}
+
+
+def test_the_pod_object_keeps_every_spec_key_and_adds_the_extra_ones():
     scheduled, pending, rejected = run(
         [node("n1", card("G0"))],
         [pod("s", None, ONE_GIB), pod("p", None, ask(gpu=2)), pod("r", None, ask(gpu=0))],
     )
     for out in (scheduled, pending, rejected):
-        assert set(out) == SPEC_KEYS | {"failed_reasons", "node_order", "init_containers", "warnings"}
+        assert set(out) == SPEC_KEYS | EXTRA_KEYS
         assert out["warnings"] == [] and out["init_containers"] == []
+        assert out["closest_nodes"] == [] or out is pending
     assert (rejected["failed_reasons"], rejected["node_order"]) == ({}, [])
     assert scheduled["failed_reasons"] == {} and pending["node_order"] == []
 

@@ -23,6 +23,7 @@ from .builders import (
 )
 
 ONE_GIB = ask(gpu=1, mem=1000)  # cores default to 0: a sharing ask
+VGPU_MODE = "nvidia.com/vgpu-mode"
 
 
 def lone_card_reason(one_card: dict, annotations=None, limits=ONE_GIB, cordon=None) -> str:
@@ -42,6 +43,9 @@ def lone_card_reason(one_card: dict, annotations=None, limits=ONE_GIB, cordon=No
         ),
         pytest.param(
             card("G", type=T4), {NOUSE_TYPE: "t4"}, ONE_GIB, None, "CardTypeMismatch", id="3-nouse-type"
+        ),
+        pytest.param(
+            card("G", mode="mig"), {VGPU_MODE: "hami-core"}, ONE_GIB, None, "CardModeMismatch", id="3a-mode"
         ),
         pytest.param(card("G"), {USE_UUID: "OTHER"}, ONE_GIB, None, "CardUuidMismatch", id="4-use-uuid"),
         pytest.param(card("G"), {NOUSE_UUID: "G"}, ONE_GIB, None, "CardUuidMismatch", id="4-nouse-uuid"),
@@ -297,3 +301,46 @@ def test_examined_cards_m_counts_every_card_on_a_mixed_node():
         "1/5 CardComputeUnitsExhausted, 1/5 CardCordoned, 1/5 CardInsufficientMemory, "
         "1/5 CardNotHealth, 1/5 CardTimeSlicingExhausted"
     )
+
+
+# -- 3a: card mode (nvidia.com/vgpu-mode) -----------------------------------------------------
+
+
+def mixed_modes():
+    return node(
+        "n1",
+        card("G0", mode="hami-core"),
+        card("G1", mode="mig"),
+        card("G2", mode="mps"),
+        card("G3"),  # registers no mode (the older 7-field register): not checked
+    )
+
+
+def test_vgpu_mode_keeps_the_cards_of_the_modes_named():
+    out = run_one([mixed_modes()], pod("p", {VGPU_MODE: " MIG , mps"}, ask(gpu=3, mem=1000)))
+    assert sorted(picked(out)) == ["G1", "G2", "G3"]
+
+
+def test_vgpu_mode_comes_right_after_the_type_check():
+    """A card of the wrong type and mode counts as CardTypeMismatch; one of the right type but
+    the wrong mode as CardModeMismatch, before its UUID is looked at."""
+    cards = [card("G0", type=T4, mode="mig"), card("G1", mode="mig")]
+    annotations = {USE_TYPE: "NVIDIA", NOUSE_TYPE: "t4", VGPU_MODE: "hami-core", USE_UUID: "nothing"}
+    out = run_one([node("n1", *cards)], pod("p", annotations, ONE_GIB))
+    assert failure(out, "n1") == "1/2 CardModeMismatch, 1/2 CardTypeMismatch"
+
+
+def test_no_mode_annotation_means_any_mode():
+    out = run_one([mixed_modes()], pod("p", None, ask(gpu=4, mem=1000)))
+    assert sorted(picked(out)) == ["G0", "G1", "G2", "G3"]
+
+
+def test_the_mode_is_part_of_what_decides_a_node_verdict():
+    """Two pods identical but for their mode share no cached verdict."""
+    pods = [
+        pod("core", {VGPU_MODE: "hami-core"}, ONE_GIB),
+        pod("mig", {VGPU_MODE: "mig"}, ONE_GIB),
+    ]
+    out = run([node("n1", card("G0", mode="hami-core"))], pods)
+    assert [p["status"] for p in out] == ["scheduled", "pending"]
+    assert failure(out[1], "n1") == "1/1 CardModeMismatch"

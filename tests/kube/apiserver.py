@@ -7,8 +7,8 @@ kube calls, with the semantics those calls rely on:
   chunked response, end after timeoutSeconds, and answer an ERROR event with code 410 when
   asked to resume from a version older than the retained history (`expire_history`);
 - field selectors on pods (`spec.schedulerName`, `spec.nodeName`, `status.phase`);
-- JSON merge patch of pods and events, refused with 409 when the patch carries a
-  `metadata.resourceVersion` that is no longer current;
+- JSON merge patch of pods, nodes and events, refused with 409 when the patch carries a
+  `metadata.resourceVersion` that is no longer current; get of one node;
 - pods/binding (409 when the pod is already bound), events create/patch, and leases
   get/create/replace (replace refused with 409 on a stale resourceVersion);
 - `stop()` closes the listening socket and every open connection; `start()` again listens
@@ -38,6 +38,8 @@ ROUTES = [
     # (method, pattern, handler name, (group, resource, verb) or None for list/watch)
     ("GET", r"^/api/v1/pods$", "list_or_watch_pods", ("", "pods", None)),
     ("GET", r"^/api/v1/nodes$", "list_or_watch_nodes", ("", "nodes", None)),
+    ("GET", r"^/api/v1/nodes/([^/]+)$", "get_node", ("", "nodes", "get")),
+    ("PATCH", r"^/api/v1/nodes/([^/]+)$", "patch_node", ("", "nodes", "patch")),
     ("GET", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "get_pod", ("", "pods", "get")),
     ("PATCH", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "patch_pod", ("", "pods", "patch")),
     (
@@ -428,6 +430,36 @@ class StandInApiServer:
 
     def bind_via_bindings(self, handler, query, body, namespace):
         return self.bind_pod(handler, query, body, namespace, (body.get("metadata") or {}).get("name", ""))
+
+    # nodes (the node lock)
+
+    def _node(self, name) -> dict:
+        obj = self.objects["nodes"].get(("", name))
+        if obj is None:
+            raise Failure(404, "NotFound", f'nodes "{name}" not found')
+        return obj
+
+    def get_node(self, handler, query, body, name):
+        with self.lock:
+            obj = copy.deepcopy(self._node(name))
+        handler.send_json(200, obj)
+
+    def patch_node(self, handler, query, body, name):
+        if "merge-patch" not in handler.headers.get("Content-Type", ""):
+            raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
+        with self.lock:
+            current = self._node(name)
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                raise Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on nodes "{name}": the object has been modified',
+                )
+            patched = merge_patch(current, body)
+            patched["metadata"].pop("resourceVersion", None)
+            obj = self._store("nodes", patched)
+        handler.send_json(200, obj)
 
     # events
 

@@ -27,6 +27,19 @@ def every_call(kube, apiserver):
         ),
         (KubeApi.list_nodes, lambda: found.update(nodes=kube.list_nodes()[1])),
         (KubeApi.watch_nodes, lambda: list(kube.watch_nodes(found["nodes"], timeout_seconds=1))),
+        (KubeApi.get_node, lambda: found.update(node=kube.get_node("n1"))),
+        (
+            KubeApi.patch_node,
+            lambda: kube.patch_node(
+                "n1",
+                {
+                    "metadata": {
+                        "resourceVersion": found["node"]["metadata"]["resourceVersion"],
+                        "annotations": {"hami.io/mutex.lock": "2026-01-02T03:04:05Z,default,p1"},
+                    }
+                },
+            ),
+        ),
         (KubeApi.get_pod, lambda: found.update(pod=kube.get_pod("default", "p1"))),
         (
             KubeApi.patch_pod,

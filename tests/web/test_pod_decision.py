@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.template import Context, Template
 
 from tests.engine.test_explain import card, scenario
@@ -53,3 +55,22 @@ def test_the_pending_list_row_reads_the_reasons_in_words():
         )
         == "[0]"
     )
+
+
+def test_a_pending_pod_draws_a_card_grid_per_close_node_coloured_by_reason():
+    cards = [card("A", 0, used={"slots": 1, "memory": 15500}), card("B", 1)]
+    pending = scenario(cards, "mutex", {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 1000})
+    assert pending["status"] == "pending"
+    html = render(pending)
+    assert 'data-testid="closest-nodes"' in html and 'data-node="n1"' in html
+    grid = re.findall(r'class="card-cell reason-([a-z]+)" data-testid="close-card" data-uuid="(\w+)"', html)
+    assert grid == [("capacity", "A"), ("fits", "B")]
+    assert "What would make it fit" in html
+    assert "n1: mutex: 1 of 2 cards have tenants; 0 cards would fit without mutex" in html
+
+
+def test_an_unschedulable_pod_says_so_on_its_decision():
+    pending = scenario([card("A", 0)], "spread", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 90000})
+    html = render(pending)
+    assert 'data-testid="unschedulable"' in html
+    assert "gpumem 90,000 MiB exceeds every card (largest 16,000 MiB): never fits here" in html

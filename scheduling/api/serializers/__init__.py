@@ -12,6 +12,7 @@ from .cluster import (
     CardSerializer,
     NodeSerializer,
     NodeUsageSerializer,
+    SlimNodeSerializer,
     TenantSerializer,
 )
 from .config import ConfigSerializer
@@ -66,6 +67,7 @@ __all__ = [
     "EventSerializer",
     "NodeSerializer",
     "NodeUsageSerializer",
+    "SlimNodeSerializer",
     "PendingPodSerializer",
     "PlacementSerializer",
     "PodDecisionSerializer",

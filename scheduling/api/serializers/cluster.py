@@ -86,6 +86,17 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class SlimNodeSerializer(serializers.ModelSerializer):
+    """A node without its cards (`GET /api/v1/nodes/?cards=false`): the same fields less `cards`."""
+
+    usage = NodeUsageSerializer(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["name", "labels", "annotations", "ready", "not_ready_reason", "last_heartbeat", "usage"]
+        read_only_fields = fields
+
+
 class CardReassignSerializer(serializers.Serializer):
     node = serializers.CharField(
         max_length=max_length(Node, "name"), help_text="the node the card now belongs to"

@@ -10,6 +10,7 @@ from .config import ConfigView
 from .history import AllocationViewSet, CycleViewSet, DecisionViewSet, EventList
 from .pods import PendingView, PodViewSet
 from .simulate import QueuedSimulationThrottle, ScenarioTooBig, SimulateView, SimulationView
+from .whatif import CapacityView, PodDecisionView, WhatIfView
 
 __all__ = [
     "BAD_FILTER",
@@ -17,6 +18,7 @@ __all__ = [
     "REFUSED",
     "AgentReportView",
     "AllocationViewSet",
+    "CapacityView",
     "CardViewSet",
     "Conflict",
     "ConfigView",
@@ -26,10 +28,12 @@ __all__ = [
     "NodeViewSet",
     "Pages",
     "PendingView",
+    "PodDecisionView",
     "PodViewSet",
     "QueuedSimulationThrottle",
     "RoleView",
     "ScenarioTooBig",
     "SimulateView",
     "SimulationView",
+    "WhatIfView",
 ]

@@ -1,18 +1,36 @@
-"""`manage.py simulate FILE`: run a scenario (SPEC 9) through the engine; no database, no broker."""
+"""`manage.py simulate FILE`: run a scenario (SPEC 9) through the engine; no database, no broker.
+
+`manage.py simulate --live FILE`: the pods of FILE (`{"pods": [...], "edits": {...}}`, the
+body of `POST /api/v1/whatif/`) against the live cluster as the next cycle would see it, after
+the edits; the database is read, never written.
+"""
 
 import json
 import sys
+from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
 from scheduling.engine.errors import ScenarioError
-from scheduling.engine.scenario import load_scenario_file
+from scheduling.engine.scenario import load_scenario_file, read_scenario_text
 from scheduling.engine.scheduler import Scheduler
+from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
+from scheduling.pipeline.snapshot import load_snapshot
+
+
+def read_whatif(path: str):
+    """The pods and edits of a what-if file (JSON, or YAML); ScenarioError saying where."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(path, f"cannot read: {exc.strerror}") from None
+    return parse_whatif(read_scenario_text(text, path))
 
 
 class Command(BaseCommand):
     help = (
-        "Schedule the pods of a scenario file (JSON, or YAML by extension) and print the decisions as JSON."
+        "Schedule the pods of a scenario file (JSON, or YAML by extension) and print the decisions as JSON;"
+        " with --live, the pods of a what-if file against the live cluster (nothing is written)."
     )
     requires_system_checks = []
     requires_migrations_checks = False
@@ -23,18 +41,30 @@ class Command(BaseCommand):
             "--top", type=int, default=None, help="keep the K best node scores and K failed nodes per pod"
         )
         parser.add_argument("--indent", type=int, default=2)
+        parser.add_argument(
+            "--live",
+            action="store_true",
+            help="FILE holds {pods, edits} (the what-if body); decide them against the database's cluster",
+        )
 
     def handle(self, *args, **options):
-        try:
-            cluster, config, pods = load_scenario_file(options["file"])
-        except ScenarioError as exc:
-            sys.stderr.write(f"simulate: {options['file']}: {exc}\n")
-            sys.exit(2)
-        scheduler = Scheduler(cluster, config)
         top = options["top"]
         if top is not None and top < 0:
             sys.stderr.write(f"simulate: --top must be 0 or more, got {top}\n")
             sys.exit(2)
+        try:
+            if options["live"]:
+                pods, edits = read_whatif(options["file"])
+                snapshot = load_snapshot()
+                cluster, config = apply_edits(snapshot.cluster, snapshot.config, edits)
+                decisions = decide_all(cluster, config, pods)
+            else:
+                cluster, config, pods = load_scenario_file(options["file"])
+                scheduler = Scheduler(cluster, config)
+                decisions = [scheduler.schedule(pod) for pod in pods]
+        except ScenarioError as exc:
+            sys.stderr.write(f"simulate: {options['file']}: {exc}\n")
+            sys.exit(2)
         indent = options["indent"] or None
-        out = {"pods": [scheduler.schedule(pod).as_dict(top=top) for pod in pods]}
+        out = {"pods": [decision.as_dict(top=top) for decision in decisions]}
         sys.stdout.write(json.dumps(out, indent=indent) + "\n")

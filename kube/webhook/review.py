@@ -1,0 +1,204 @@
+"""AdmissionReview in, AdmissionReview out, and the validation. Pure: no Django, no I/O.
+
+The request is `admission.k8s.io/v1` (or `v1beta1`, answered in kind) with a Pod in
+`request.object`; the answer echoes `request.uid` and says `allowed`, with `warnings`, a
+`status` when refused, and a base64 JSON Patch when the mutating webhook changes the pod.
+
+One validation, the scheduler's: the pod is read as the Kubernetes watcher reads it
+(`kube.pods.submission`, with HAMi's resource names and memory factor) and parsed by the
+engine (`engine.pod.parse_pod`). A pod the engine refuses is refused with the engine's field
+and message (`containers[0].resources.limits.nvidia.com/gpumem: container 'train': must be
+a non-negative integer (MiB), got '16Gi': a plain number, without a unit`); what the engine
+reads but ignores or changes (an unknown chain name, `gpucores` above 100) is allowed with
+an admission warning saying so, in the same words the decision will carry.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from dataclasses import dataclass, field
+
+from scheduling.engine.errors import PodInvalid
+from scheduling.engine.model import ClusterConfig, PodSpec
+from scheduling.engine.pod import ParsedPod, parse_pod
+
+from .. import pods as pod_objects
+from ..hamiconfig import HamiConfig
+
+API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+#: Schedulers whose pods this webhook takes over (mode `all`): none named, Kubernetes'
+#: default, and HAMi's, which hamiadmin replaces.
+TAKEN_OVER = ("", "default-scheduler", "hami-scheduler")
+#: The API server shows at most this many characters of one warning.
+WARNING_LIMIT = 256
+
+
+class Malformed(ValueError):
+    """The body is not an AdmissionReview we can answer: HTTP 400 with this message."""
+
+
+@dataclass
+class Review:
+    """The parts of an AdmissionReview request the webhooks read."""
+
+    api_version: str
+    uid: str
+    operation: str
+    kind: str
+    namespace: str
+    name: str
+    pod: dict | None
+    dry_run: bool = False
+
+
+@dataclass
+class Answer:
+    """What one webhook says about one review."""
+
+    allowed: bool = True
+    outcome: str = "allowed"
+    warnings: list[str] = field(default_factory=list)
+    patch: list[dict] | None = None
+    refusal: PodInvalid | None = None
+
+
+def read_review(body: bytes) -> Review:
+    """The review in `body`. Raises Malformed saying what is wrong with it."""
+    try:
+        review = json.loads(body or b"")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Malformed(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise Malformed("the body nests too deeply to be a pod") from None
+    if not isinstance(review, dict):
+        raise Malformed("the body must be a JSON object: an AdmissionReview")
+    if review.get("kind") != "AdmissionReview":
+        raise Malformed(f"kind must be AdmissionReview, got {review.get('kind')!r}")
+    version = review.get("apiVersion")
+    if version not in API_VERSIONS:
+        raise Malformed(f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {version!r}")
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise Malformed("request is required: an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise Malformed("request.uid is required: a non-empty string")
+    kind = request.get("kind")
+    kind_name = kind.get("kind") if isinstance(kind, dict) else None
+    operation = request.get("operation")
+    obj = request.get("object")
+    namespace, name = request.get("namespace"), request.get("name")
+    return Review(
+        api_version=version,
+        uid=uid,
+        operation=operation if isinstance(operation, str) else "",
+        kind=kind_name if isinstance(kind_name, str) else "",
+        namespace=namespace if isinstance(namespace, str) else "",
+        name=name if isinstance(name, str) else "",
+        pod=obj if isinstance(obj, dict) else None,
+        dry_run=request.get("dryRun") is True,
+    )
+
+
+def answer_body(review: Review, answer: Answer) -> dict:
+    """The AdmissionReview response for `answer`."""
+    response: dict = {"uid": review.uid, "allowed": answer.allowed}
+    if answer.warnings:
+        response["warnings"] = [text[:WARNING_LIMIT] for text in answer.warnings]
+    if answer.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(answer.patch).encode()).decode()
+    if answer.refusal is not None:
+        refusal = answer.refusal
+        response["status"] = {
+            "status": "Failure",
+            "code": 422,
+            "reason": "Invalid",
+            "message": str(refusal),
+            "details": {
+                "causes": [
+                    {"reason": "FieldValueInvalid", "field": refusal.field, "message": refusal.message}
+                ]
+            },
+        }
+    return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}
+
+
+def refused_review(review: Review, where: str, message: str) -> dict:
+    """A review we can answer (it has a uid) about an object that is not a pod we can read."""
+    return answer_body(review, Answer(False, "malformed", refusal=PodInvalid(where, message)))
+
+
+def is_pod_create(review: Review) -> bool:
+    return review.kind == "Pod" and review.operation == "CREATE"
+
+
+def takes(pod: dict, scheduler_name: str, mode: str) -> bool:
+    """Whether hamiadmin schedules this pod once admitted: it names hamiadmin's scheduler, or
+    (mode `all`) none, the default one, or HAMi's."""
+    named = pod_objects.spec(pod).get("schedulerName") or ""
+    return named == scheduler_name or (mode == "all" and named in TAKEN_OVER)
+
+
+def _as_admitted(review: Review) -> dict:
+    """The pod with the name and namespace it will have: at creation a pod may carry only
+    `generateName`, and its namespace only in the request."""
+    pod = copy.copy(review.pod or {})
+    metadata = dict(pod_objects.meta(pod))
+    metadata["namespace"] = metadata.get("namespace") or review.namespace or "default"
+    if not metadata.get("name"):
+        generated = metadata.get("generateName")
+        metadata["name"] = review.name or (f"{generated}xxxxx" if isinstance(generated, str) else "") or "pod"
+    pod["metadata"] = metadata
+    return pod
+
+
+def _field_as_written(error: PodInvalid, hami: HamiConfig) -> PodInvalid:
+    """The engine names SPEC 2 resources by their SPEC 2 names; a cluster that renamed them
+    (`resourceCountName: hami.io/gpu`) sees its own name in the field."""
+    for canonical, written in hami.resources.as_written().items():
+        if canonical != written and error.field.endswith(f".{canonical}"):
+            return PodInvalid(error.field[: -len(canonical)] + written, error.message, error.code)
+    return error
+
+
+def check(review: Review, cluster: ClusterConfig, hami: HamiConfig) -> tuple[ParsedPod | None, Answer]:
+    """The engine's verdict on the pod: parsed with warnings, or refused naming the field."""
+    pod = _as_admitted(review)
+    try:
+        submitted = pod_objects.submission(pod, hami)
+        parsed = parse_pod(
+            PodSpec(
+                name=submitted["name"],
+                namespace=submitted["namespace"],
+                annotations=submitted["annotations"],
+                containers=submitted["containers"],
+                init_containers=submitted["init_containers"],
+            ),
+            cluster,
+        )
+    except PodInvalid as exc:
+        return None, Answer(False, "denied", refusal=_field_as_written(exc, hami))
+    warnings = [
+        f"{_field_as_written(PodInvalid(where, ''), hami).field}: {message}"
+        for where, messages in parsed.warnings().items()
+        for message in messages
+    ]
+    return parsed, Answer(True, "warned" if warnings else "allowed", warnings=warnings)
+
+
+def validate(
+    review: Review, cluster: ClusterConfig, hami: HamiConfig, scheduler_name: str, mode: str
+) -> Answer:
+    """The validating webhook: refuse what the scheduler would refuse, warn what it ignores;
+    anything that is not the creation of a GPU pod hamiadmin schedules passes untouched."""
+    pod = review.pod or {}
+    if (
+        not is_pod_create(review)
+        or not pod_objects.asks_gpu(pod, hami)
+        or not takes(pod, scheduler_name, mode)
+    ):
+        return Answer(True, "skipped")
+    return check(review, cluster, hami)[1]

@@ -1,0 +1,383 @@
+"""Why a pending pod waits, node by node: the nodes that came closest, and what would make it fit.
+
+For every node where the pod does not fit, `node_closeness` evaluates the first container
+that does not fit with every card kept (`evaluate_node(explain=True)`) and measures how far
+the node is from taking it. Closeness, compared in this order (lower is closer):
+
+  1. ready: a node whose agent reports comes before a not-ready one;
+  2. never: a node that could not take the pod even with every card empty, healthy and
+     uncordoned (fewer cards than asked, or too few cards of the right type/UUID and
+     capacity, or of one NUMA node under numa-bind) comes last among the ready ones;
+  3. missing: how many more cards the container needs beyond those that pass SPEC 4
+     checks 1-10 (`count - passing`, 0 when only numa-bind or a choice rule refused);
+  4. blocked: how many of those missing cards cannot be freed by tenants leaving (they
+     fail on health, cordon, type or UUID, or lack the capacity altogether);
+  5. shortfall: the MiB, then the cores, the `missing` closest capacity-blocked cards lack
+     (the smallest change: which cards and how much, see `FreeCard`);
+  6. node name.
+
+The scheduler keeps the K closest (ClusterConfig.closest_nodes) with their card tables.
+`hints` says, per close node, the smallest change that would make the pod fit, as data
+(kinds: `not-ready`, `never`, `free`, `numa`, `mutex`, `blocked`); `explain.hint_words`
+puts them in words. `unschedulable` is cluster-wide: no node could ever take the pod.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import reasons as R
+from .annotations import PodPolicy
+from .evaluate import CardEval, FailingContainer, evaluate_node
+from .model import Card, Node
+from .requests import ContainerAsk
+
+#: Stages that tenants leaving can clear: the card is healthy, usable and big enough.
+CAPACITY_STAGES = frozenset({"slots", "mutex", "memory", "cores", "exclusive", "compute"})
+#: Stages that keep a card out whatever its tenants do (until someone changes the card).
+_EXCLUDED = frozenset({"health", "cordon", "type", "mode", "uuid"})
+#: The stages of SPEC 4 checks 1-10: a card removed at any other stage passed them.
+_CHECKS = CAPACITY_STAGES | _EXCLUDED
+#: At most this many cards of one close node are kept in a payload (bounds its size).
+CARDS_KEPT = 32
+#: A large number standing for "cannot be freed" in the closeness key.
+_FAR = 1 << 30
+
+
+def ask_memory(card: Card, ask: ContainerAsk) -> int:
+    """MiB the container would take on `card` (SPEC 2: fixed, else a share of the card)."""
+    return ask.memory if ask.memory is not None else card.memory * ask.memory_percentage // 100
+
+
+def statically_fits(card: Card, ask: ContainerAsk, policy: PodPolicy) -> bool:
+    """Whether `card` could take one vGPU of `ask` once empty, healthy and uncordoned."""
+    card_type = card.type.lower()
+    if policy.use_types and not any(t in card_type for t in policy.use_types):
+        return False
+    if any(t in card_type for t in policy.nouse_types):
+        return False
+    if policy.use_modes and card.mode and card.mode.lower() not in policy.use_modes:
+        return False
+    if (policy.use_uuids and card.uuid not in policy.use_uuids) or card.uuid in policy.nouse_uuids:
+        return False
+    return card.slots > 0 and card.memory >= ask_memory(card, ask) and card.cores >= ask.cores
+
+
+def never_fits(node: Node, asks: list[ContainerAsk], policy: PodPolicy) -> bool:
+    """No state of `node`'s tenants, health or cordons lets every container of the pod fit:
+    some container asks more cards than the node has that could ever take it (on one NUMA
+    node under numa-bind)."""
+    for ask in asks:
+        able = [card for card in node.cards if statically_fits(card, ask, policy)]
+        if policy.numa_bind:
+            per_numa: dict[int, int] = {}
+            for card in able:
+                per_numa[card.numa] = per_numa.get(card.numa, 0) + 1
+            if max(per_numa.values(), default=0) < ask.count:
+                return True
+        elif len(able) < ask.count:
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class CardRow:
+    """One card of a close node for the failing container: the engine's verdict, what is free
+    against what is asked, and by how much it falls short (0 when it passed)."""
+
+    uuid: str
+    index: int
+    numa: int
+    reason: str | None
+    stage: str | None
+    score: float
+    free_slots: int
+    free_memory: int
+    free_cores: int
+    ask_memory: int
+    ask_cores: int
+    short_memory: int
+    short_cores: int
+    freeable: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "uuid": self.uuid,
+            "index": self.index,
+            "numa": self.numa,
+            "reason": self.reason,
+            "stage": self.stage,
+            "score": round(self.score, 6),
+            "free": {"slots": self.free_slots, "memory": self.free_memory, "cores": self.free_cores},
+            "ask": {"memory": self.ask_memory, "cores": self.ask_cores},
+            "short": {"memory": self.short_memory, "cores": self.short_cores},
+            "freeable": self.freeable,
+        }
+
+
+@dataclass(slots=True)
+class NodeCloseness:
+    """How close one failed node came: its closeness key (see the module). The card table and
+    the smallest change that would make the pod fit there (`hints`) are built on demand
+    (`detail`), for the nodes a decision keeps only, and kept with the key: both hold for the
+    node version they were measured at."""
+
+    node: Node
+    key: tuple
+    policy: PodPolicy
+    inits: list[ContainerAsk]
+    apps: list[ContainerAsk | None]
+    failing: FailingContainer | None = None
+    never: bool = False
+    missing: int = 0
+    best: list[int] = field(default_factory=list)  # positions of the closest freeable cards
+    measured: bool = False  # `failing` was evaluated (a never-fitting node skips it until asked)
+    _detail: dict | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.node.ready
+
+    def rows(self) -> list[CardRow]:
+        """The failing container's card table, by card index."""
+        if not self.measured:
+            self.failing = evaluate_node(self.node, self.inits, self.apps, self.policy, explain=True).failing
+            self.measured = True
+        if self.failing is None:
+            return []
+        ask, overlay = self.failing.ask, self.failing.overlay
+        rows = [_row(entry, ask, overlay) for entry in self.failing.verdict.evals]
+        rows.sort(key=lambda row: row.index)
+        return rows
+
+    def detail(self) -> dict:
+        """The node as a decision payload keeps it (`closest_nodes`); call it while the node is
+        at the version it was measured at."""
+        if self._detail is None:
+            rows = self.rows()
+            ask = self.failing.ask if self.failing is not None else None
+            self._detail = {
+                "node": self.node.name,
+                "container": ask.name if ask else "",
+                "count": ask.count if ask else 0,
+                "ready": self.ready,
+                "never": self.never,
+                "cards_total": len(self.node.cards),
+                "missing": self.missing
+                if not self.never or ask is None
+                else max(0, ask.count - sum(passed_checks(row.reason, row.stage) for row in rows)),
+                "cards": [row.as_dict() for row in rows[:CARDS_KEPT]],
+                "hints": hints(self, rows),
+            }
+        return self._detail
+
+
+def _row(entry: CardEval, ask: ContainerAsk, overlay: list[list[int]]) -> CardRow:
+    card = entry.card
+    extra = overlay[entry.position]
+    free_slots = card.slots - card.used_slots - extra[0]
+    free_memory = card.memory - card.used_memory - extra[1]
+    free_cores = card.cores - card.used_cores - extra[2]
+    return CardRow(
+        uuid=card.uuid,
+        index=card.index,
+        numa=card.numa,
+        reason=entry.reason,
+        stage=entry.stage,
+        score=entry.score,
+        free_slots=free_slots,
+        free_memory=free_memory,
+        free_cores=free_cores,
+        ask_memory=entry.memory,
+        ask_cores=ask.cores,
+        short_memory=max(0, entry.memory - free_memory),
+        short_cores=max(0, ask.cores - free_cores),
+        freeable=entry.stage in CAPACITY_STAGES and _capacity_fits(card, entry.memory, ask.cores),
+    )
+
+
+def _capacity_fits(card: Card, memory: int, cores: int) -> bool:
+    """An empty `card` could hold one vGPU of `memory` MiB and `cores` (type and UUID aside)."""
+    return card.slots > 0 and card.memory >= memory and card.cores >= cores
+
+
+def never_hint(node: Node, ask: ContainerAsk, policy: PodPolicy) -> dict:
+    """Why `ask` never fits on `node`: `why` is `cards` (fewer cards than asked), `memory` (the
+    ask exceeds every card), `numa` (no NUMA node has enough cards under numa-bind), else
+    `excluded` (too few cards of the type/UUID asked with the capacity asked)."""
+    able = [card for card in node.cards if statically_fits(card, ask, policy)]
+    largest = max((card.memory for card in node.cards), default=0)
+    if len(node.cards) < ask.count:
+        why = "cards"
+    elif ask.memory is not None and ask.memory > largest:
+        why = "memory"
+    elif policy.numa_bind and len(able) >= ask.count:
+        why = "numa"
+    else:
+        why = "excluded"
+    return {
+        "kind": "never",
+        "node": node.name,
+        "why": why,
+        "container": ask.name,
+        "count": ask.count,
+        "cards": len(node.cards),
+        "able": len(able),
+        "memory": ask.memory,
+        "largest_memory": largest,
+    }
+
+
+def cluster_never(nodes: list[Node], asks: list[ContainerAsk], policy: PodPolicy) -> dict:
+    """Why no node can ever take the pod, cluster-wide: the first container that fits on no
+    node even empty, with the cluster's largest card (MiB) and most cards on one node."""
+    largest = max((card.memory for node in nodes for card in node.cards), default=0)
+    most = max((len(node.cards) for node in nodes), default=0)
+    for ask in asks:
+        if all(never_fits(node, [ask], policy) for node in nodes):
+            if most < ask.count:
+                why = "cards"
+            elif ask.memory is not None and ask.memory > largest:
+                why = "memory"
+            elif policy.numa_bind:
+                why = "numa"
+            else:
+                why = "excluded"
+            return {
+                "why": why,
+                "container": ask.name,
+                "count": ask.count,
+                "memory": ask.memory,
+                "largest_memory": largest,
+                "most_cards": most,
+            }
+    return {"why": "combined", "largest_memory": largest, "most_cards": most}
+
+
+def passed_checks(reason: str | None, stage: str | None) -> bool:
+    """The card passed SPEC 4 checks 1-10 (it fits alone; numa-bind may still refuse it)."""
+    return reason is None or stage not in _CHECKS
+
+
+def node_closeness(
+    node: Node,
+    inits: list[ContainerAsk],
+    apps: list[ContainerAsk | None],
+    policy: PodPolicy,
+    never: bool | None = None,
+) -> NodeCloseness:
+    """How close `node` (where the pod does not fit) came. `never`, when the caller knows it
+    for this node and pod already (it depends on capacities only), saves its computation."""
+    if never is None:
+        never = never_fits(node, [*inits, *(ask for ask in apps if ask is not None)], policy)
+    if not node.ready:
+        key = (1, int(never), _FAR, _FAR, _FAR, _FAR, node.name)
+        return NodeCloseness(node, key, policy, inits, apps, never=never, measured=True)
+    if never:  # after every node that might fit, by name: its card table only when kept
+        return NodeCloseness(node, (0, 1, _FAR, _FAR, _FAR, _FAR, node.name), policy, inits, apps, never=True)
+    failing = evaluate_node(node, inits, apps, policy, explain=True).failing
+    if failing is None:  # it fits after all (the caller's snapshot moved on): nothing to say
+        return NodeCloseness(node, (0, 0, 0, 0, 0, 0, node.name), policy, inits, apps, measured=True)
+    ask, overlay = failing.ask, failing.overlay
+    passing = 0
+    gaps: list[tuple[int, int, int]] = []
+    for entry in failing.verdict.evals:
+        stage = entry.stage
+        if passed_checks(entry.reason, stage):
+            passing += 1
+        elif stage in CAPACITY_STAGES and _capacity_fits(entry.card, entry.memory, ask.cores):
+            card, extra = entry.card, overlay[entry.position]
+            short_memory = max(0, entry.memory - (card.memory - card.used_memory - extra[1]))
+            short_cores = max(0, ask.cores - (card.cores - card.used_cores - extra[2]))
+            gaps.append((short_memory, short_cores, entry.position))
+    missing = max(0, ask.count - passing)
+    best = sorted(gaps)[:missing]
+    blocked = missing - len(best)
+    key = (
+        0,
+        int(never),
+        missing,
+        blocked,
+        sum(gap[0] for gap in best) if not blocked else _FAR,
+        sum(gap[1] for gap in best) if not blocked else _FAR,
+        node.name,
+    )
+    best_positions = [gap[2] for gap in best]
+    return NodeCloseness(node, key, policy, inits, apps, failing, never, missing, best_positions, True)
+
+
+def hints(closeness: NodeCloseness, rows: list[CardRow]) -> list[dict]:
+    """The smallest change on the node that would let the pod fit, as data (see the module)."""
+    node, policy, failing = closeness.node, closeness.policy, closeness.failing
+    name = node.name
+    if not node.ready:
+        return [{"kind": "not-ready", "node": name}]
+    if failing is None:
+        return []
+    ask = failing.ask
+    counts = failing.verdict.counts
+    missing = closeness.missing
+    by_position = {entry.position: entry.card.uuid for entry in failing.verdict.evals}
+    wanted = [by_position[position] for position in closeness.best]
+    best = sorted((row for row in rows if row.uuid in wanted), key=lambda row: wanted.index(row.uuid))
+    if closeness.never:
+        return [never_hint(node, ask, policy)]
+    hints: list[dict] = []
+    passing = [row for row in rows if passed_checks(row.reason, row.stage)]
+    if R.NUMA_NOT_FIT in counts:
+        per_numa: dict[int, int] = {}
+        for row in passing:
+            per_numa[row.numa] = per_numa.get(row.numa, 0) + 1
+        hints.append(
+            {
+                "kind": "numa",
+                "node": name,
+                "fit": len(passing),
+                "cards": len(rows),
+                "count": ask.count,
+                "best": max(per_numa.values(), default=0),
+            }
+        )
+    mutex_rows = [row for row in rows if row.stage == "mutex"]
+    if mutex_rows:
+        would = [
+            row for row in mutex_rows if row.free_slots > 0 and not row.short_memory and not row.short_cores
+        ]
+        hints.append(
+            {
+                "kind": "mutex",
+                "node": name,
+                "busy": len(mutex_rows),
+                "cards": len(rows),
+                "every": len(mutex_rows) == len(rows),
+                "would_fit": len(would),
+                "count": ask.count,
+            }
+        )
+    if missing and best and len(best) == missing:
+        hints.append(
+            {
+                "kind": "free",
+                "node": name,
+                "missing": missing,
+                "cards": [
+                    {
+                        "uuid": row.uuid,
+                        "index": row.index,
+                        "stage": row.stage,
+                        "memory": row.short_memory,
+                        "cores": row.short_cores,
+                        "slots": 1 if row.free_slots <= 0 else 0,
+                        "tenants_needed": row.stage in ("mutex", "exclusive"),
+                    }
+                    for row in best
+                ],
+            }
+        )
+    excluded: dict[str, int] = {}
+    for row in rows:
+        if row.stage in _EXCLUDED:
+            excluded[row.stage or ""] = excluded.get(row.stage or "", 0) + 1
+    if missing and len(best) < missing and excluded:
+        hints.append({"kind": "blocked", "node": name, "missing": missing - len(best), "stages": excluded})
+    return hints

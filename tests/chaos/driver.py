@@ -1,0 +1,292 @@
+"""The chaos suite's hands inside a database of its own (a private PostgreSQL, a SQLite
+file): `python -m tests.chaos.driver COMMAND`, with DATABASE_URL (and REDIS_URL) set.
+
+- `migrate`: the schema.
+- `seed --nodes N --cards C --pods P --seed S`: nodes reported and pods submitted through
+  `scheduling.services`, the paths agents and the API use.
+- `churn --seconds T --seed S`: for T seconds, what a live cluster does beside the
+  scheduler: pods released, new ones submitted, agents reporting again.
+- `token --role R`: an API token of that role.
+- `check`: the figures of the database as one JSON line (over-commits counted from the
+  allocation rows, counter drift, ghosts, double placements, cycles, conflicts, ...).
+- `serve`: reads one JSON command a line on stdin (`submit`, `release`, `check`, `undecided`)
+  and answers one JSON line each, reconnecting after the database went away.
+
+The last line on stdout is always one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections import defaultdict
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hamiadmin.settings")
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import close_old_connections, connection  # noqa: E402
+from django.db.models import Count, Sum  # noqa: E402
+from django.db.utils import DatabaseError, InterfaceError, OperationalError  # noqa: E402
+
+from scheduling import services  # noqa: E402
+from scheduling.api.tokens import issue_role_token  # noqa: E402
+from scheduling.engine.encoding import decode_allocation  # noqa: E402
+from scheduling.models import Allocation, Card, Cycle, Decision, Pod  # noqa: E402
+from scheduling.pipeline import consistency  # noqa: E402
+
+
+def limits(gpu=None, mem=None, pct=None, cores=None) -> dict:
+    values = {
+        "nvidia.com/gpu": gpu,
+        "nvidia.com/gpumem": mem,
+        "nvidia.com/gpumem-percentage": pct,
+        "nvidia.com/gpucores": cores,
+    }
+    return {"limits": {key: value for key, value in values.items() if value is not None}}
+
+
+def pod_kind(rng: random.Random) -> tuple[dict, dict]:
+    """A mix that over-asks the cluster: shared, multi-card, mutex, whole-card, percentage, NUMA."""
+    roll = rng.random()
+    if roll < 0.40:
+        return {}, limits(gpu=1, mem=rng.choice([1000, 2000, 4000]), cores=rng.choice([0, 10, 30]))
+    if roll < 0.60:
+        return {"hami.io/gpu-scheduler-policy": "binpack"}, limits(
+            gpu=2, mem=rng.choice([2000, 6000]), cores=20
+        )
+    if roll < 0.75:
+        return {"hami.io/gpu-scheduler-policy": "mutex,binpack"}, limits(gpu=1, mem=2000)
+    if roll < 0.85:
+        return {}, limits(gpu=1)
+    if roll < 0.95:
+        return {"hami.io/node-scheduler-policy": "spread"}, limits(
+            pct=rng.choice([25, 50]), cores=rng.choice([0, 25])
+        )
+    return {"nvidia.com/numa-bind": "true"}, limits(gpu=2, mem=3000, cores=10)
+
+
+def devices(node: int, cards: int) -> list[dict]:
+    return [
+        {"uuid": f"GPU-{node}-{i}", "index": i, "memory": 16000, "numa": i // 4, "type": "NVIDIA-Tesla T4"}
+        for i in range(cards)
+    ]
+
+
+def submit(rng: random.Random, name: str) -> None:
+    annotations, resources = pod_kind(rng)
+    services.submit_pod(
+        "chaos",
+        name,
+        annotations,
+        [{"name": "main", "resources": resources}],
+        priority=rng.choice([0, 0, 1, 5]),
+    )
+
+
+def seed(args) -> dict:
+    rng = random.Random(args.seed)
+    for n in range(args.nodes):
+        services.report_inventory(f"node{n:03d}", {}, {}, devices(n, args.cards))
+    for n in range(args.pods):
+        submit(rng, f"pod{n:05d}")
+    return {"nodes": args.nodes, "cards": args.nodes * args.cards, "pods": args.pods}
+
+
+def churn(args) -> dict:
+    """Releases, new submissions and agent reports for `seconds`, as fast as they go."""
+    rng = random.Random(args.seed)
+    nodes = list(Card.objects.values_list("node__name", flat=True).distinct())
+    cards = Card.objects.filter(node__name=nodes[0]).count() if nodes else 0
+    done = {"releases": 0, "submissions": 0, "reports": 0}
+    stop_at = time.monotonic() + args.seconds
+    while time.monotonic() < stop_at:
+        roll = rng.random()
+        if roll < 0.45:
+            placed = list(Pod.objects.filter(status=Pod.SCHEDULED).values_list("pk", flat=True)[:50])
+            if placed:
+                services.release_pod(rng.choice(placed), rng.choice(Pod.FINISHED))
+                done["releases"] += 1
+        elif roll < 0.8:
+            submit(rng, f"churn{args.seed}-{done['submissions']:05d}")
+            done["submissions"] += 1
+        elif nodes:
+            node = rng.choice(nodes)
+            services.report_inventory(node, {}, {}, devices(int(node.removeprefix("node")), cards))
+            done["reports"] += 1
+    return done
+
+
+def overcommits() -> int:
+    """Cards whose active allocation rows (not the counters) exceed slots, memory or cores."""
+    held = {
+        row["card"]: row
+        for row in Allocation.objects.filter(active=True)
+        .values("card")
+        .annotate(slots=Count("id"), memory=Sum("memory"), cores=Sum("cores"))
+    }
+    over = 0
+    for card in Card.objects.all():
+        row = held.get(card.pk)
+        if row and (row["slots"] > card.slots or row["memory"] > card.memory or row["cores"] > card.cores):
+            over += 1
+    return over
+
+
+def double_placements() -> int:
+    """Pods whose active allocations disagree with one placement: more cards than asked, a
+    card twice, cards on two nodes, rows unlike the allocation string, or rows of a pod
+    that is not placed."""
+    rows = defaultdict(list)
+    for pod_id, uuid, memory, cores, node in Allocation.objects.filter(active=True).values_list(
+        "pod_id", "card__uuid", "memory", "cores", "card__node__name"
+    ):
+        rows[pod_id].append((uuid, memory, cores, node))
+    wrong = 0
+    for pod in Pod.objects.filter(pk__in=list(rows)).select_related("node") | Pod.objects.filter(
+        status__in=Pod.BOUND
+    ).select_related("node"):
+        held = rows.get(pod.pk, [])
+        if pod.status not in Pod.BOUND:
+            wrong += bool(held)
+            continue
+        asked = sum(
+            int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 1))
+            for container in pod.containers
+        )
+        written = [entry for container in decode_allocation(pod.allocated) for entry in container]
+        if (
+            len(held) != asked
+            or len({uuid for uuid, *_ in held}) != asked
+            or {node for *_, node in held} != {pod.node.name if pod.node else None}
+            or sorted(written) != sorted((uuid, memory, cores) for uuid, memory, cores, _ in held)
+        ):
+            wrong += 1
+    return wrong
+
+
+def overlapping_cycles() -> int:
+    """Pairs of committed cycles of different workers that ran at the same time."""
+    cycles = sorted(
+        Cycle.objects.exclude(finished_at=None)
+        .exclude(considered=0)
+        .values_list("worker", "started_at", "finished_at"),
+        key=lambda cycle: cycle[1],
+    )
+    pairs = 0
+    for i, (worker, _start, end) in enumerate(cycles):
+        for other, other_start, _ in cycles[i + 1 :]:
+            if other_start >= end:
+                break
+            pairs += other != worker
+    return pairs
+
+
+def undecided() -> int:
+    """Pending pods no cycle has looked at yet (not parked): what must drain."""
+    return Pod.objects.filter(status=Pod.PENDING, parked=False, attempts=0).count()
+
+
+def check(_args=None) -> dict:
+    found = consistency.check()
+    statuses = dict(Pod.objects.values_list("status").annotate(n=Count("id")).order_by())
+    pending = Pod.objects.filter(status=Pod.PENDING)
+    with connection.cursor() as cursor:
+        advisory = 0
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+            advisory = cursor.fetchone()[0]
+    return {
+        "pods": Pod.objects.count(),
+        "statuses": statuses,
+        "placed": statuses.get(Pod.SCHEDULED, 0) + statuses.get(Pod.RUNNING, 0),
+        "cycles": Cycle.objects.exclude(considered=0).count(),
+        "conflicts": Decision.objects.filter(outcome="conflict").count(),
+        "over_commits": overcommits(),
+        "counter_drift": len(found.counter_drift),
+        "ghosts": len(found.ghost_allocations),
+        "unbacked": len(found.unbacked_placements),
+        "double_placements": double_placements(),
+        "overlapping_cycles": overlapping_cycles(),
+        "undecided": undecided(),
+        "pending_without_reason": pending.filter(attempts__gt=0, reason="").count(),
+        "advisory_locks": advisory,
+    }
+
+
+def serve(args) -> dict:
+    """One JSON command a line; a command that meets a database that went away is answered
+    {"error": ...} and the connection is dropped, so the next one reconnects."""
+    rng = random.Random(args.seed)
+    served = 0
+    for line in sys.stdin:
+        command = json.loads(line)
+        close_old_connections()
+        try:
+            op = command["op"]
+            if op == "submit":
+                names = [f"{command['prefix']}-{n:04d}" for n in range(command["count"])]
+                for name in names:
+                    submit(rng, name)
+                answer: dict = {"submitted": len(names)}
+            elif op == "release":
+                placed = list(Pod.objects.filter(status=Pod.SCHEDULED).values_list("pk", flat=True))
+                chosen = rng.sample(placed, min(command["count"], len(placed)))
+                for pk in chosen:
+                    services.release_pod(pk, Pod.SUCCEEDED)
+                answer = {"released": len(chosen)}
+            elif op == "undecided":
+                answer = {"undecided": undecided()}
+            elif op == "check":
+                answer = check()
+            else:
+                answer = {"error": f"op: unknown {op!r}"}
+        except (OperationalError, InterfaceError, DatabaseError) as exc:
+            connection.close_if_unusable_or_obsolete()
+            try:
+                connection.close()
+            except DatabaseError:
+                pass
+            answer = {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+        served += 1
+        print(json.dumps(answer, default=str), flush=True)
+    return {"served": served}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("migrate")
+    seeding = commands.add_parser("seed")
+    seeding.add_argument("--nodes", type=int, required=True)
+    seeding.add_argument("--cards", type=int, default=8)
+    seeding.add_argument("--pods", type=int, required=True)
+    seeding.add_argument("--seed", type=int, default=16)
+    churning = commands.add_parser("churn")
+    churning.add_argument("--seconds", type=float, required=True)
+    churning.add_argument("--seed", type=int, default=1)
+    commands.add_parser("check")
+    tokens = commands.add_parser("token")
+    tokens.add_argument("--role", default="operator")
+    serving = commands.add_parser("serve")
+    serving.add_argument("--seed", type=int, default=3)
+    args = parser.parse_args()
+    if args.command == "token":
+        print(json.dumps({"key": issue_role_token(f"chaos-{args.role}", args.role)}), flush=True)
+        return
+    if args.command == "migrate":
+        call_command("migrate", verbosity=0)
+        result: dict = {"migrated": True}
+    else:
+        result = {"seed": seed, "churn": churn, "check": check, "serve": serve}[args.command](args)
+    print(json.dumps(result, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Sustained load (CHAOS_SCALE=full only): pods submitted and released through the real
+HTTP API at 200 pods/s for 2 minutes, against gunicorn, a real Celery worker, a private
+Redis and a private PostgreSQL, all on 127.0.0.1.
+
+Figures: requests, 5xx, p50 / p99 API latency, cycle duration p50 / p99 (from the cycle
+rows), queue drained afterwards, resident memory of gunicorn and the worker at start and
+end. `CHAOS_LOAD_SECONDS` and `CHAOS_LOAD_RATE` shorten or change it by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from .conftest import (
+    REPO,
+    SIZES,
+    UNDECIDED,
+    celery_worker,
+    driver,
+    driver_env,
+    free_port,
+    sql_value,
+    stop_all,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.chaos]
+
+SECONDS = float(os.environ.get("CHAOS_LOAD_SECONDS", SIZES["load_seconds"]))
+RATE = float(os.environ.get("CHAOS_LOAD_RATE", "200"))
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process and its children (gunicorn's workers), in MiB."""
+    total = 0
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            total += sum(rss_mib(int(child)) * 1024 for child in children.read().split())
+    except OSError:
+        pass
+    return round(total / 1024, 1)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * share))] * 1000, 1) if ordered else 0.0
+
+
+@pytest.mark.skipif(SECONDS <= 0, reason="the load runs at CHAOS_SCALE=full (or with CHAOS_LOAD_SECONDS)")
+def test_sustained_submission_and_release_over_http(private_postgres, private_redis, figures):
+    url = private_postgres.fresh_database("load")
+    driver(url, "seed", "--nodes", str(SIZES["nodes"]), "--cards", str(SIZES["cards"]), "--pods", "0")
+    key = driver(url, "token", "--role", "operator")["key"]
+    port = free_port()
+    web = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "hamiadmin.wsgi:application", "--bind", f"127.0.0.1:{port}"]
+        + ["--workers", "2", "--threads", "8", "--log-level", "warning"],
+        cwd=REPO,
+        env=driver_env(url, private_redis.url, HAMI_AUTH_FAILURE_LIMIT=0),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = celery_worker(url, private_redis.url)
+    base = f"http://127.0.0.1:{port}/api/v1"
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def call(method: str, path: str, body=None) -> int:
+        request = urllib.request.Request(
+            base + path,
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
+        )
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                status = answer.status
+        except urllib.error.HTTPError as refused:
+            status = refused.code
+        except OSError as exc:
+            status = 599
+            with lock:
+                errors.append(str(exc))
+        with lock:
+            latencies.append(time.monotonic() - started)
+            if status >= 500:
+                errors.append(f"{method} {path}: {status}")
+        return status
+
+    try:
+        wait_until(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).status == 200,
+            30,
+            "gunicorn up",
+        )
+        time.sleep(3)
+        start_rss = {"gunicorn": rss_mib(web.pid), "worker": rss_mib(worker.pid)}
+        sent = [0]
+
+        def submitter(offset: int, threads: int) -> None:
+            interval = threads / RATE
+            stop_at = time.monotonic() + SECONDS
+            n = offset
+            while time.monotonic() < stop_at:
+                tick = time.monotonic()
+                name = f"load{n:06d}"
+                call(
+                    "POST",
+                    "/pods/",
+                    {
+                        "name": name,
+                        "namespace": "load",
+                        "containers": [
+                            {
+                                "name": "main",
+                                "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}},
+                            }
+                        ],
+                    },
+                )
+                if n >= 400:  # release an earlier one: the cluster stays busy, never full
+                    call("POST", f"/pods/load/load{n - 400:06d}/complete/")
+                n += threads
+                with lock:
+                    sent[0] += 1
+                time.sleep(max(0.0, interval - (time.monotonic() - tick)))
+
+        threads = 16
+        pool = [threading.Thread(target=submitter, args=(i, threads)) for i in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        drained = wait_until(lambda: sql_value(url, UNDECIDED) == 0, 120, "the queue drains")
+        end_rss = {"gunicorn": rss_mib(web.pid), "worker": rss_mib(worker.pid)}
+        cycles = sql_value(
+            url,
+            "SELECT coalesce(json_agg(extract(epoch from finished_at - started_at)), '[]') FROM scheduling_cycle"
+            " WHERE considered > 0 AND finished_at IS NOT NULL",
+        )
+    finally:
+        stop_all([web, worker])
+    found = driver(url, "check")
+    figures["seconds"] = SECONDS
+    figures["pods_submitted"] = sent[0]
+    figures["pods_per_second"] = round(sent[0] / SECONDS, 1)
+    figures["requests"] = len(latencies)
+    figures["server_errors_5xx"] = len(errors)
+    figures["api_p50_ms"], figures["api_p99_ms"] = percentile(latencies, 0.5), percentile(latencies, 0.99)
+    figures["cycles"] = len(cycles)
+    figures["cycle_p50_ms"], figures["cycle_p99_ms"] = percentile(cycles, 0.5), percentile(cycles, 0.99)
+    figures["drained_after_s"] = round(drained, 1)
+    figures["rss_start_mib"], figures["rss_end_mib"] = start_rss, end_rss
+    for key in ("over_commits", "counter_drift", "ghosts", "double_placements"):
+        figures[key] = found[key]
+        figures.require(key, 0)
+    assert errors == [], errors[:5]
+    figures.at_least("pods_per_second", RATE * 0.8)
+    for process, before in start_rss.items():
+        assert end_rss[process] < before * 2 + 50, (
+            f"{process} memory grew from {before} to {end_rss[process]} MiB"
+        )
