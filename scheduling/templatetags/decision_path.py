@@ -52,6 +52,20 @@ REASON_COLOURS = {
 
 
 @register.filter
+def closest_node(payload) -> explain.CloseNode | None:
+    """The node that came closest for a pending pod's list row (its card grid), or None."""
+    nodes = explain.closest_nodes(payload if isinstance(payload, dict) else {})
+    return nodes[0] if nodes else None
+
+
+@register.filter
+def would_fit(payload) -> list[str]:
+    """ "What would make it fit" for a list row; tenants are named on the pod page only
+    (reading them for every row would be a query per row)."""
+    return explain.what_would_fit(payload if isinstance(payload, dict) else {})
+
+
+@register.filter
 def reason_colour(css: str) -> str:
     return REASON_COLOURS.get(css or "", "#e65100")
 

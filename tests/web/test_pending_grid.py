@@ -58,3 +58,16 @@ def test_the_simulator_live_mode_names_a_bad_edit(viewer_client):
     answer = viewer_client.post(reverse("simulator"), {"scenario": json.dumps(body), "live": "1"})
     assert answer.status_code == 400
     assert "edits.cordon[0]: no card" in answer.content.decode()
+
+
+def test_the_pending_list_shows_each_pod_its_closest_cards_and_what_would_make_it_fit(viewer_client):
+    report_demo_cluster()
+    t4_mutex_waits()
+    html = viewer_client.get(reverse("pending")).content.decode()
+    row = html[html.index('data-pod="default/mutex-waits"') :]
+    row = row[: row.index("</tr>")]
+    closest = re.search(r'data-testid="row-closest" data-node="([^"]+)"', row)
+    assert closest and closest.group(1) == "t4-node"
+    reasons = re.findall(r'data-testid="row-close-card" data-uuid="[^"]+" data-reason="([^"]*)"', row)
+    assert reasons and set(reasons) == {"ExclusiveDeviceAllocateConflict"}
+    assert 'data-testid="row-would-fit"' in row and "mutex: every card has tenants" in row
