@@ -10,9 +10,11 @@ nodes are loaded through the same service the report endpoint calls (`DemoInvent
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +36,8 @@ from scheduling.pipeline.loop import SchedulerLoop
 
 log = logging.getLogger("scheduling.demo")
 NAMESPACE = "demo"
+#: prctl(2) option: the signal the kernel sends a child when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
 
 
 def gpu(count=None, memory=None, percentage=None, cores=None) -> dict:
@@ -124,6 +128,19 @@ class DemoInventory:
             self.report()
 
 
+def _die_with_parent() -> None:
+    """In a demo agent, before it starts: on Linux, have the kernel send it SIGTERM when the
+    demo dies, however it dies (SIGKILL, a killed `make run`), so no agent outlives it."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM (systemd, docker, `kill`) ends the demo like Ctrl-C: agents and loop stopped."""
+    raise KeyboardInterrupt
+
+
 class SimulatedAgents:
     """One `agents.nvml --simulate` process per demo node, reporting to this server's API."""
 
@@ -158,7 +175,9 @@ class SimulatedAgents:
                 "--log-level",
                 "WARNING",
             ]
-            self.processes.append(subprocess.Popen(command, env=env, cwd=settings.BASE_DIR))
+            self.processes.append(
+                subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, preexec_fn=_die_with_parent)
+            )
 
     def wait_for_nodes(self, timeout: float = 30.0) -> bool:
         """True once every demo node has reported through the API."""
@@ -291,6 +310,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"demo cluster: {', '.join(names)} ({'simulated NVML agents' if agents else 'loaded directly'})"
         )
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
         loop = SchedulerLoop()
         loop.start()
         stopping = threading.Event()

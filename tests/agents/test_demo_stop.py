@@ -1,0 +1,82 @@
+"""`make run`'s demo: however it is stopped, its simulated NVML agents stop with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agents_of(pid: int) -> list[int]:
+    """The demo's agent processes: children running `agents.nvml`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == pid and "agents.nvml" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_the_demo_agents_stop_when_the_demo_is_stopped(tmp_path, how):
+    env = {
+        **os.environ,
+        "HAMIADMIN_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path}/demo.sqlite3",
+        "REDIS_URL": "",
+        "DEMO_PASSWORD": "not-shown",
+    }
+    demo = subprocess.Popen(
+        [sys.executable, "manage.py", "demo", "--port", str(free_port()), "--no-pods"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(agents_of(demo.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        agents = agents_of(demo.pid)
+        assert len(agents) >= 3, "the demo started no agents"
+        demo.send_signal(how)
+        demo.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(alive(pid) for pid in agents) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in agents if alive(pid)], f"agents outlived the demo ({how.name})"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
