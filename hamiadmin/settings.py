@@ -170,8 +170,8 @@ CELERY_TIMEZONE = "UTC"
 
 # --- Scheduler --------------------------------------------------------------
 # HAMi's own configuration keys, from a mounted file (HAMI_CONFIG_FILE) or HAMI_CONFIG
-# (kube/hamiconfig.py, docs/migrating-from-hami.md). Its policies win over the HAMI_* ones below.
-from kube.hamiconfig import load as _load_hami_config  # noqa: E402 - pure, reads no setting
+# (hamiadmin/hamiconfig.py, docs/migrating-from-hami.md). Its policies win over the HAMI_* ones below.
+from hamiadmin.hamiconfig import load as _load_hami_config  # noqa: E402 - pure, reads no setting
 
 HAMI_CONFIG = _load_hami_config(os.environ)
 HAMIADMIN = {

@@ -9,5 +9,6 @@
 - `leader`: Lease-based leader election; `agent`: the loop that ties them together.
 - `extender`, `views`, `urls`: kube-scheduler's extender protocol (filter, bind).
 - `webhook`: the admission webhook (validating with the engine, mutating as HAMi's), served
-  over TLS by the web image; `hamiconfig`: HAMi's scheduler configuration keys.
+  over TLS by the web image. HAMi's scheduler configuration keys are read by the settings
+  (`hamiadmin.hamiconfig`).
 """

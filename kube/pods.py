@@ -12,7 +12,7 @@ the `k` suffix, an exponent, a decimal point) is read as that number; any other 
 field, as the simulator does: read as MiB, `16Gi` would be 17179869184 MiB and wait forever.
 
 A cluster that renamed HAMi's resources (`resourceCountName: hami.io/gpu`...) or counts
-`gpumem` in units of `memoryFactor` MiB (`kube.hamiconfig`) is read in those terms: the
+`gpumem` in units of `memoryFactor` MiB (`hamiadmin.hamiconfig`) is read in those terms: the
 stored containers carry the SPEC 2 names and MiB, as the engine reads them.
 """
 
@@ -22,11 +22,10 @@ import math
 import re
 from decimal import Decimal, DecimalException
 
+from hamiadmin.hamiconfig import HamiConfig, current
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.requests import GPUMEM
 from scheduling.storable import printable, why_unstorable
-
-from .hamiconfig import HamiConfig, current
 
 NODE = "hami.io/vgpu-node"
 TIME = "hami.io/vgpu-time"
@@ -301,7 +300,7 @@ def submission(pod: dict, config: HamiConfig | None = None) -> dict:
     watcher records such a pod as refused (docs/kubernetes.md, *Refused objects*). What the
     engine judges (a resource of "lots", a bad policy annotation) is stored as written, and
     the next cycle parks the pod with the field named, as for any pod. `config`: HAMi's
-    resource names and memory factor (`kube.hamiconfig.current()` when not given).
+    resource names and memory factor (`hamiadmin.hamiconfig.current()` when not given).
     """
     config = config or current()
     if not isinstance(pod, dict):

@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from hamiadmin.hamiconfig import HamiConfig
 from scheduling.engine.annotations import parse_policy
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.model import ClusterConfig
 
 from .. import pods as pod_objects
-from ..hamiconfig import HamiConfig
 from .review import Answer, Review, check, is_pod_create, takes
 
 HIDE_VARIABLE = "NVIDIA_VISIBLE_DEVICES"

@@ -20,12 +20,12 @@ import copy
 import json
 from dataclasses import dataclass, field
 
+from hamiadmin.hamiconfig import HamiConfig
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.model import ClusterConfig, PodSpec
 from scheduling.engine.pod import ParsedPod, parse_pod
 
 from .. import pods as pod_objects
-from ..hamiconfig import HamiConfig
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 #: Schedulers whose pods this webhook takes over (mode `all`): none named, Kubernetes'

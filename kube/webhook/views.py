@@ -19,12 +19,12 @@ from django.db import DatabaseError
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from hamiadmin.hamiconfig import current as hami_config
 from scheduling.engine.model import ClusterConfig
 from scheduling.engine.scenario import parse_config
 from scheduling.models import SchedulerConfig
 from scheduling.ops import metrics
 
-from ..hamiconfig import current as hami_config
 from .mutate import Mutation, mutate, read_namespace_policies
 from .review import Answer, Malformed, answer_body, read_review, refused_review, validate
 

@@ -1,4 +1,4 @@
-"""HAMi's scheduler configuration keys (kube/hamiconfig.py): read from a mounted file or the
+"""HAMi's scheduler configuration keys (hamiadmin/hamiconfig.py): read from a mounted file or the
 environment in any of HAMi's shapes, what does not read reported and never fatal; renamed
 resources and the memory factor in the Kubernetes reader and the webhook; and the card mode
 (`nvidia.com/vgpu-mode`) against a HAMi JSON register through the stand-in."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from hamiadmin.hamiconfig import DEFAULT, HamiConfig, ResourceNames, current, load, parse
 from kube import pods as pod_objects
 from kube.agent import KubeAgent
-from kube.hamiconfig import DEFAULT, HamiConfig, ResourceNames, current, load, parse
 from kube.webhook.mutate import Mutation, mutate
 from kube.webhook.review import read_review, validate
 from scheduling.engine import ClusterConfig
@@ -137,7 +137,7 @@ def test_the_environment_wins_over_the_file_key_by_key_and_a_broken_source_is_no
 def test_settings_take_hamis_policies_and_report_the_rest_once(tmp_path):
     probe = (
         "import django, logging; django.setup(); from django.conf import settings; "
-        "from kube.hamiconfig import current; current(); current(); "
+        "from hamiadmin.hamiconfig import current; current(); current(); "
         "print(settings.HAMIADMIN['NODE_SCHEDULER_POLICY'], settings.HAMIADMIN['GPU_SCHEDULER_POLICY'], "
         "settings.HAMIADMIN['WEBHOOK_HIDE_GPUS'])"
     )

@@ -30,7 +30,7 @@ import yaml
 
 from scheduling.engine.requests import GPU, GPUCORES, GPUMEM, GPUMEM_PERCENTAGE
 
-log = logging.getLogger("hamiadmin.kube.hamiconfig")
+log = logging.getLogger("hamiadmin.hamiadmin.hamiconfig")
 
 FILE_ENV = "HAMI_CONFIG_FILE"
 INLINE_ENV = "HAMI_CONFIG"
