@@ -33,6 +33,7 @@ from ..models import Allocation, Card, Cycle, Decision, Pod
 from .observe import record_commit
 from .options import option
 from .plan import Attempt, CyclePlan, CycleReport
+from .snapshot import ENGINE_CARD_COLUMNS, USED_COLUMNS, engine_card
 
 POD_FIELDS = [
     "status",
@@ -49,6 +50,9 @@ POD_FIELDS = [
     "updated_at",
 ]
 COUNTERS = ["used_slots", "used_memory", "used_cores"]
+
+#: What `lock_cards` reads of each card, after its key, presence and node.
+CARD_VALUES = (*ENGINE_CARD_COLUMNS, *USED_COLUMNS)
 
 
 @dataclass(slots=True)
@@ -71,62 +75,15 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
         Card.objects.select_for_update(of=("self",), no_key=True)
         .filter(pk__in=pks)
         .order_by("pk")
-        .values_list(
-            "pk",
-            "uuid",
-            "index",
-            "type",
-            "slots",
-            "memory",
-            "cores",
-            "numa",
-            "health",
-            "mode",
-            "cordoned",
-            "present",
-            "used_slots",
-            "used_memory",
-            "used_cores",
-            "node__name",
-            "node__ready",
-            "node__annotations",
-        )
+        .values_list("pk", "present", "node__name", "node__ready", "node__annotations", *CARD_VALUES)
     )
     cards = {}
-    for (
-        pk,
-        uuid,
-        index,
-        card_type,
-        slots,
-        memory,
-        cores,
-        numa,
-        health,
-        mode,
-        cordoned,
-        present,
-        used_slots,
-        used_memory,
-        used_cores,
-        node,
-        ready,
-        node_annotations,
-    ) in rows:
-        cordoned = cordoned or uuid in cordoned_uuids(node_annotations)
-        engine = EngineCard(
-            uuid=uuid,
-            index=index,
-            memory=memory,
-            type=card_type,
-            slots=slots,
-            cores=cores,
-            numa=numa,
-            health=health,
-            cordoned=cordoned,
-            mode=mode,
-        )
-        cards[uuid] = LockedCard(pk, engine, present, node, ready, [used_slots, used_memory, used_cores])
+    for pk, present, node, ready, node_annotations, *values in rows:
+        capacity, used = values[: len(ENGINE_CARD_COLUMNS)], values[len(ENGINE_CARD_COLUMNS) :]
+        engine = engine_card(capacity)
+        if engine.uuid in cordoned_uuids(node_annotations):
+            engine.cordoned = True
+        cards[engine.uuid] = LockedCard(pk, engine, present, node, ready, list(used))
     return cards
 
 

@@ -19,9 +19,9 @@ from scheduling.models import Allocation, Card, Node, Pod, SchedulerConfig
 
 from .options import option
 
-CARD_COLUMNS = (
-    "id",
-    "node_id",
+#: The card columns the engine reads, in `engine_card`'s order: the snapshot and the commit's
+#: re-check under lock build the engine's cards from the same columns.
+ENGINE_CARD_COLUMNS = (
     "uuid",
     "index",
     "type",
@@ -32,11 +32,29 @@ CARD_COLUMNS = (
     "health",
     "mode",
     "cordoned",
-    "links",
-    "used_slots",
-    "used_memory",
-    "used_cores",
 )
+USED_COLUMNS = ("used_slots", "used_memory", "used_cores")
+CARD_COLUMNS = ("id", "node_id", "links", *ENGINE_CARD_COLUMNS, *USED_COLUMNS)
+
+
+def engine_card(values, used=(0, 0, 0)) -> EngineCard:
+    """An engine card from the `ENGINE_CARD_COLUMNS` of a card row, with `used` (slots, MiB, cores)."""
+    uuid, index, card_type, slots, memory, cores, numa, health, mode, cordoned = values
+    return EngineCard(
+        uuid=uuid,
+        index=index,
+        memory=memory,
+        type=card_type,
+        slots=slots,
+        cores=cores,
+        numa=numa,
+        health=health,
+        cordoned=cordoned,
+        mode=mode,
+        used_slots=used[0],
+        used_memory=used[1],
+        used_cores=used[2],
+    )
 
 
 @dataclass
@@ -63,48 +81,14 @@ def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
     card_ids: dict[str, int] = {}
     for row in Card.objects.filter(present=True).values_list(*CARD_COLUMNS):
         per_node.setdefault(row[1], []).append(row)
-        card_ids[row[2]] = row[0]
+        card_ids[row[3]] = row[0]
     nodes = []
     node_ids: dict[str, int] = {}
     for node_id, name, labels, node_annotations, ready in Node.objects.values_list(
         "id", "name", "labels", "annotations", "ready"
     ):
         rows = per_node.get(node_id, [])
-        cards = [
-            EngineCard(
-                uuid=uuid,
-                index=index,
-                memory=memory,
-                type=card_type,
-                slots=slots,
-                cores=cores,
-                numa=numa,
-                health=health,
-                cordoned=cordoned,
-                mode=mode,
-                used_slots=used_slots,
-                used_memory=used_memory,
-                used_cores=used_cores,
-            )
-            for (
-                _,
-                _,
-                uuid,
-                index,
-                card_type,
-                slots,
-                memory,
-                cores,
-                numa,
-                health,
-                mode,
-                cordoned,
-                _,
-                used_slots,
-                used_memory,
-                used_cores,
-            ) in rows
-        ]
+        cards = [engine_card(row[3:13], row[13:16]) for row in rows]
         nodes.append(
             EngineNode(
                 name=name,
@@ -112,7 +96,7 @@ def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
                 annotations=node_annotations if isinstance(node_annotations, dict) else {},
                 labels=labels if isinstance(labels, dict) else {},
                 ready=ready,
-                links=links_to_pairs([(row[2], row[12]) for row in rows]),
+                links=links_to_pairs([(row[3], row[2]) for row in rows]),
             )
         )
         node_ids[name] = node_id
