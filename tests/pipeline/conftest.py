@@ -7,6 +7,7 @@ Triggers are kept local (no Redis) unless a test asks for `redis_url` and sets i
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -45,6 +46,27 @@ def limits(gpu=None, mem=None, pct=None, cores=None) -> dict:
         "nvidia.com/gpucores": cores,
     }
     return {"limits": {key: value for key, value in values.items() if value is not None}}
+
+
+def pod_kind(rng: random.Random) -> tuple[dict, dict]:
+    """(annotations, resources) of a random pod from a mix that over-asks the cluster: shared,
+    multi-card, mutex, whole-card, percentage, NUMA (the concurrency and chaos suites)."""
+    roll = rng.random()
+    if roll < 0.40:
+        return {}, limits(gpu=1, mem=rng.choice([1000, 2000, 4000]), cores=rng.choice([0, 10, 30]))
+    if roll < 0.60:
+        return {"hami.io/gpu-scheduler-policy": "binpack"}, limits(
+            gpu=2, mem=rng.choice([2000, 6000]), cores=20
+        )
+    if roll < 0.75:
+        return {"hami.io/gpu-scheduler-policy": "mutex,binpack"}, limits(gpu=1, mem=2000)
+    if roll < 0.85:
+        return {}, limits(gpu=1)
+    if roll < 0.95:
+        return {"hami.io/node-scheduler-policy": "spread"}, limits(
+            pct=rng.choice([25, 50]), cores=rng.choice([0, 25])
+        )
+    return {"nvidia.com/numa-bind": "true"}, limits(gpu=2, mem=3000, cores=10)
 
 
 def submit(

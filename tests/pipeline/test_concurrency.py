@@ -20,31 +20,11 @@ from scheduling import services
 from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Allocation, Card, Cycle, Pod
 
-from .conftest import assert_consistent, limits, start_worker, stop
+from .conftest import assert_consistent, pod_kind, start_worker, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 NODES, CARDS, PODS, WORKERS = 50, 4, 1000, 4
-
-
-def pod_kinds(rng: random.Random):
-    """A mix that over-asks the cluster: shared, multi-card, mutex, whole-card, percentage, NUMA."""
-    roll = rng.random()
-    if roll < 0.40:
-        return {}, limits(gpu=1, mem=rng.choice([1000, 2000, 4000]), cores=rng.choice([0, 10, 30]))
-    if roll < 0.60:
-        return {"hami.io/gpu-scheduler-policy": "binpack"}, limits(
-            gpu=2, mem=rng.choice([2000, 6000]), cores=20
-        )
-    if roll < 0.75:
-        return {"hami.io/gpu-scheduler-policy": "mutex,binpack"}, limits(gpu=1, mem=2000)
-    if roll < 0.85:
-        return {}, limits(gpu=1)
-    if roll < 0.95:
-        return {"hami.io/node-scheduler-policy": "spread"}, limits(
-            pct=rng.choice([25, 50]), cores=rng.choice([0, 25])
-        )
-    return {"nvidia.com/numa-bind": "true"}, limits(gpu=2, mem=3000, cores=10)
 
 
 def report_t4_nodes(nodes: int, cards: int) -> None:
@@ -61,7 +41,7 @@ def build_cluster_and_queue(seed: int = 7) -> None:
     rng = random.Random(seed)
     report_t4_nodes(NODES, CARDS)
     for n in range(PODS):
-        annotations, resources = pod_kinds(rng)
+        annotations, resources = pod_kind(rng)
         services.submit_pod(
             "load",
             f"pod{n:04d}",
