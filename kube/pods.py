@@ -23,17 +23,12 @@ import re
 from decimal import Decimal, DecimalException
 
 from hamiadmin.hamiconfig import HamiConfig, current
+from scheduling.engine.encoding import PLACEMENT_ANNOTATIONS
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.requests import GPUMEM
 from scheduling.storable import printable, why_unstorable
 
-NODE = "hami.io/vgpu-node"
-TIME = "hami.io/vgpu-time"
-TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
-ALLOCATED = "hami.io/vgpu-devices-allocated"
-BIND_PHASE = "hami.io/bind-phase"
-BIND_TIME = "hami.io/bind-time"
-PLACEMENT_ANNOTATIONS = (NODE, TIME, TO_ALLOCATE, ALLOCATED, BIND_PHASE, BIND_TIME)
+#: What a submission drops from a pod's annotations: SPEC 8's outputs, and kubectl's copy.
 IGNORED_ANNOTATIONS = (*PLACEMENT_ANNOTATIONS, "kubectl.kubernetes.io/last-applied-configuration")
 
 FINAL_PHASES = {"Succeeded": "succeeded", "Failed": "failed"}

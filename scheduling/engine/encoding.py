@@ -27,6 +27,7 @@ TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 ALLOCATED = "hami.io/vgpu-devices-allocated"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
+PLACEMENT_ANNOTATIONS = (NODE, TIME, TO_ALLOCATE, ALLOCATED, BIND_PHASE, BIND_TIME)
 
 #: The largest number an inventory may carry (capacities, NUMA, index, pair scores): they are
 #: stored as 32-bit integers, and anything larger is a typo or an attack, refused naming it.
