@@ -267,6 +267,21 @@ class Scheduler:
                 card.used_cores += device.cores
         node.touch()
 
+    def unassume(self, decision: Decision) -> None:
+        """Undo `assume` of the same decision exactly. The node's version still moves on (never
+        back), so no verdict cached for the assumed state is ever read for the restored one."""
+        if decision.status != SCHEDULED or decision.node is None:
+            return
+        node = self.cluster.node(decision.node)
+        by_uuid = {card.uuid: card for card in node.cards}
+        for container in decision.containers:
+            for device in container.devices:
+                card = by_uuid[device.uuid]
+                card.used_slots -= 1
+                card.used_memory -= device.memory
+                card.used_cores -= device.cores
+        node.touch()
+
     def schedule(self, pod: PodSpec) -> Decision:
         decision = self.decide(pod)
         self.assume(decision)
