@@ -113,6 +113,9 @@ class Decision:
     duration_ms: float = 0.0
     closest: list[dict] = field(default_factory=list)  # `closeness.NodeCloseness.detail()`s
     never: dict | None = None
+    #: Why a batch rule (gang, queue limit, namespace quota) kept the pod pending: `reason`
+    #: (a code: `GangUnschedulable`, `QueueLimitExceeded`, ...), `message`, `would_fit_on`.
+    batch: dict | None = None
 
     @property
     def unschedulable(self) -> bool:
@@ -155,6 +158,8 @@ class Decision:
             return self.error or "rejected"
         if self.status == SCHEDULED:
             return f"scheduled on {self.node}"
+        if self.batch is not None:
+            return f"{self.batch['reason']}: {self.batch['message']}"
         total = len(self.node_failures)
         if not total:
             return "0/0 nodes are available: no GPU nodes"
@@ -174,11 +179,12 @@ class Decision:
         `ClusterConfig.closest_nodes`, closest first, whatever `top` is), each with its card
         table and what would make the pod fit there (`hints`), `unschedulable`, true when no
         node could ever take the pod (false otherwise, and for other outcomes), and
-        `unschedulable_reason`, why not (`closeness.cluster_never`), else null.
+        `unschedulable_reason`, why not (`closeness.cluster_never`), else null; `batch`, only
+        for a pod a gang, queue or quota rule kept pending (`Decision.batch`).
         """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
         failed = self.node_failures if top is None else self.node_failures[:top]
-        return {
+        out = {
             "name": self.name,
             "namespace": self.namespace,
             "status": self.status,
@@ -207,3 +213,6 @@ class Decision:
             "unschedulable": self.unschedulable,
             "unschedulable_reason": self.never if self.unschedulable else None,
         }
+        if self.batch is not None:
+            out["batch"] = dict(self.batch)
+        return out

@@ -4,6 +4,7 @@ Usage of a card is what its active allocations hold; `Card.used_*` are counters 
 equal to that sum, written only in the transaction that writes the allocations.
 """
 
+from .batch import NamespaceQuota, PodGroup, Queue
 from .cluster import INT32_MAX, Card, CardUsage, Node
 from .config import SchedulerConfig
 from .events import Event, record_event
@@ -18,8 +19,11 @@ __all__ = [
     "Cycle",
     "Decision",
     "Event",
+    "NamespaceQuota",
     "Node",
     "Pod",
+    "PodGroup",
+    "Queue",
     "SchedulerConfig",
     "record_event",
 ]

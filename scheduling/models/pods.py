@@ -12,6 +12,7 @@ from django.utils.functional import cached_property
 
 from scheduling.engine import PodSpec
 
+from .batch import PodGroup, Queue
 from .cluster import Card, Node
 
 
@@ -95,6 +96,16 @@ class Pod(models.Model):
         help_text="who submitted it: extender pods are placed only by kube-scheduler's filter calls",
     )
     annotations = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True, help_text="read for queue and group labels")
+    group = models.ForeignKey(PodGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="pods")
+    queue = models.ForeignKey(
+        Queue,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="pods",
+        help_text="the leaf queue it joined; empty: the default queue",
+    )
     containers = models.JSONField(default=list)
     init_containers = models.JSONField(default=list, blank=True)
     priority = models.IntegerField(default=0)
