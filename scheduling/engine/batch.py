@@ -155,6 +155,8 @@ class QueueState:
     quota: dict[str, int | None] = field(default_factory=dict)
     limit: dict[str, int | None] = field(default_factory=dict)
     used: Usage = field(default_factory=zero)  # this queue and its children
+    pk: int | None = None
+    namespaces: list[str] = field(default_factory=list)  # whose pods join it when they name none
 
 
 class QueueBook:
@@ -175,6 +177,12 @@ class QueueBook:
                 queue.parent = None
         self.capacity = capacity or zero()
         self.parents = {queue.parent for queue in self.queues.values() if queue.parent}
+        self.by_namespace = {
+            namespace: queue.name
+            for queue in sorted(self.queues.values(), key=lambda q: q.name, reverse=True)
+            for namespace in queue.namespaces
+            if queue.name not in self.parents
+        }
 
     def leaf(self, name: str | None) -> str:
         """The queue a pod's queue name stands for: unknown names and parents mean `default`."""
@@ -212,9 +220,9 @@ class QueueBook:
     def order_key(self, name: str) -> tuple:
         queue = self.queues[name]
         below = [
-            queue.used[r] / queue.guarantee[r]
+            queue.used[r] / guaranteed
             for r in RESOURCES
-            if queue.guarantee.get(r) and queue.used[r] < (queue.guarantee[r] or 0)
+            if (guaranteed := queue.guarantee.get(r)) and queue.used[r] < guaranteed
         ]
         if below:
             return (0, min(below), name)
@@ -228,6 +236,29 @@ class QueueBook:
             if self.capacity.get(r)
         ]
         return (1, max(shares, default=0.0), name)
+
+
+@dataclass
+class NamespaceBook:
+    """Namespace quotas (Kubernetes ResourceQuota on HAMi's resources) with their usage."""
+
+    hard: dict[str, dict[str, int]] = field(default_factory=dict)  # namespace -> resource -> hard
+    used: dict[str, Usage] = field(default_factory=dict)
+
+    def over(self, namespace: str, more: Usage) -> str | None:
+        """Why `more` cannot join `namespace` (the first resource over its hard limit), else None."""
+        limits = self.hard.get(namespace)
+        if not limits:
+            return None
+        used = self.used.setdefault(namespace, zero())
+        for resource, hard in limits.items():
+            ask = more.get(resource, 0)
+            if ask and used[resource] + ask > hard:
+                return f"namespace {namespace}: {resource} {used[resource]} + {ask} > hard {hard}{UNITS[resource]}"
+        return None
+
+    def add(self, namespace: str, more: Usage, sign: int = 1) -> None:
+        add(self.used.setdefault(namespace, zero()), more, sign)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,9 +277,10 @@ class Statement:
     node versions only move forward, so no verdict cached for an assumed state is read again.
     """
 
-    def __init__(self, scheduler, book: QueueBook | None = None):
+    def __init__(self, scheduler, book: QueueBook | None = None, namespaces: NamespaceBook | None = None):
         self.scheduler = scheduler
         self.book = book
+        self.namespaces = namespaces
         self.log: list[tuple[Decision, str | None, Usage]] = []
 
     def mark(self) -> Mark:
@@ -261,6 +293,8 @@ class Statement:
         self.scheduler.assume(decision)
         if self.book is not None and queue is not None:
             self.book.add(queue, used)
+        if self.namespaces is not None:
+            self.namespaces.add(decision.namespace, used)
         self.log.append((decision, queue, used))
 
     def rollback(self, mark: Mark) -> list[Decision]:
@@ -271,6 +305,8 @@ class Statement:
             self.scheduler.unassume(decision)
             if self.book is not None and queue is not None:
                 self.book.add(queue, used, -1)
+            if self.namespaces is not None:
+                self.namespaces.add(decision.namespace, used, -1)
             undone.append(decision)
         undone.reverse()
         return undone

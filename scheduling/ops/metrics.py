@@ -24,6 +24,7 @@ from prometheus_client import start_http_server as _start_http_server
 
 from scheduling.engine import reasons as codes
 from scheduling.engine.decision import OUTCOMES
+from scheduling.engine.jobs import BATCH_REASONS
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,9 @@ MIB = 1024 * 1024
 #: The classic text format that generate_latest writes (every Prometheus 2 and 3 reads it).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-#: SPEC 4 reason codes: the only reasons the engine writes into a decision's summary.
-REASON_CODES = codes.CODES
+#: SPEC 4 reason codes, the only reasons the engine writes into a decision's summary, and the
+#: batch reasons (gang, queue, quota) that keep a pod pending whatever its cards say.
+REASON_CODES = codes.CODES | frozenset(BATCH_REASONS)
 NONE = "none"  # scheduled
 NO_NODES = "NoNodes"  # pending with no node at all to look at
 OTHER = "Other"  # anything outside the fixed set (never a free text label)
@@ -51,6 +53,11 @@ CYCLE_DURATION = Histogram(
     "hamiadmin_cycle_duration_seconds",
     "Wall time of a committed cycle with at least one pod: queue, snapshot, engine, commit.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+GANG_WAIT = Histogram(
+    "hamiadmin_gang_wait_seconds",
+    "Time from a pod group's creation to the commit that gave min_member of its pods cards.",
+    buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 14400),
 )
 DECISION_DURATION = Histogram(
     "hamiadmin_decision_duration_seconds",
@@ -157,6 +164,10 @@ _initialise_series()
 def reason_code(text: str) -> str:
     """A reason label from a code; anything else becomes OTHER, so labels stay bounded."""
     return text if text in REASON_CODES else OTHER
+
+
+def observe_gang_wait(seconds: float) -> None:
+    GANG_WAIT.observe(max(0.0, seconds))
 
 
 def bind_failed(reason: str) -> None:

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
@@ -29,7 +30,7 @@ from scheduling.engine.fit import check_card
 from scheduling.engine.model import cordoned_uuids
 
 from ..dbretry import retry_on_conflict
-from ..models import Allocation, Card, Cycle, Decision, Pod
+from ..models import Allocation, Card, Cycle, Decision, Pod, PodGroup
 from .observe import record_commit
 from .options import option
 from .plan import Attempt, CyclePlan, CycleReport
@@ -47,6 +48,7 @@ POD_FIELDS = [
     "next_attempt_at",
     "allocated",
     "revision",
+    "queue_id",
     "updated_at",
 ]
 COUNTERS = ["used_slots", "used_memory", "used_cores"]
@@ -221,20 +223,8 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         )
         cards = lock_cards(wanted)
         added: dict[int, list[int]] = {}
-        outcomes: list[tuple[Attempt, str, str]] = []  # (attempt, outcome, conflict text)
-        for attempt in fresh:
-            if attempt.decision.status != SCHEDULED:
-                outcomes.append((attempt, attempt.decision.status, ""))
-                continue
-            mine, why = recheck(attempt, cards, added)
-            if mine is None:
-                outcomes.append((attempt, Decision.CONFLICT, why))
-                continue
-            for pk, extra in mine.items():
-                total = added.setdefault(pk, [0, 0, 0])
-                for i in range(3):
-                    total[i] += extra[i]
-            outcomes.append((attempt, SCHEDULED, ""))
+        verdicts = recheck_all(fresh, cards, added)
+        outcomes: list[tuple[Attempt, str, str]] = [(a, *verdicts[id(a)]) for a in fresh]
 
         conflicted = any(outcome == Decision.CONFLICT for _, outcome, _ in outcomes)
         cycle = Cycle.objects.create(
@@ -268,6 +258,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 "next_attempt_at": None,
                 "allocated": "",
                 "revision": locked[attempt.pod_id][2] + 1,
+                "queue_id": attempt.queue_id,
                 "updated_at": now,
             }
             payload = decision.as_dict(top=top)
@@ -338,6 +329,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         update_rows(Card, COUNTERS, counters)
         update_rows(Pod, POD_FIELDS, pods)
         insert_rows(Decision, decisions)
+        gang_waits = write_gang_phases(plan, outcomes, now)
         report.commit_ms = (time.perf_counter() - commit_started) * 1000
         report.duration_ms = (time.perf_counter() - plan.started) * 1000
         Cycle.objects.filter(pk=cycle.pk).update(
@@ -345,5 +337,100 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         )
     report.cycle_id = cycle.pk
     report.more = plan.full or conflicted
-    record_commit(report, outcomes)
+    record_commit(report, outcomes, gang_waits)
     return report
+
+
+def recheck_all(fresh: list[Attempt], cards: dict[str, LockedCard], added: dict[int, list[int]]) -> dict:
+    """Each attempt's (outcome, conflict text), re-checked in queue order; `added` grows by what
+    is kept. A gang's placements are checked together and kept only if at least `gang_needed`
+    of them still fit; otherwise none of them is, and each says which member and card failed."""
+    verdicts: dict[int, tuple[str, str]] = {}
+    gangs: dict[int, list[Attempt]] = {}
+    for attempt in fresh:
+        if attempt.decision.status == SCHEDULED and attempt.group_id is not None and attempt.gang_needed:
+            gangs.setdefault(attempt.group_id, []).append(attempt)
+    for attempt in fresh:
+        if id(attempt) in verdicts:
+            continue
+        if attempt.decision.status != SCHEDULED:
+            verdicts[id(attempt)] = (attempt.decision.status, "")
+            continue
+        members = gangs.get(attempt.group_id) if attempt.group_id is not None else None
+        if not members:
+            mine, why = recheck(attempt, cards, added)
+            if mine is None:
+                verdicts[id(attempt)] = (Decision.CONFLICT, why)
+            else:
+                _add(added, mine)
+                verdicts[id(attempt)] = (SCHEDULED, "")
+            continue
+        trial = {pk: list(used) for pk, used in added.items()}
+        kept, missed = [], []
+        for member in members:
+            mine, why = recheck(member, cards, trial)
+            if mine is None:
+                missed.append((member, why))
+            else:
+                _add(trial, mine)
+                kept.append(member)
+        needed = members[0].gang_needed
+        if len(kept) >= needed:
+            added.clear()
+            added.update(trial)
+            verdicts.update({id(m): (SCHEDULED, "") for m in kept})
+            verdicts.update({id(m): (Decision.CONFLICT, why) for m, why in missed})
+        else:
+            first, why = missed[0]
+            text = f"gang: {len(kept)}/{needed} placements still fit; {first.key}: {why}"
+            verdicts.update({id(m): (Decision.CONFLICT, text) for m in members})
+    return verdicts
+
+
+def _add(into: dict[int, list[int]], more: dict[int, list[int]]) -> None:
+    for pk, extra in more.items():
+        total = into.setdefault(pk, [0, 0, 0])
+        for i in range(3):
+            total[i] += extra[i]
+
+
+def write_gang_phases(plan: CyclePlan, outcomes, now) -> list[float]:
+    """Pod groups after this commit: `running` once `min_member` members hold cards, else the
+    planning's verdict (`plan.groups`) or the conflict. Returns the wait (seconds from the
+    group's creation) of each group that started running, for the wait histogram."""
+    verdicts = dict(plan.groups)
+    for attempt, outcome, why in outcomes:
+        if attempt.group_id is not None and outcome == Decision.CONFLICT:
+            verdicts.setdefault(attempt.group_id, (PodGroup.INQUEUE, "Conflict", why))
+    touched = {a.group_id for a, outcome, _ in outcomes if a.group_id is not None and outcome == SCHEDULED}
+    ids = sorted(touched | set(verdicts))
+    if not ids:
+        return []
+    bound = dict(
+        Pod.objects.filter(group_id__in=ids, status__in=Pod.BOUND)
+        .values("group_id")
+        .annotate(n=Count("id"))
+        .values_list("group_id", "n")
+        .order_by()
+    )
+    waits = []
+    for group in PodGroup.objects.filter(pk__in=ids).order_by("pk"):
+        placed = bound.get(group.pk, 0)
+        if placed >= group.min_member:
+            if group.phase != PodGroup.RUNNING:
+                waits.append((now - group.created_at).total_seconds())
+            changed = group.set_phase(
+                PodGroup.RUNNING, "GangScheduled", f"{placed}/{group.min_member} members placed", now
+            )
+        elif group.pk in verdicts:
+            phase, reason, message = verdicts[group.pk]
+            if group.phase == PodGroup.FAILED and phase != PodGroup.FAILED:
+                phase = PodGroup.FAILED  # timed out: stays failed until it reaches min_member
+            changed = group.set_phase(phase, reason, message, now)
+        else:
+            continue
+        if changed:
+            group.save(
+                update_fields=["phase", "reason", "conditions", "running_at", "finished_at", "updated_at"]
+            )
+    return waits

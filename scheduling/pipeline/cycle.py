@@ -13,15 +13,30 @@ import time
 
 from django.utils import timezone
 
-from scheduling.engine import Cluster, PodSpec, Scheduler
+from scheduling.engine import Cluster, PodInvalid, PodSpec, Scheduler
 from scheduling.engine import Decision as EngineDecision
 from scheduling.engine import Node as EngineNode
+from scheduling.engine.batch import DEFAULT_QUEUE, QueueBook, group_ref, queue_ref
 from scheduling.engine.decision import REJECTED
+from scheduling.engine.jobs import (
+    GANG_UNSCHEDULABLE,
+    NAMESPACE_QUOTA,
+    NOT_ENOUGH_PODS,
+    QUEUE_LIMIT,
+    QUEUE_NOT_FOUND,
+    Gang,
+    Job,
+    JobRunner,
+    Member,
+    held_decision,
+)
 from scheduling.engine.pod import describe_policy
+from scheduling.models import PodGroup
 
+from .batch import GangState, load_book, load_gangs, load_namespace_book
 from .options import option
 from .plan import Attempt, CyclePlan, worker_name
-from .snapshot import Snapshot, due_pods, load_snapshot
+from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -39,33 +54,55 @@ def unexpected_failure(spec: PodSpec, config, exc: Exception) -> EngineDecision:
 
 
 def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", now=None) -> CyclePlan:
-    """Decide the due pods in queue order against one snapshot, each seeing the ones before it."""
+    """Decide the due pods against one snapshot, as jobs from queues (`engine.jobs`): single
+    pods and gangs, each seeing the placements before it."""
     started = time.perf_counter()
     started_at = timezone.now()
+    now = now or started_at
     limit = limit or option("CYCLE_MAX_PODS")
     rows = due_pods(limit, now)
     if not rows:
         return CyclePlan(None, [], trigger, worker, started_at, started)
+    full = len(rows) >= limit
+    gangs = load_gangs(row[COL["group_id"]] for row in rows)
+    rows += gang_members(gangs, {row[0] for row in rows})
     snapshot = load_snapshot()
+    book = load_book()
+    namespaces = load_namespace_book()
     snapshot_done = time.perf_counter()
     scheduler = Scheduler(snapshot.cluster, snapshot.config)
-    attempts = []
-    for pod_id, namespace, name, uid, pod_annotations, containers, inits, revision, tries in rows:
-        spec = PodSpec(
-            name=name,
-            namespace=namespace,
-            annotations=pod_annotations,
-            containers=containers,
-            init_containers=inits,
-            uid=uid,
-        )
+    groups_changed = expire_gangs(gangs, now)
+    jobs, held = build_jobs(rows, gangs, book, snapshot.config, now)
+
+    def decide(spec: PodSpec):
         try:
-            decision, parsed = scheduler.decide_parsed(spec)
-            scheduler.assume(decision)
+            return scheduler.decide_parsed(spec)
         except Exception as exc:  # noqa: BLE001 - one odd pod must not stop the others
-            log.exception("deciding %s/%s failed", namespace, name)
-            decision, parsed = unexpected_failure(spec, snapshot.config, exc), None
-        attempts.append(Attempt(pod_id, f"{namespace}/{name}", revision, tries, decision, parsed))
+            log.exception("deciding %s failed", spec.key)
+            return unexpected_failure(spec, snapshot.config, exc), None
+
+    reserve_after = option("RESERVE_AFTER_SECONDS")
+    runner = JobRunner(
+        scheduler,
+        book,
+        namespaces,
+        reserve_after_seconds=reserve_after if reserve_after and reserve_after > 0 else None,
+        decide=decide,
+    )
+    attempts = [attempt_of(row, decision, None, None) for row, decision in held]
+    for outcome in runner.run(jobs):
+        row = outcome.member.ref
+        queue = book.queues.get(outcome.job.queue)
+        attempts.append(
+            attempt_of(
+                row,
+                outcome.decision,
+                outcome.parsed,
+                queue.pk if queue is not None else None,
+                outcome.gang_needed,
+            )
+        )
+    groups_changed.update(gang_verdicts(gangs, attempts))
     decided = time.perf_counter()
     return CyclePlan(
         snapshot=snapshot,
@@ -76,8 +113,136 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
         started=started,
         snapshot_ms=(snapshot_done - started) * 1000,
         decide_ms=(decided - snapshot_done) * 1000,
-        full=len(rows) >= limit,
+        full=full,
+        groups=groups_changed,
     )
+
+
+COL = {name: i for i, name in enumerate(POD_COLUMNS)}
+
+
+def spec_of(row) -> PodSpec:
+    return PodSpec(
+        name=row[COL["name"]],
+        namespace=row[COL["namespace"]],
+        annotations=row[COL["annotations"]],
+        containers=row[COL["containers"]],
+        init_containers=row[COL["init_containers"]],
+        uid=row[COL["uid"]],
+    )
+
+
+def attempt_of(row, decision, parsed, queue_id, gang_needed: int = 0) -> Attempt:
+    return Attempt(
+        row[COL["id"]],
+        f"{row[COL['namespace']]}/{row[COL['name']]}",
+        row[COL["revision"]],
+        row[COL["attempts"]],
+        decision,
+        parsed,
+        group_id=row[COL["group_id"]],
+        gang_needed=gang_needed,
+        queue_id=queue_id,
+    )
+
+
+def pod_queue(row, gang: GangState | None, book: QueueBook) -> tuple[str | None, str]:
+    """The leaf queue a pod joins (its group's, the one it names, its namespace's, `default`),
+    or (None, why) when it names a queue that does not exist or is not a leaf."""
+    named: str | None
+    if gang is not None and gang.queue:
+        named, where = gang.queue, f"pod group {gang.key}"
+    else:
+        named = queue_ref(row[COL["annotations"]], row[COL["labels"]])
+        where = "the pod"
+    if named is None:
+        return book.by_namespace.get(row[COL["namespace"]], DEFAULT_QUEUE), ""
+    if named not in book.queues:
+        return None, f"{where} names queue {named!r}, which does not exist"
+    if named in book.parents:
+        return None, f"{where} names queue {named!r}, a parent queue: only leaf queues take pods"
+    return named, ""
+
+
+def build_jobs(rows, gangs: dict[int, GangState], book: QueueBook, config, now):
+    """Jobs from the due rows: one per single pod, one per gang; and (row, decision) for pods a
+    batch rule rejects or holds before any card is looked at."""
+    jobs: list[Job] = []
+    by_gang: dict[int, Job] = {}
+    held = []
+    for row in rows:
+        spec = spec_of(row)
+        try:
+            group_ref(row[COL["annotations"]], row[COL["labels"]])
+            queue_ref(row[COL["annotations"]], row[COL["labels"]])
+        except PodInvalid as exc:
+            held.append((row, invalid_decision(spec, config, exc)))
+            continue
+        gang = gangs.get(row[COL["group_id"]])
+        queue, why = pod_queue(row, gang, book)
+        if queue is None:
+            held.append((row, held_decision(spec, config, QUEUE_NOT_FOUND, why)))
+            continue
+        member = Member(spec, row)
+        submitted = row[COL["submitted_at"]]
+        if gang is None:
+            waited = (now - submitted).total_seconds()
+            jobs.append(Job(queue, row[COL["priority"]], (submitted, row[0]), [member], None, waited))
+            continue
+        job = by_gang.get(gang.pk)
+        if job is None:
+            info = Gang(gang.key, gang.min_member, gang.known, gang.placed, gang.min_resources)
+            waited = (now - gang.created_at).total_seconds()
+            job = by_gang[gang.pk] = Job(queue, gang.priority, (gang.created_at, -gang.pk), [], info, waited)
+            jobs.append(job)
+        job.priority = max(job.priority, row[COL["priority"]])
+        job.members.append(member)
+    return jobs, held
+
+
+def invalid_decision(spec: PodSpec, config, exc: PodInvalid) -> EngineDecision:
+    return EngineDecision(
+        name=spec.name,
+        namespace=spec.namespace,
+        status=REJECTED,
+        policy=describe_policy(spec.annotations, config),
+        error=str(exc),
+        error_field=exc.field,
+        error_code=exc.code,
+    )
+
+
+def expire_gangs(gangs: dict[int, GangState], now) -> dict[int, tuple[str, str, str]]:
+    """Gangs still below `min_member` past their `schedule_timeout_seconds`: failed."""
+    changed = {}
+    for gang in gangs.values():
+        if gang.timeout_seconds is None or gang.placed >= gang.min_member or gang.phase == PodGroup.FAILED:
+            continue
+        waited = (now - gang.created_at).total_seconds()
+        if waited > gang.timeout_seconds:
+            message = (
+                f"{gang.placed}/{gang.min_member} members placed after {waited:.0f} s "
+                f"(schedule timeout {gang.timeout_seconds} s)"
+            )
+            changed[gang.pk] = (PodGroup.FAILED, "ScheduleTimeout", message)
+            gang.phase = PodGroup.FAILED
+    return changed
+
+
+def gang_verdicts(gangs: dict[int, GangState], attempts: list[Attempt]) -> dict[int, tuple[str, str, str]]:
+    """Each gang's phase after planning: `inqueue` with the verdict when it is held back;
+    `running` is set by the commit, which knows what it kept."""
+    changed = {}
+    for attempt in attempts:
+        gang = gangs.get(attempt.group_id) if attempt.group_id is not None else None
+        if gang is None or gang.pk in changed or gang.phase == PodGroup.FAILED:
+            continue
+        batch = attempt.decision.batch or {}
+        if batch.get("reason") == NOT_ENOUGH_PODS:
+            changed[gang.pk] = (PodGroup.PENDING, NOT_ENOUGH_PODS, batch["message"])
+        elif batch.get("reason") in (GANG_UNSCHEDULABLE, QUEUE_LIMIT, NAMESPACE_QUOTA):
+            changed[gang.pk] = (PodGroup.INQUEUE, batch["reason"], batch["message"])
+    return changed
 
 
 def restricted(snapshot: Snapshot, names: list[str]) -> Cluster:

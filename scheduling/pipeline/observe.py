@@ -28,6 +28,8 @@ def attempt_reasons(outcome: str, decision, why: str) -> list[str]:
     """The reason labels one decision counts under (bounded: see scheduling.ops.metrics)."""
     if outcome == SCHEDULED:
         return [metrics.NONE]
+    if outcome == PENDING and decision.batch is not None:
+        return [metrics.reason_code(decision.batch.get("reason", ""))]
     if outcome == PENDING:
         return sorted({metrics.reason_code(code) for code in decision.reasons}) or [metrics.NO_NODES]
     if outcome == REJECTED:
@@ -48,13 +50,15 @@ def summary(outcome: str, decision, why: str) -> str | None:
     return decision.reason_text()
 
 
-def record_commit(report, outcomes) -> None:
+def record_commit(report, outcomes, gang_waits=()) -> None:
     """Metrics and log lines for the committed `outcomes`: (attempt, outcome, conflict text).
 
     Never raises: the cycle is committed, and reporting on it must not look like a failure.
     """
     try:
         _record(report, outcomes)
+        for seconds in gang_waits:
+            metrics.observe_gang_wait(seconds)
     except Exception:  # noqa: BLE001
         logging.getLogger(__name__).exception(
             "recording cycle %s for metrics and logs failed", report.cycle_id

@@ -22,6 +22,9 @@ DEFAULTS = {
     "CYCLES_KEPT": 10000,
     "FINISHED_PODS_KEPT_HOURS": 168.0,
     "FAULT_COMMIT_PAUSE_SECONDS": 0.0,
+    # A job still unplaced after this long holds the nodes it came closest on, per cycle
+    # (engine.jobs); empty or negative: never.
+    "RESERVE_AFTER_SECONDS": 300.0,
 }
 
 

@@ -25,6 +25,11 @@ class Attempt:
     attempts: int
     decision: EngineDecision
     parsed: ParsedPod | None = None
+    #: The pod group (gang) it was placed with, and how many of the gang's placements in this
+    #: cycle the commit must keep for any of them to be kept (0: not a gang, or no minimum left).
+    group_id: int | None = None
+    gang_needed: int = 0
+    queue_id: int | None = None  # the leaf queue it was admitted to
 
 
 @dataclass
@@ -40,6 +45,8 @@ class CyclePlan:
     snapshot_ms: float = 0.0
     decide_ms: float = 0.0
     full: bool = False  # the queue had at least `limit` due pods: more may be waiting
+    #: Pod groups whose phase this cycle's planning changed (pk -> (phase, reason, message)).
+    groups: dict[int, tuple[str, str, str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -134,6 +134,10 @@ POD_COLUMNS = (
     "init_containers",
     "revision",
     "attempts",
+    "labels",
+    "group_id",
+    "priority",
+    "submitted_at",
 )
 
 
@@ -148,4 +152,18 @@ def due_pods(limit: int, now=None):
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         .order_by("-priority", "submitted_at", "id")
         .values_list(*POD_COLUMNS)[:limit]
+    )
+
+
+def gang_members(group_ids, but) -> list:
+    """The other pending members of gangs `group_ids` (rows of POD_COLUMNS), backing off or
+    not: a gang is tried with all its members as soon as one of them is due."""
+    if not group_ids:
+        return []
+    return list(
+        Pod.objects.filter(status=Pod.PENDING, parked=False, group_id__in=sorted(group_ids))
+        .exclude(origin=Pod.EXTENDER)
+        .exclude(pk__in=sorted(but))
+        .order_by("-priority", "submitted_at", "id")
+        .values_list(*POD_COLUMNS)
     )

@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
 from scheduling.engine import PodInvalid, PodSpec
+from scheduling.engine.batch import GroupRef, group_ref, queue_ref
 from scheduling.engine.pod import parse_pod
-from scheduling.models import INT32_MAX, Allocation, Card, Pod, SchedulerConfig
+from scheduling.models import INT32_MAX, Allocation, Card, Pod, PodGroup, Queue, SchedulerConfig
 from scheduling.models.cluster import over_capacity_text
 from scheduling.pipeline.triggers import request_cycle
 
@@ -48,9 +49,13 @@ def capacity_changed(reason: str) -> None:
     request_cycle(reason)
 
 
-def spec_hash(annotations, containers, init_containers, priority) -> str:
-    """What a submission asks, as a digest: the same spec again changes nothing."""
-    body = json.dumps([annotations, containers, init_containers, priority], sort_keys=True, default=str)
+def spec_hash(annotations, containers, init_containers, priority, labels=None) -> str:
+    """What a submission asks, as a digest: the same spec again changes nothing. Labels count
+    only when there are some (they name queues and groups), so older digests stay valid."""
+    fields = [annotations, containers, init_containers, priority]
+    if labels:
+        fields.append(labels)
+    body = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -94,6 +99,7 @@ def submit_pod(
     *,
     validate: bool = True,
     origin: str = Pod.API,
+    labels=None,
 ) -> Pod:
     """Queue a pod, or update a queued one.
 
@@ -109,10 +115,19 @@ def submit_pod(
 
     `origin` (`Pod.ORIGINS`) records who submitted the incarnation: pipeline cycles never
     place `extender` pods, and the kube agent's cleanup never touches `api` ones.
+
+    `labels` (and annotations) may name a pod group (`engine.batch.group_ref`), created here
+    when it is new, and a queue (`engine.batch.queue_ref`); a group's queue wins. A name the
+    cycle cannot use (an unknown queue) is stored, and the cycle says so.
     """
     annotations = {} if annotations is None else annotations
     containers = [] if containers is None else containers
     init_containers = [] if init_containers is None else init_containers
+    labels = {} if labels is None else labels
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise PodInvalid("labels", "must be an object of string values")
     if origin not in ORIGIN_VALUES:
         raise ValueError(f"origin must be one of {', '.join(ORIGIN_VALUES)}, got {origin!r}")
     _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid)
@@ -126,9 +141,18 @@ def submit_pod(
     )
     if validate:
         parse_pod(spec, SchedulerConfig.current())
-    digest = spec_hash(annotations, containers, init_containers, priority)
+    try:
+        ref = group_ref(annotations, labels)
+        named_queue = queue_ref(annotations, labels)
+    except PodInvalid:
+        if validate:
+            raise
+        ref = named_queue = None  # stored as written: the cycle rejects it naming the field
+    digest = spec_hash(annotations, containers, init_containers, priority, labels)
     now = timezone.now()
     with transaction.atomic():
+        group = _group_for(namespace, ref, named_queue)
+        queue = _queue_named(group.queue.name if group and group.queue else named_queue)
         row = Pod.objects.select_for_update(no_key=True).filter(namespace=namespace, name=name)
         pod = row.first()
         if pod is None:
@@ -140,6 +164,9 @@ def submit_pod(
                         uid=uid,
                         origin=origin,
                         annotations=annotations,
+                        labels=labels,
+                        group=group,
+                        queue=queue,
                         containers=containers,
                         init_containers=init_containers,
                         priority=priority,
@@ -164,7 +191,8 @@ def submit_pod(
                     "containers", f"the pod is placed on {pod.node}; its containers cannot change"
                 )
             pod.annotations, pod.spec_hash, pod.revision = annotations, digest, pod.revision + 1
-            pod.save(update_fields=["annotations", "spec_hash", "revision", "updated_at"])
+            pod.labels = labels
+            pod.save(update_fields=["annotations", "labels", "spec_hash", "revision", "updated_at"])
             return pod
         freed = False
         if new_incarnation:
@@ -175,6 +203,7 @@ def submit_pod(
             pod.allocated = ""
         pod.uid = uid or pod.uid
         pod.annotations, pod.containers, pod.init_containers = annotations, containers, init_containers
+        pod.labels, pod.group, pod.queue = labels, group, queue
         pod.priority, pod.spec_hash = priority, digest
         pod.status, pod.parked, pod.next_attempt_at = Pod.PENDING, False, None
         pod.error = pod.error_field = pod.reason = ""
@@ -184,6 +213,38 @@ def submit_pod(
             capacity_changed(f"released the replaced incarnation of {pod.key}")
         request_cycle("pod updated")
     return pod
+
+
+def _queue_named(name: str | None) -> Queue | None:
+    """The queue a name stands for now, if it exists (the cycle re-resolves it on every try)."""
+    if not name:
+        return None
+    return Queue.objects.filter(name=name).first()
+
+
+def _group_for(namespace: str, ref: GroupRef | None, named_queue: str | None) -> PodGroup | None:
+    """The pod group a pod names, created on first sight (from the annotation's `min_member`,
+    else 1, and the pod's queue); an annotation's `min_member` or timeout updates it."""
+    if ref is None:
+        return None
+    defaults = {
+        "min_member": ref.min_member or 1,
+        "schedule_timeout_seconds": ref.timeout_seconds,
+        "source": ref.source,
+        "queue": _queue_named(named_queue),
+    }
+    group, created = PodGroup.objects.get_or_create(namespace=namespace, name=ref.name, defaults=defaults)
+    if not created:
+        changed = []
+        if ref.min_member is not None and group.min_member != ref.min_member:
+            group.min_member = ref.min_member
+            changed.append("min_member")
+        if ref.timeout_seconds is not None and group.schedule_timeout_seconds != ref.timeout_seconds:
+            group.schedule_timeout_seconds = ref.timeout_seconds
+            changed.append("schedule_timeout_seconds")
+        if changed:
+            group.save(update_fields=[*changed, "updated_at"])
+    return group
 
 
 def _pod_for_update(pod) -> Pod:
@@ -254,9 +315,42 @@ def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None =
         pod.save(
             update_fields=["status", "finished_at", "next_attempt_at", "reason", "revision", "updated_at"]
         )
+        if pod.group_id is not None:
+            group_after_release(pod.group_id, now)
         if freed:
             capacity_changed(f"released {pod.key}")
     return pod
+
+
+def group_after_release(group_id: int, now) -> None:
+    """A member ended: the group completes when every member succeeded, fails when all ended
+    and some did not succeed, and goes back in the queue when it fell below `min_member`.
+    Written last, after the pod and cards (the lock order)."""
+    group = PodGroup.objects.filter(pk=group_id).first()
+    if group is None:
+        return
+    statuses = list(group.pods.values_list("status", flat=True))
+    live = [status for status in statuses if status not in Pod.FINISHED and status != Pod.REJECTED]
+    placed = sum(status in Pod.BOUND for status in statuses)
+    if not live:
+        succeeded = statuses.count(Pod.SUCCEEDED)
+        if statuses and succeeded == len(statuses):
+            changed = group.set_phase(PodGroup.COMPLETED, "Completed", f"{succeeded} members succeeded", now)
+        else:
+            changed = group.set_phase(
+                PodGroup.FAILED, "MembersEnded", f"{succeeded}/{len(statuses)} members succeeded", now
+            )
+    elif group.phase == PodGroup.RUNNING and placed < group.min_member:
+        changed = group.set_phase(
+            PodGroup.INQUEUE,
+            "BelowMinMember",
+            f"{placed}/{group.min_member} members placed after one ended",
+            now,
+        )
+    else:
+        return
+    if changed:
+        group.save(update_fields=["phase", "reason", "conditions", "running_at", "finished_at", "updated_at"])
 
 
 @retry_on_conflict

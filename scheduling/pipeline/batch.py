@@ -1,0 +1,167 @@
+"""What a cycle reads for batch scheduling: the queue tree with its usage, the namespace quotas,
+and the gangs of the due pods; in a few aggregate queries, whatever the number of pods.
+
+Usage is counted from the active Allocation rows (one row per vGPU), never from the pods'
+asks: `vgpus` is the row count, `gpumem` and `gpucores` their sums (HAMi's quota bugs came
+from counting asks once per pod instead of per vGPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count, Q, Sum
+
+from scheduling.engine.batch import (
+    DEFAULT_QUEUE,
+    RESOURCES,
+    NamespaceBook,
+    QueueBook,
+    QueueState,
+    Usage,
+    zero,
+)
+from scheduling.models import Allocation, Card, NamespaceQuota, Pod, PodGroup, Queue
+
+
+def _usage_rows(key: str, rows) -> dict[str, Usage]:
+    out: dict[str, Usage] = {}
+    for row in rows:
+        used = out.setdefault(row[key] or "", zero())
+        used["vgpus"] += row["vgpus"]
+        used["gpumem"] += row["gpumem"] or 0
+        used["gpucores"] += row["gpucores"] or 0
+    return out
+
+
+def _active_by(key: str) -> dict[str, Usage]:
+    rows = (
+        Allocation.objects.filter(active=True)
+        .values(key)
+        .annotate(vgpus=Count("id"), gpumem=Sum("memory"), gpucores=Sum("cores"))
+        .order_by()
+    )
+    return _usage_rows(key, rows)
+
+
+def queue_usage() -> dict[str, Usage]:
+    """What each queue's pods hold now (its own pods only; `QueueBook` adds children up),
+    by queue name; pods of no queue count for `default`."""
+    usage = _active_by("pod__queue__name")
+    if "" in usage:
+        unnamed = usage.pop("")
+        mine = usage.setdefault(DEFAULT_QUEUE, zero())
+        for resource in RESOURCES:
+            mine[resource] += unnamed[resource]
+    return usage
+
+
+def namespace_usage() -> dict[str, Usage]:
+    return _active_by("pod__namespace")
+
+
+def cluster_capacity() -> Usage:
+    """Every reported card's slots, memory and cores, as the share of `QueueBook.order_key`."""
+    total = Card.objects.filter(present=True).aggregate(
+        vgpus=Sum("slots"), gpumem=Sum("memory"), gpucores=Sum("cores")
+    )
+    return {resource: int(total[resource] or 0) for resource in RESOURCES}
+
+
+def queue_states(usage: dict[str, Usage] | None = None) -> list[QueueState]:
+    """Every queue with its own usage (not yet summed up the tree)."""
+    usage = queue_usage() if usage is None else usage
+    states = []
+    for queue in Queue.objects.select_related("parent").order_by("name"):
+        states.append(
+            QueueState(
+                name=queue.name,
+                parent=queue.parent.name if queue.parent else None,
+                weight=queue.weight,
+                guarantee=queue.figures("guarantee"),
+                quota=queue.figures("quota"),
+                limit=queue.figures("limit"),
+                used=dict(usage.get(queue.name, zero())),
+                pk=queue.pk,
+                namespaces=[str(n) for n in queue.namespaces or [] if isinstance(n, str)],
+            )
+        )
+    return states
+
+
+def load_book() -> QueueBook:
+    """The queue tree with usage summed into every ancestor, for one cycle."""
+    states = queue_states()
+    book = QueueBook(
+        [
+            QueueState(
+                s.name, s.parent, s.weight, s.guarantee, s.quota, s.limit, pk=s.pk, namespaces=s.namespaces
+            )
+            for s in states
+        ]
+    )
+    for state in states:
+        book.add(state.name, state.used)
+    book.capacity = cluster_capacity()
+    return book
+
+
+def load_namespace_book() -> NamespaceBook:
+    hard: dict[str, dict[str, int]] = {}
+    for namespace, resource, value in NamespaceQuota.objects.values_list("namespace", "resource", "hard"):
+        mine = hard.setdefault(namespace, {})
+        mine[resource] = min(value, mine.get(resource, value))  # two quotas: the tighter holds
+    if not hard:
+        return NamespaceBook()
+    return NamespaceBook(hard=hard, used=namespace_usage())
+
+
+@dataclass
+class GangState:
+    """One gang of the due pods: its figures and how many of its members are where."""
+
+    pk: int
+    key: str
+    min_member: int
+    queue: str | None
+    priority: int
+    created_at: object
+    timeout_seconds: int | None
+    on_timeout: str
+    phase: str
+    min_resources: Usage
+    known: int = 0  # members that are neither finished nor rejected
+    placed: int = 0  # members scheduled or running
+
+
+def load_gangs(group_ids) -> dict[int, GangState]:
+    """The gangs `group_ids`, with their member counts, in two queries."""
+    group_ids = sorted({pk for pk in group_ids if pk is not None})
+    if not group_ids:
+        return {}
+    gangs = {}
+    for group in PodGroup.objects.filter(pk__in=group_ids).select_related("queue"):
+        gangs[group.pk] = GangState(
+            pk=group.pk,
+            key=group.key,
+            min_member=group.min_member,
+            queue=group.queue.name if group.queue else None,
+            priority=group.priority,
+            created_at=group.created_at,
+            timeout_seconds=group.schedule_timeout_seconds,
+            on_timeout=group.on_timeout,
+            phase=group.phase,
+            min_resources=group.min_resources(),
+        )
+    counts = (
+        Pod.objects.filter(group_id__in=group_ids)
+        .exclude(status__in=(*Pod.FINISHED, Pod.REJECTED))
+        .values("group_id")
+        .annotate(known=Count("id"), placed=Count("id", filter=Q(status__in=Pod.BOUND)))
+        .order_by()
+    )
+    for row in counts:
+        gang = gangs.get(row["group_id"])
+        if gang is not None:
+            gang.known, gang.placed = row["known"], row["placed"]
+    return gangs
