@@ -29,6 +29,8 @@ GANG_UNSCHEDULABLE = "GangUnschedulable"
 QUEUE_LIMIT = "QueueLimitExceeded"
 NAMESPACE_QUOTA = "NamespaceQuotaExceeded"
 QUEUE_NOT_FOUND = "QueueNotFound"
+#: The error code of a member rejected because its gang timed out (`on_timeout: reject`).
+GANG_TIMED_OUT = "GangTimedOut"
 BATCH_REASONS = (NOT_ENOUGH_PODS, GANG_UNSCHEDULABLE, QUEUE_LIMIT, NAMESPACE_QUOTA, QUEUE_NOT_FOUND)
 
 

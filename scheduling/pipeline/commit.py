@@ -27,6 +27,7 @@ from django.utils import timezone
 from scheduling.engine import Card as EngineCard
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
 from scheduling.engine.fit import check_card
+from scheduling.engine.jobs import GANG_TIMED_OUT
 from scheduling.engine.model import cordoned_uuids
 
 from ..dbretry import retry_on_conflict
@@ -292,7 +293,9 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 report.conflicts.append((attempt.key, why))
             elif outcome == REJECTED:
                 pod.update(
-                    status=Pod.REJECTED if decision.asks_no_gpu else Pod.PENDING,
+                    status=Pod.REJECTED
+                    if decision.asks_no_gpu or decision.error_code == GANG_TIMED_OUT
+                    else Pod.PENDING,
                     parked=True,
                     error=decision.error or "",
                     error_field=(decision.error_field or "")[:300],

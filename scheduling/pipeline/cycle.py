@@ -19,6 +19,7 @@ from scheduling.engine import Node as EngineNode
 from scheduling.engine.batch import DEFAULT_QUEUE, QueueBook, group_ref, queue_ref
 from scheduling.engine.decision import REJECTED
 from scheduling.engine.jobs import (
+    GANG_TIMED_OUT,
     GANG_UNSCHEDULABLE,
     NAMESPACE_QUOTA,
     NOT_ENOUGH_PODS,
@@ -179,6 +180,9 @@ def build_jobs(rows, gangs: dict[int, GangState], book: QueueBook, config, now):
             held.append((row, invalid_decision(spec, config, exc)))
             continue
         gang = gangs.get(row[COL["group_id"]])
+        if gang is not None and gang.phase == PodGroup.FAILED and gang.on_timeout == PodGroup.REJECT:
+            held.append((row, timed_out_decision(spec, config, gang)))
+            continue
         queue, why = pod_queue(row, gang, book)
         if queue is None:
             held.append((row, held_decision(spec, config, QUEUE_NOT_FOUND, why)))
@@ -209,6 +213,23 @@ def invalid_decision(spec: PodSpec, config, exc: PodInvalid) -> EngineDecision:
         error=str(exc),
         error_field=exc.field,
         error_code=exc.code,
+    )
+
+
+def timed_out_decision(spec: PodSpec, config, gang: GangState) -> EngineDecision:
+    """A member of a gang that timed out with `on_timeout: reject`: rejected, parked until its
+    spec changes (or an operator requeues it)."""
+    return EngineDecision(
+        name=spec.name,
+        namespace=spec.namespace,
+        status=REJECTED,
+        policy=describe_policy(spec.annotations, config),
+        error=(
+            f"gang {gang.key} did not reach min_member {gang.min_member} within "
+            f"{gang.timeout_seconds} s; its pods are rejected (on_timeout: reject)"
+        ),
+        error_field="schedule_timeout_seconds",
+        error_code=GANG_TIMED_OUT,
     )
 
 
