@@ -1,0 +1,195 @@
+"""Scenarios with `queues` and `groups` (docs/simulate.md, "Queues and gangs"): the pods are
+decided as jobs (`engine.jobs`), as one pipeline cycle would, instead of one by one in file
+order. The output keeps SPEC 9's `pods` (in file order) and adds `groups` and `queues`.
+"""
+
+from __future__ import annotations
+
+from .batch import (
+    DEFAULT_QUEUE,
+    RESOURCES,
+    NamespaceBook,
+    QueueBook,
+    QueueState,
+    group_ref,
+    queue_ref,
+    zero,
+)
+from .decision import SCHEDULED, Decision
+from .errors import PodInvalid, ScenarioError
+from .jobs import Gang, Job, JobRunner, Member
+from .model import Cluster, ClusterConfig, PodSpec
+from .pod import describe_policy
+from .scheduler import Scheduler
+
+
+def wants_batch(raw: dict) -> bool:
+    return isinstance(raw, dict) and ("queues" in raw or "groups" in raw)
+
+
+def _figures(raw, where: str) -> dict[str, int | None]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, f"must be an object of {', '.join(RESOURCES)}")
+    out: dict[str, int | None] = {}
+    for key, value in raw.items():
+        if key not in RESOURCES:
+            raise ScenarioError(f"{where}.{key}", f"unknown resource: use {', '.join(RESOURCES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ScenarioError(f"{where}.{key}", f"must be a whole number >= 0, got {value!r}")
+        out[key] = value
+    return out
+
+
+def parse_queues(raw) -> QueueBook:
+    if raw is None:
+        raw = []
+    if not isinstance(raw, list):
+        raise ScenarioError("queues", "must be a list of queues")
+    states, seen = [], set()
+    for i, entry in enumerate(raw):
+        where = f"queues[{i}]"
+        if not isinstance(entry, dict):
+            raise ScenarioError(where, "a queue must be an object")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise ScenarioError(f"{where}.name", "required: a non-empty string")
+        if name in seen:
+            raise ScenarioError(f"{where}.name", f"{name!r} repeats an earlier queue")
+        seen.add(name)
+        weight = entry.get("weight", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+            raise ScenarioError(f"{where}.weight", f"must be a number > 0, got {weight!r}")
+        parent = entry.get("parent")
+        if parent is not None and not isinstance(parent, str):
+            raise ScenarioError(f"{where}.parent", "must be a queue name")
+        namespaces = entry.get("namespaces", [])
+        if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+            raise ScenarioError(f"{where}.namespaces", "must be a list of namespace names")
+        state = QueueState(
+            name=name,
+            parent=parent,
+            weight=float(weight),
+            guarantee=_figures(entry.get("guarantee"), f"{where}.guarantee"),
+            quota=_figures(entry.get("quota"), f"{where}.quota"),
+            limit=_figures(entry.get("limit"), f"{where}.limit"),
+            namespaces=namespaces,
+        )
+        state.used = zero() | {k: v or 0 for k, v in _figures(entry.get("used"), f"{where}.used").items()}
+        states.append(state)
+    for i, state in enumerate(states):
+        if state.parent is not None and state.parent not in seen:
+            raise ScenarioError(f"queues[{i}].parent", f"no queue named {state.parent!r}")
+    book = QueueBook(
+        [
+            QueueState(s.name, s.parent, s.weight, s.guarantee, s.quota, s.limit, namespaces=s.namespaces)
+            for s in states
+        ]
+    )
+    for state in states:
+        book.add(state.name, state.used)
+    return book
+
+
+def parse_groups(raw) -> dict[tuple[str, str], dict]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise ScenarioError("groups", "must be a list of pod groups")
+    groups = {}
+    for i, entry in enumerate(raw):
+        where = f"groups[{i}]"
+        if not isinstance(entry, dict):
+            raise ScenarioError(where, "a group must be an object")
+        name, namespace = entry.get("name"), entry.get("namespace", "default")
+        if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
+            raise ScenarioError(f"{where}.name", "required: a non-empty string (and namespace, if given)")
+        min_member = entry.get("min_member", 1)
+        if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1:
+            raise ScenarioError(f"{where}.min_member", f"must be a whole number >= 1, got {min_member!r}")
+        queue = entry.get("queue")
+        if queue is not None and not isinstance(queue, str):
+            raise ScenarioError(f"{where}.queue", "must be a queue name")
+        groups[(namespace, name)] = {
+            "min_member": min_member,
+            "queue": queue,
+            "min_resources": {
+                k: v or 0 for k, v in _figures(entry.get("min_resources"), f"{where}.min_resources").items()
+            },
+            "priority": entry.get("priority", 0) if isinstance(entry.get("priority", 0), int) else 0,
+        }
+    return groups
+
+
+def run_batch_scenario(
+    raw: dict, cluster: Cluster, config: ClusterConfig, pods: list[PodSpec], top: int | None = None
+) -> dict:
+    book = parse_queues(raw.get("queues"))
+    groups = parse_groups(raw.get("groups"))
+    scheduler = Scheduler(cluster, config)
+    decided: dict[int, Decision] = {}
+    jobs: list[Job] = []
+    gang_jobs: dict[tuple[str, str], Job] = {}
+    for position, spec in enumerate(pods):
+        try:
+            ref = group_ref(spec.annotations)
+            named = queue_ref(spec.annotations)
+        except PodInvalid as exc:
+            decided[position] = Decision(
+                name=spec.name,
+                namespace=spec.namespace,
+                status="rejected",
+                policy=describe_policy(spec.annotations, config),
+                error=str(exc),
+                error_field=exc.field,
+            )
+            continue
+        key = (spec.namespace, ref.name) if ref is not None else None
+        group = groups.get(key) if key is not None else None
+        if ref is not None and key is not None and group is None:
+            group = groups[key] = {
+                "min_member": ref.min_member or 1,
+                "queue": None,
+                "min_resources": {},
+                "priority": 0,
+            }
+        named = (group or {}).get("queue") or named
+        queue = book.leaf(named) if named else book.by_namespace.get(spec.namespace, DEFAULT_QUEUE)
+        member = Member(spec, position)
+        if key is None or group is None:
+            jobs.append(Job(queue, 0, (position,), [member]))
+            continue
+        job = gang_jobs.get(key)
+        if job is None:
+            gang = Gang(f"{key[0]}/{key[1]}", group["min_member"], 0, 0, group["min_resources"])
+            job = gang_jobs[key] = Job(queue, group["priority"], (position,), [], gang)
+            jobs.append(job)
+        job.members.append(member)
+        assert job.gang is not None
+        job.gang.known += 1
+    runner = JobRunner(scheduler, book, NamespaceBook())
+    results: dict[str, dict] = {}
+    for outcome in runner.run(jobs):
+        assert isinstance(outcome.member.ref, int)
+        decided[outcome.member.ref] = outcome.decision
+        if outcome.job.gang is not None:
+            gang = outcome.job.gang
+            entry = results.setdefault(
+                gang.key,
+                {"name": gang.key, "min_member": gang.min_member, "members": 0, "placed": 0, "verdict": None},
+            )
+            entry["members"] += 1
+            entry["placed"] += outcome.decision.status == SCHEDULED
+            if outcome.decision.batch and entry["verdict"] is None:
+                entry["verdict"] = outcome.decision.reason_text()
+    for entry in results.values():
+        entry["scheduled"] = entry["placed"] >= entry["min_member"]
+    return {
+        "pods": [decided[i].as_dict(top=top) for i in range(len(pods))],
+        "groups": list(results.values()),
+        "queues": [
+            {"name": q.name, "parent": q.parent, "used": dict(q.used), "limit": dict(q.limit)}
+            for q in sorted(book.queues.values(), key=lambda q: q.name)
+        ],
+    }
