@@ -41,6 +41,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.batch
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis
