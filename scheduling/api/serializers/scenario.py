@@ -86,6 +86,16 @@ class PodDecisionSerializer(serializers.Serializer):
 
 class SimulationSerializer(serializers.Serializer):
     pods = PodDecisionSerializer(many=True)
+    groups = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="scenarios with queues or groups: per group name, min_member, members, placed, scheduled, verdict",
+    )
+    queues = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="scenarios with queues or groups: per queue name, parent, used and limit in vGPU units",
+    )
 
 
 class SimulationJobSerializer(serializers.Serializer):
@@ -196,3 +206,13 @@ class ScenarioSerializer(serializers.Serializer):
     config = ClusterConfigSerializer(required=False)
     nodes = ScenarioNodeSerializer(many=True)
     pods = ScenarioPodSerializer(many=True)
+    queues = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="decide the pods as jobs from these queues (docs/simulate.md, Queues and gangs)",
+    )
+    groups = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="pod groups (gangs): name, namespace, min_member, queue, min_resources",
+    )
