@@ -31,7 +31,7 @@ from django.db import close_old_connections, connection
 
 from scheduling import services
 from scheduling.api.tokens import issue_agent_token
-from scheduling.models import Node, Pod
+from scheduling.models import Node, Pod, Queue
 from scheduling.pipeline.loop import SchedulerLoop
 
 log = logging.getLogger("scheduling.demo")
@@ -229,6 +229,33 @@ class DemoWorkload:
             {},
             [{"name": "huge", "resources": gpu(16, memory=1000)}],
         )
+        self.submit_gangs()
+
+    def submit_gangs(self) -> None:
+        """A queue with a memory limit and two gangs: `train` (2 A100 workers, placed together)
+        and `allreduce` (4 whole cards at once, min_member 4), which waits whole while the
+        cluster is busy and says which member did not fit (GangUnschedulable)."""
+        research, _ = Queue.objects.get_or_create(name="research", defaults={"limit_gpumem": 40960})
+        n = self.counter
+        for i in range(2):
+            services.submit_pod(
+                NAMESPACE,
+                f"train-{n}-w{i}",
+                {
+                    "hami.io/group-name": f"train-{n}",
+                    "hami.io/group-min-member": "2",
+                    "hami.io/queue": research.name,
+                },
+                [{"name": "worker", "resources": gpu(1, memory=8000, cores=30)}],
+                labels={"app": "train"},
+            )
+        for i in range(4):
+            services.submit_pod(
+                NAMESPACE,
+                f"allreduce-{n}-r{i}",
+                {"hami.io/group-name": f"allreduce-{n}", "hami.io/group-min-member": "4"},
+                [{"name": "rank", "resources": gpu(1)}],
+            )
 
     def submit(self, kind: str | None = None, priority: int | None = None) -> None:
         self.counter += 1
