@@ -177,6 +177,7 @@ class QueueBook:
                 queue.parent = None
         self.capacity = capacity or zero()
         self.parents = {queue.parent for queue in self.queues.values() if queue.parent}
+        self.fair: dict[str, dict[str, float]] = {}  # `fair_shares`, once computed
         self.by_namespace = {
             namespace: queue.name
             for queue in sorted(self.queues.values(), key=lambda q: q.name, reverse=True)
@@ -218,6 +219,9 @@ class QueueBook:
             add(queue.used, used, sign)
 
     def order_key(self, name: str) -> tuple:
+        """Queues below their guarantee first (most below first); then by dominant share: the
+        largest, over the resources, of used / fair share (`fair_shares`), lowest first. Before
+        fair shares are computed, the share is the weight's part of the whole cluster."""
         queue = self.queues[name]
         below = [
             queue.used[r] / guaranteed
@@ -226,16 +230,77 @@ class QueueBook:
         ]
         if below:
             return (0, min(below), name)
-        siblings = [
-            q for q in self.queues.values() if q.parent == queue.parent and q.name not in self.parents
-        ]
-        total_weight = sum(q.weight for q in siblings) or 1.0
+        fair = self.fair.get(name)
+        if fair is None:
+            siblings = [
+                q for q in self.queues.values() if q.parent == queue.parent and q.name not in self.parents
+            ]
+            total_weight = sum(q.weight for q in siblings) or 1.0
+            fair = {r: self.capacity.get(r, 0) * queue.weight / total_weight for r in RESOURCES}
         shares = [
-            queue.used[r] / (self.capacity[r] * queue.weight / total_weight)
+            queue.used[r] / fair[r] if fair[r] > 0 else (float("inf") if queue.used[r] else 0.0)
             for r in RESOURCES
             if self.capacity.get(r)
         ]
         return (1, max(shares, default=0.0), name)
+
+    def children(self, parent: str | None) -> list[QueueState]:
+        return sorted((q for q in self.queues.values() if q.parent == parent), key=lambda q: q.name)
+
+    def fair_shares(self, wanting: set[str]) -> dict[str, dict[str, float]]:
+        """Each queue's fair share per resource, top down: a parent's share (the cluster's
+        capacity at the root) goes first to its children's guarantees (scaled down if they
+        add up to more), then the rest by weight among the children that want more
+        (water-filling: a child never gets more than it wants or its limit, and what it cannot
+        take goes round again). A queue wants more when it, or a queue under it, is in
+        `wanting` (has jobs waiting); otherwise it wants what it uses."""
+        wants: set[str] = set()
+        for name in wanting:
+            wants.update(q.name for q in self.chain(name))
+        fair: dict[str, dict[str, float]] = {}
+
+        def split(parent: str | None, total: dict[str, float]) -> None:
+            kids = self.children(parent)
+            if not kids:
+                return
+            shares = {kid.name: dict.fromkeys(RESOURCES, 0.0) for kid in kids}
+            for r in RESOURCES:
+                caps = {}
+                for kid in kids:
+                    cap = float("inf") if kid.name in wants else float(kid.used[r])
+                    if kid.limit.get(r) is not None:
+                        cap = min(cap, float(kid.limit[r] or 0))
+                    caps[kid.name] = cap
+                guaranteed = {kid.name: float(kid.guarantee.get(r) or 0) for kid in kids}
+                scale = min(1.0, total[r] / sum(guaranteed.values())) if sum(guaranteed.values()) else 1.0
+                for kid in kids:
+                    shares[kid.name][r] = min(guaranteed[kid.name] * scale, caps[kid.name])
+                left = total[r] - sum(shares[k][r] for k in shares)
+                open_kids = [kid for kid in kids if shares[kid.name][r] < caps[kid.name]]
+                while left > 1e-9 and open_kids:
+                    weight = sum(kid.weight for kid in open_kids)
+                    handed = 0.0
+                    still_open = []
+                    for kid in open_kids:
+                        part = left * kid.weight / weight
+                        room = caps[kid.name] - shares[kid.name][r]
+                        give = min(part, room)
+                        shares[kid.name][r] += give
+                        handed += give
+                        if give < part:
+                            continue  # full: its rest goes round again
+                        still_open.append(kid)
+                    left -= handed
+                    if len(still_open) == len(open_kids):
+                        break  # everyone took its whole part: nothing left over
+                    open_kids = still_open
+            for kid in kids:
+                fair[kid.name] = shares[kid.name]
+                split(kid.name, shares[kid.name])
+
+        split(None, {r: float(self.capacity.get(r, 0)) for r in RESOURCES})
+        self.fair = fair
+        return fair
 
 
 @dataclass

@@ -116,6 +116,7 @@ class JobRunner:
         queues: dict[str, deque[Job]] = {}
         for job in sorted(jobs, key=lambda j: (-j.priority, j.age)):
             queues.setdefault(job.queue, deque()).append(job)
+        self.book.fair_shares(set(queues))
         outcomes: list[Outcome] = []
         while queues:
             name = min(queues, key=self.book.order_key)

@@ -165,3 +165,14 @@ def load_gangs(group_ids) -> dict[int, GangState]:
         if gang is not None:
             gang.known, gang.placed = row["known"], row["placed"]
     return gangs
+
+
+def fair_share_book() -> QueueBook:
+    """The queue book with fair shares computed as the next cycle would: the queues that have
+    pending pods want more (for `/api/v1/queues/` and the Queues page)."""
+    book = load_book()
+    waiting = (
+        Pod.objects.filter(status=Pod.PENDING, parked=False).values_list("queue__name", flat=True).distinct()
+    )
+    book.fair_shares({book.leaf(name) for name in waiting})
+    return book

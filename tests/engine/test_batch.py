@@ -364,3 +364,85 @@ def test_a_random_mix_of_gangs_never_keeps_a_partial_gang():
             assert placed == 0 or placed >= job.gang.min_member
         held = sum(o.decision.status == SCHEDULED for o in outcomes)
         assert held == sum(s for _, s, _, _ in usage_of(c))
+
+
+# -- fair shares ---------------------------------------------------------------------------
+
+
+def shares_of(book: QueueBook, wanting: set[str], resource: str = "vgpus") -> dict[str, float]:
+    return {name: round(share[resource], 6) for name, share in book.fair_shares(wanting).items()}
+
+
+def test_fair_share_splits_by_weight_among_queues_that_want_more():
+    capacity = {"vgpus": 100, "gpumem": 0, "gpucores": 0}
+    book = QueueBook([QueueState("a", weight=1), QueueState("b", weight=3)], capacity=capacity)
+    assert shares_of(book, {"a", "b"}) == {"a": 25.0, "b": 75.0, "default": 0.0}
+    # b wants no more than it uses (10): a gets the rest, default nothing
+    book.add("b", {"vgpus": 10})
+    assert shares_of(book, {"a"}) == {"a": 90.0, "b": 10.0, "default": 0.0}
+
+
+def test_fair_share_gives_guarantees_first_and_never_passes_a_limit():
+    capacity = {"vgpus": 100, "gpumem": 0, "gpucores": 0}
+    book = QueueBook(
+        [
+            QueueState("a", weight=1, guarantee={"vgpus": 40}),
+            QueueState("b", weight=1, limit={"vgpus": 10}),
+            QueueState("c", weight=2),
+        ],
+        capacity=capacity,
+    )
+    shares = shares_of(book, {"a", "b", "c"})
+    # 60 left after a's 40: b's quarter (15) is over its limit of 10, so 5 goes round again
+    assert shares["b"] == 10.0
+    assert shares["a"] + shares["c"] == 90.0
+    assert shares["c"] == pytest.approx(2 * (shares["a"] - 40))
+
+
+def test_fair_share_goes_down_the_tree():
+    capacity = {"vgpus": 120, "gpumem": 0, "gpucores": 0}
+    book = QueueBook(
+        [
+            QueueState("org", weight=2),
+            QueueState("x", parent="org", weight=1),
+            QueueState("y", parent="org", weight=1),
+            QueueState("solo", weight=1),
+        ],
+        capacity=capacity,
+    )
+    shares = shares_of(book, {"x", "y", "solo"})
+    assert (shares["org"], shares["solo"]) == (80.0, 40.0)
+    assert shares["x"] == shares["y"] == 40.0
+
+
+def test_queues_of_weight_one_and_three_converge_to_a_quarter_and_three_quarters():
+    """Both queues always have work waiting; cycles place one vGPU at a time from the queue
+    furthest below its fair share, and pods finish at random: the split settles at 25/75
+    and does not flap once there."""
+    rng = random.Random(2)
+    c = cluster(nodes=4, cards=5, memory=8000, slots=1)  # 20 single-slot cards
+    scheduler = Scheduler(c)
+    book = QueueBook(
+        [QueueState("a", weight=1), QueueState("b", weight=3)],
+        capacity={"vgpus": 20, "gpumem": 160000, "gpucores": 2000},
+    )
+    running: list[tuple[str, object]] = []
+    history = []
+    for cycle in range(60):
+        for entry in [r for r in running if rng.random() < 0.2]:
+            scheduler.unassume(entry[1])
+            book.add(entry[0], decision_usage(entry[1]), -1)
+            running.remove(entry)
+        jobs = [
+            single_job(f"{q}{cycle}-{k}", queue=q, age=cycle, gpu=1, mem=1000)
+            for q in "ab"
+            for k in range(20)
+        ]
+        runner = JobRunner(scheduler, book)
+        for outcome in runner.run(jobs):
+            if outcome.decision.status == SCHEDULED:
+                running.append((outcome.job.queue, outcome.decision))
+        history.append((book.queues["a"].used["vgpus"], book.queues["b"].used["vgpus"]))
+    late = history[20:]
+    assert all(a + b == 20 for a, b in late)
+    assert all(4 <= a <= 6 for a, _ in late), late  # a quarter of 20, give or take a pod
