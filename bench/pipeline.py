@@ -4,10 +4,12 @@ latency from a release to the placement of a pod waiting for that capacity.
     python -m bench.pipeline [--nodes 100,1000] [--pods 5000] [--backends sqlite,postgresql]
 
 Each run gets a throwaway database: a temporary SQLite file, and a PostgreSQL database
-`hamiadmin_bench_<pid>` (its own name, so two benches at once never drop each other's)
-created and dropped on the server of DATABASE_URL (or
+`hamiadmin_bench_<pid>_<random>` created for that run and dropped after it on the server of
+DATABASE_URL (or
 postgres://postgres@127.0.0.1:5432 when DATABASE_URL is not PostgreSQL); PostgreSQL is
-skipped when that server cannot be reached. Each run is a child process (a fresh Django
+skipped when that server cannot be reached. The name is new for every run and nothing is
+dropped before it is created, so benches at once (even from machines sharing the server,
+whose process ids may coincide) never drop each other's database. Each run is a child process (a fresh Django
 on its own database); the parent prints the table.
 
 Measured per run: 8 cards per node (A100 40 GB, 10 slots), `--pods` pods queued at once
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -33,11 +36,15 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
-BENCH_DATABASE = f"hamiadmin_bench_{os.getpid()}"
 REPO = Path(__file__).resolve().parent.parent
 
 
 # --- the parent: databases, children, table ----------------------------------------------
+
+
+def bench_database_name() -> str:
+    """A PostgreSQL database name no other run uses: process id plus 32 random bits."""
+    return f"hamiadmin_bench_{os.getpid()}_{secrets.token_hex(4)}"
 
 
 def postgres_server_url() -> str:
@@ -157,8 +164,8 @@ def run_backend(backend: str, nodes: int, pods: int, scratch: str) -> dict:
                 leftover.unlink()
     if backend == "postgresql":
         server = postgres_server_url()
-        drop = f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)"
-        error = admin_sql(server, drop, f"CREATE DATABASE {BENCH_DATABASE}")
+        name = bench_database_name()
+        error = admin_sql(server, f"CREATE DATABASE {name}")
         if error:
             return {
                 "backend": backend,
@@ -166,9 +173,9 @@ def run_backend(backend: str, nodes: int, pods: int, scratch: str) -> dict:
                 "skipped": f"skipped: PostgreSQL not reachable ({error})",
             }
         try:
-            return run_child(with_database(server, BENCH_DATABASE), backend, nodes, pods, scratch)
+            return run_child(with_database(server, name), backend, nodes, pods, scratch)
         finally:
-            admin_sql(server, drop)
+            admin_sql(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
 
 

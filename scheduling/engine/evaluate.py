@@ -13,15 +13,21 @@ failure. An init container's cards are the chain's choice for it alone; they cou
 score and no usage (it gives them back before the app containers start), but they are
 written first in the allocation (SPEC 8), so an explaining evaluation keeps them.
 This module names no filter: it runs whichever the policy makes active.
+
+`sweep` is `evaluate_node` for every node at once over numpy columns (`CardColumns`), for
+the pods where it gives the same verdicts (`sweepable`): a new shape's first pass then costs
+a few array operations over all cards instead of a Python loop per card.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import reasons as R
 from .annotations import PodPolicy
-from .chain import rank, ranking_order
+from .chain import BaseFilter, rank, ranking_order
 from .fit import NodeFailure, check_card
 from .model import Card, Node
 from .requests import ContainerAsk
@@ -220,3 +226,208 @@ def evaluate_node(
         containers=containers if explain else None,
         init_grants=init_grants if explain else None,
     )
+
+
+#: The checks the columnar sweep runs: code k (1-8) is entry k - 1, in SPEC 4 order; 0 fits.
+_SWEEP_REASONS: tuple[str, ...] = (
+    R.CARD_NOT_HEALTH,
+    R.CARD_CORDONED,
+    R.CARD_TYPE_MISMATCH,
+    R.CARD_SLOTS_EXHAUSTED,
+    R.CARD_INSUFFICIENT_MEMORY,
+    R.CARD_INSUFFICIENT_CORE,
+    R.EXCLUSIVE_CONFLICT,
+    R.CARD_COMPUTE_EXHAUSTED,
+)
+
+
+class CardColumns:
+    """Every card of a list of nodes as numpy columns, for `sweep`. Capacities and types are
+    read once; `refresh` rewrites one node's rows (usage, health, cordons, readiness) after it
+    was touched, and says False when its cards no longer line up (then `refill`)."""
+
+    def __init__(self, nodes: list[Node]):
+        self.refill(nodes)
+
+    def refill(self, nodes: list[Node]) -> None:
+        self.count = len(nodes)
+        self.position = {node.name: i for i, node in enumerate(nodes)}
+        sizes = np.array([len(node.cards) for node in nodes], dtype=np.int64)
+        self.sizes = sizes
+        self.start = np.concatenate(([0], np.cumsum(sizes)[:-1])) if len(nodes) else sizes
+        self.node_of = np.repeat(np.arange(len(nodes), dtype=np.int64), sizes)
+        cards = self.cards = [card for node in nodes for card in node.cards]
+        self.types: list[str] = []
+        type_ids: dict[str, int] = {}
+        self.type_id = np.array([type_ids.setdefault(c.type, len(type_ids)) for c in cards], dtype=np.int64)
+        self.types = list(type_ids)
+        self.slots = np.array([c.slots for c in cards], dtype=np.int64)
+        self.memory = np.array([c.memory for c in cards], dtype=np.int64)
+        self.cores = np.array([c.cores for c in cards], dtype=np.int64)
+        self.used_slots = np.array([c.used_slots for c in cards], dtype=np.int64)
+        self.used_memory = np.array([c.used_memory for c in cards], dtype=np.int64)
+        self.used_cores = np.array([c.used_cores for c in cards], dtype=np.int64)
+        self.health = np.array([c.health for c in cards], dtype=bool)
+        self.cordoned = np.array([c.cordoned for c in cards], dtype=bool)
+        self.ready = np.array([node.ready for node in nodes], dtype=bool)
+        self.node_slots = [sum(c.slots for c in node.cards) for node in nodes]
+        self.node_cores = [sum(c.cores for c in node.cards) for node in nodes]
+        self.node_memory = [sum(c.memory for c in node.cards) for node in nodes]
+        # nodes whose cards differ in MiB: a percentage ask's choice changes their score
+        self.mixed_memory = np.array([len({c.memory for c in node.cards}) > 1 for node in nodes], dtype=bool)
+        self.card_memory = np.array(
+            [node.cards[0].memory if node.cards else 0 for node in nodes], dtype=np.int64
+        )
+        self.cards_at = [tuple((c.slots, c.memory, c.cores, c.type) for c in node.cards) for node in nodes]
+
+    def refresh(self, i: int, node: Node) -> bool:
+        cards = node.cards
+        if tuple((c.slots, c.memory, c.cores, c.type) for c in cards) != self.cards_at[i]:
+            return False
+        at = int(self.start[i])
+        for offset, card in enumerate(cards, at):
+            self.cards[offset] = card
+            self.used_slots[offset] = card.used_slots
+            self.used_memory[offset] = card.used_memory
+            self.used_cores[offset] = card.used_cores
+            self.health[offset] = card.health
+            self.cordoned[offset] = card.cordoned
+        self.ready[i] = node.ready
+        return True
+
+
+def sweepable(
+    inits: list[ContainerAsk], apps: list[ContainerAsk | None], policy: PodPolicy
+) -> ContainerAsk | None:
+    """The one GPU container's ask when `sweep` decides this pod exactly as `evaluate_node`:
+    no GPU init container, one GPU app container, no UUID or mode constraint, and no active
+    filter with a hook over the fitting cards (check 11); card hooks (check 6) are called
+    card by card inside the sweep."""
+    gpu = [ask for ask in apps if ask is not None]
+    if inits or len(gpu) != 1 or policy.use_modes or policy.use_uuids or policy.nouse_uuids:
+        return None
+    if any(f.decides_fit and _overrides(f, "rejects_fitting") for f in policy.active_filters):
+        return None
+    return gpu[0]
+
+
+def _overrides(card_filter: object, hook: str) -> bool:
+    """Whether a filter has its own `hook`, not `BaseFilter`'s pass-everything default."""
+    return getattr(type(card_filter), hook, None) is not getattr(BaseFilter, hook)
+
+
+def sweep(
+    columns: CardColumns,
+    nodes: list[Node],
+    ask: ContainerAsk,
+    apps: list[ContainerAsk | None],
+    policy: PodPolicy,
+) -> list[NodeVerdict]:
+    """`evaluate_node` for every node at once, for a pod `sweepable` accepts: checks 1-10 of
+    SPEC 4 in order over all cards as arrays, the reasons counted per node, and the node score
+    of SPEC 7 with the same float operations in the same order (so equal to the last bit).
+    With one GPU container the score does not depend on which fitting cards are taken when
+    they all take the same MiB; a percentage ask on a node whose cards differ in MiB is left
+    to `evaluate_node`. Failures that count the same are one shared object."""
+    c = columns
+    code = np.zeros(len(c.slots), dtype=np.int64)
+
+    def mark(failed, k: int) -> None:
+        code[(code == 0) & failed] = k
+
+    mark(~c.health, 1)
+    mark(c.cordoned, 2)
+    if policy.use_types or policy.nouse_types:
+        excluded = []
+        for card_type in c.types:
+            lowered = card_type.lower()
+            excluded.append(
+                bool(policy.use_types and not any(t in lowered for t in policy.use_types))
+                or any(t in lowered for t in policy.nouse_types)
+            )
+        mark(np.array(excluded, dtype=bool)[c.type_id], 3)
+    mark(c.used_slots >= c.slots, 4)
+    reasons = list(_SWEEP_REASONS)
+    hooks = [f for f in policy.active_filters if f.decides_fit and _overrides(f, "rejects")]
+    if hooks:
+        # check 6: each card filter's own hook, card by card, on the cards still in; a
+        # reason is counted by its code's name, so a known reason reuses its code
+        cards = c.cards
+        used = list(zip(c.used_slots.tolist(), c.used_memory.tolist(), c.used_cores.tolist(), strict=True))
+        for card_filter in hooks:
+            hit, codes = [], []
+            for i in np.flatnonzero(code == 0).tolist():
+                rejected = card_filter.rejects(cards[i], used[i])
+                if rejected is not None:
+                    if rejected[0] not in reasons:
+                        reasons.append(rejected[0])
+                    hit.append(i)
+                    codes.append(reasons.index(rejected[0]) + 1)
+            if hit:
+                code[np.array(hit, dtype=np.int64)] = np.array(codes, dtype=np.int64)
+    memory = ask.memory if ask.memory is not None else c.memory * ask.memory_percentage // 100
+    mark(c.memory - c.used_memory < memory, 5)
+    mark(c.cores - c.used_cores < ask.cores, 6)
+    if ask.cores == 100:
+        mark(c.used_slots > 0, 7)
+    if ask.cores == 0:
+        mark((c.cores > 0) & (c.used_cores >= c.cores), 8)
+    width = len(reasons) + 1
+    counts = np.bincount(c.node_of * width + code, minlength=c.count * width).reshape(c.count, width)
+    fitting = counts[:, 0]
+    fits = c.ready & (c.sizes >= ask.count) & (fitting >= ask.count)
+    # node score inputs: usage after the placement of `count` cards, per node
+    taken = fits * ask.count
+    each = ask.memory if ask.memory is not None else c.card_memory * ask.memory_percentage // 100
+    used_slots = np.bincount(c.node_of, weights=c.used_slots, minlength=c.count) + taken
+    used_memory = np.bincount(c.node_of, weights=c.used_memory, minlength=c.count) + taken * each
+    used_cores = np.bincount(c.node_of, weights=c.used_cores, minlength=c.count) + taken * ask.cores
+    slots, cores, total_memory = (
+        np.array(t, dtype=np.float64) for t in (c.node_slots, c.node_cores, c.node_memory)
+    )
+    zero = np.zeros(c.count)
+    score = np.divide(used_slots, slots, out=zero.copy(), where=slots > 0)
+    score = score + np.divide(used_cores, cores, out=zero.copy(), where=cores > 0)
+    score = score + np.divide(used_memory, total_memory, out=zero.copy(), where=total_memory > 0)
+    scores = (10 * score).tolist()
+    rows = counts.tolist()
+    fits_list = fits.tolist()
+    ready = c.ready.tolist()
+    sizes = c.sizes.tolist()
+    own = (c.mixed_memory & (ask.memory is None)).tolist()
+    shared: dict[tuple, NodeVerdict] = {}
+    verdicts: list[NodeVerdict] = []
+    for i, node in enumerate(nodes):
+        if own[i]:
+            verdicts.append(evaluate_node(node, [], apps, policy))
+        elif fits_list[i]:
+            verdicts.append(NodeVerdict(True, score=scores[i]))
+        else:
+            examined = sizes[i]
+            if not ready[i]:
+                key: tuple = (R.NODE_NOT_READY, examined)
+            elif examined < ask.count:
+                key = (R.NODE_INSUFFICIENT_DEVICE, examined)
+            else:
+                key = tuple(rows[i])
+            verdict = shared.get(key)
+            if verdict is None:
+                verdict = shared[key] = NodeVerdict(
+                    False, failure=NodeFailure(examined, _counts(key, reasons))
+                )
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _counts(key: tuple, reasons: list[str]) -> dict[str, int]:
+    """A node's reason counts from its row of card counts per code (code k is `reasons[k - 1]`,
+    code 0 the fitting cards), or from a node-level (reason, count) key."""
+    if isinstance(key[0], str):
+        return {key[0]: key[1]}
+    counts: dict[str, int] = {}
+    for reason, n in zip(reasons, key[1:], strict=True):
+        if n:
+            counts[reason] = counts.get(reason, 0) + n
+    if key[0]:
+        counts[R.ALLOCATED_INSUFFICIENT] = key[0]
+    return counts

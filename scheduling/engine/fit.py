@@ -76,12 +76,20 @@ def failure_text(counts: dict[str, int], examined: int) -> str:
 @dataclass(frozen=True, slots=True)
 class NodeFailure:
     """Why a pod does not fit a node, as data: of the node's `cards`, how many failed with each
-    reason (node-level reasons count every card). `text` is the SPEC 4 failure text."""
+    reason (node-level reasons count every card). `text` is the SPEC 4 failure text, written
+    when first read: a sweep makes a failure per failed node, and most are only counted."""
 
     cards: int
     reasons: dict[str, int]
-    text: str = field(init=False, compare=False)
+    _text: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reasons", dict(sorted(self.reasons.items())))
-        object.__setattr__(self, "text", failure_text(self.reasons, self.cards))
+
+    @property
+    def text(self) -> str:
+        text = self._text
+        if text is None:
+            text = failure_text(self.reasons, self.cards)
+            object.__setattr__(self, "_text", text)
+        return text

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from .encoding import VENDOR, pairs_to_links
@@ -17,6 +19,49 @@ def cordoned_uuids(annotations) -> set[str]:
     """The card UUIDs a node's `hami.io/device-cordon` annotation keeps from new pods."""
     value = annotations.get(CORDON_ANNOTATION, "") if isinstance(annotations, dict) else ""
     return {uuid.strip() for uuid in str(value or "").split(",") if uuid.strip()}
+
+
+class TouchLog:
+    """Every `Node.touch()` in the process, in order, so a scheduler's per-shape indexes update
+    only the nodes that changed since they last looked instead of visiting every node.
+
+    Process-wide rather than per cluster: the same `Node` may sit in several clusters (a cycle's
+    restricted snapshot, a what-if copy) and code outside the engine touches nodes directly.
+    Readers keep a position; `since` answers None once the entries after it were dropped (the
+    log keeps at most `keep` entries), and the reader then re-checks every node instead.
+    An entry is the node's `id()` and name, not the node, so the log keeps no snapshot alive;
+    a reader takes an entry as its own node's when the id and name match one of its nodes
+    (an id reused after a node was freed only costs a needless re-check).
+    """
+
+    def __init__(self, keep: int = 1 << 16):
+        self.keep = keep
+        self.base = 0  # position of entries[0]
+        self.entries: list[tuple[int, str]] = []
+        self.lock = threading.Lock()
+
+    @property
+    def position(self) -> int:
+        return self.base + len(self.entries)
+
+    def append(self, node: Node) -> None:
+        with self.lock:
+            self.entries.append((id(node), node.name))
+            if len(self.entries) > self.keep:
+                drop = len(self.entries) - self.keep // 2
+                del self.entries[:drop]
+                self.base += drop
+
+    def since(self, position: int) -> tuple[list[tuple[int, str]], int] | None:
+        """The nodes touched from `position` on and the position after them; None when some
+        of them were dropped already."""
+        with self.lock:
+            if position < self.base:
+                return None
+            return self.entries[position - self.base :], self.base + len(self.entries)
+
+
+TOUCHES = TouchLog()
 
 
 @dataclass(slots=True)
@@ -44,6 +89,16 @@ CARD_DEFAULTS: dict[str, object] = {
 }
 
 
+_ZERO_MATRICES: dict[int, tuple[tuple[int, ...], ...]] = {}
+
+
+def _zero_matrix(size: int) -> tuple[tuple[int, ...], ...]:
+    matrix = _ZERO_MATRICES.get(size)
+    if matrix is None:
+        matrix = _ZERO_MATRICES[size] = tuple((0,) * size for _ in range(size))
+    return matrix
+
+
 @dataclass(slots=True)
 class Node:
     """A machine with cards. `links` maps an unordered UUID pair to its pair score (SPEC 6.8).
@@ -59,7 +114,7 @@ class Node:
     ready: bool = True
     links: dict[frozenset, int] = field(default_factory=dict)
     version: int = 0
-    pair_matrix: list[list[int]] = field(default_factory=list, repr=False)
+    pair_matrix: Sequence[Sequence[int]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self.cards.sort(key=lambda card: card.index)
@@ -67,6 +122,10 @@ class Node:
         for card in self.cards:
             if card.uuid in cordoned:
                 card.cordoned = True
+        if not self.links:
+            # no links: every pair scores 0; one shared read-only matrix per card count
+            self.pair_matrix = _zero_matrix(len(self.cards))
+            return
         uuids = [card.uuid for card in self.cards]
         rows = pairs_to_links(uuids, self.links)
         self.pair_matrix = [[rows[a].get(b, 0) for b in uuids] for a in uuids]
@@ -75,7 +134,9 @@ class Node:
         return self.links.get(frozenset((a, b)), 0)
 
     def touch(self) -> None:
+        """Call after changing anything a decision reads on this node (usage, health, cordons)."""
         self.version += 1
+        TOUCHES.append(self)
 
 
 @dataclass

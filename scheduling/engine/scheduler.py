@@ -1,8 +1,12 @@
 """Deciding pods against one cluster snapshot: the node order of SPEC 7, and the explanation.
 
 `Scheduler` holds one cluster snapshot. Node verdicts (`evaluate.evaluate_node`) are cached
-per pod *shape* (what the pod asks and how it ranks) and per node version, so a stream of
-similar pods costs one node re-evaluation per placement instead of a sweep over every card.
+per pod *shape* (what the pod asks and how it ranks) and per node version, and each shape
+keeps a `NodeIndex` per node policy: its fitting nodes in policy order, its failed nodes and
+reason sums, updated only for the nodes touched (`model.TOUCHES`) since it last looked. So
+a stream of similar pods costs the re-evaluation of the nodes that changed, not a walk over
+every node; a new shape's first pass over all cards is one columnar sweep
+(`evaluate.sweep`) when the pod allows it, else `evaluate_node` per node.
 Among the nodes where the pod fits, binpack takes the highest node score, spread the lowest,
 scores within 1e-9 tie and go by node name; the chosen node is evaluated once more to
 explain its cards. A pod that fits nowhere keeps the `config.closest_nodes` nodes that came
@@ -14,16 +18,18 @@ changed node, not a sweep.
 from __future__ import annotations
 
 import heapq
+import math
 import time
+from bisect import bisect_left
 from collections import OrderedDict
 
 from .chain import TOLERANCE, ranking_order
 from .closeness import NodeCloseness, cluster_never, node_closeness
 from .decision import PENDING, REJECTED, SCHEDULED, CardVerdict, ContainerPlacement, Decision, DeviceGrant
 from .errors import PodInvalid
-from .evaluate import NodeVerdict, evaluate_node
+from .evaluate import CardColumns, NodeVerdict, evaluate_node, sweep, sweepable
 from .fit import NodeFailure
-from .model import Cluster, ClusterConfig, Node, PodSpec
+from .model import TOUCHES, Cluster, ClusterConfig, Node, PodSpec
 from .pod import ParsedPod, describe_policy, parse_pod
 
 
@@ -32,7 +38,8 @@ def _order_nodes(keyed: list[tuple[float, str, float]]) -> list[tuple[str, float
     scores within 1e-9 tie and go by name.
 
     Sorting on exact values is right unless two neighbours differ by less than the
-    tolerance without being equal; only such runs are re-sorted by name.
+    tolerance without being equal; only such runs are re-sorted by name. `NodeIndex` keeps
+    the same order without sorting per decision.
     """
     keyed.sort()
     near = [i for i in range(1, len(keyed)) if 0 < keyed[i][0] - keyed[i - 1][0] < TOLERANCE]
@@ -47,23 +54,224 @@ def _order_nodes(keyed: list[tuple[float, str, float]]) -> list[tuple[str, float
     return [(name, score) for _, name, score in keyed]
 
 
+class NodeIndex:
+    """One pod shape under one node policy: every node's verdict, kept in the order a decision
+    reads them, so a decision costs the nodes that changed since the last one, not a sweep.
+
+    Fitting nodes are kept sorted on `(sign x score, name)`, failed ones by name, the reason
+    counts summed over the failed nodes; a changed node is taken out and put back with its
+    new verdict. The 1e-9 rule of SPEC 7 only matters where two distinct scores are that close:
+    the distinct scores and the set of those with a near successor (`near`) are kept too, so
+    the ranking re-sorts by name only the runs `_order_nodes` would re-sort, and exactly as it
+    would: a run can never reach across a gap of 1e-9 or more, so its groups start where the
+    run starts.
+    """
+
+    __slots__ = (
+        "sign",
+        "position",
+        "node_count",
+        "held",
+        "fit_keys",
+        "fit_entries",
+        "fail_names",
+        "fail_entries",
+        "reasons",
+        "carriers",
+        "multiplicity",
+        "values",
+        "near",
+        "_ranking",
+    )
+
+    def __init__(self, sign: float):
+        self.sign = sign
+        self.position = -1  # TOUCHES position read up to; -1: never built
+        self.node_count = -1
+        self.held: dict[str, NodeVerdict] = {}
+        self.fit_keys: list[tuple[float, str]] = []
+        self.fit_entries: list[tuple[str, float]] = []
+        self.fail_names: list[str] = []
+        self.fail_entries: list[tuple[str, NodeFailure]] = []
+        self.reasons: dict[str, int] = {}  # reason -> its count summed over the failed nodes
+        self.carriers: dict[str, int] = {}  # reason -> how many failed nodes name it
+        self.multiplicity: dict[float, int] = {}  # sign x score -> fitting nodes with it
+        self.values: list[float] = []  # the distinct sign x scores, sorted
+        self.near: set[float] = set()  # values whose next value is less than 1e-9 above
+        self._ranking: list[tuple[str, float]] | None = None
+
+    def rebuild(self, verdicts: list[tuple[str, NodeVerdict]]) -> None:
+        """Every node afresh, `verdicts` in node-name order."""
+        sign = self.sign
+        self.held = dict(verdicts)
+        fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
+        self.fit_keys = fit
+        held = self.held
+        self.fit_entries = [(name, held[name].score) for _, name in fit]
+        self.fail_entries = [(name, v.failure) for name, v in verdicts if v.failure is not None]
+        self.fail_names = [name for name, _ in self.fail_entries]
+        reasons: dict[str, int] = {}
+        carriers: dict[str, int] = {}
+        for _, failure in self.fail_entries:
+            for reason, n in failure.reasons.items():
+                reasons[reason] = reasons.get(reason, 0) + n
+                carriers[reason] = carriers.get(reason, 0) + 1
+        self.reasons, self.carriers = reasons, carriers
+        multiplicity: dict[float, int] = {}
+        for value, _ in fit:
+            multiplicity[value] = multiplicity.get(value, 0) + 1
+        self.multiplicity = multiplicity
+        values = self.values = sorted(multiplicity)
+        self.near = {values[i] for i in range(len(values) - 1) if values[i + 1] - values[i] < TOLERANCE}
+        self._ranking = None
+
+    def update(self, name: str, verdict: NodeVerdict) -> None:
+        """A node's verdict changed (or was re-evaluated): replace what the index holds for it."""
+        old = self.held.get(name)
+        if old is verdict:
+            return
+        if old is not None:
+            self._remove(name, old)
+        self._add(name, verdict)
+        self._ranking = None
+
+    def _add(self, name: str, verdict: NodeVerdict) -> None:
+        self.held[name] = verdict
+        failure = verdict.failure
+        if failure is not None:
+            i = bisect_left(self.fail_names, name)
+            self.fail_names.insert(i, name)
+            self.fail_entries.insert(i, (name, failure))
+            reasons, carriers = self.reasons, self.carriers
+            for reason, n in failure.reasons.items():
+                reasons[reason] = reasons.get(reason, 0) + n
+                carriers[reason] = carriers.get(reason, 0) + 1
+            return
+        value = self.sign * verdict.score
+        key = (value, name)
+        i = bisect_left(self.fit_keys, key)
+        self.fit_keys.insert(i, key)
+        self.fit_entries.insert(i, (name, verdict.score))
+        count = self.multiplicity.get(value, 0)
+        self.multiplicity[value] = count + 1
+        if count:
+            return
+        values, near = self.values, self.near
+        j = bisect_left(values, value)
+        values.insert(j, value)
+        if j > 0:
+            prev = values[j - 1]
+            if value - prev < TOLERANCE:
+                near.add(prev)
+            else:
+                near.discard(prev)
+        if j + 1 < len(values) and values[j + 1] - value < TOLERANCE:
+            near.add(value)
+
+    def _remove(self, name: str, verdict: NodeVerdict) -> None:
+        del self.held[name]
+        failure = verdict.failure
+        if failure is not None:
+            i = bisect_left(self.fail_names, name)
+            del self.fail_names[i]
+            del self.fail_entries[i]
+            reasons, carriers = self.reasons, self.carriers
+            for reason, n in failure.reasons.items():
+                left = carriers[reason] - 1
+                if left:
+                    carriers[reason] = left
+                    reasons[reason] -= n
+                else:  # no failed node names it any more (a count may be 0: a node without cards)
+                    del carriers[reason], reasons[reason]
+            return
+        value = self.sign * verdict.score
+        i = bisect_left(self.fit_keys, (value, name))
+        del self.fit_keys[i]
+        del self.fit_entries[i]
+        count = self.multiplicity[value] - 1
+        if count:
+            self.multiplicity[value] = count
+            return
+        del self.multiplicity[value]
+        values, near = self.values, self.near
+        j = bisect_left(values, value)
+        del values[j]
+        near.discard(value)
+        if j > 0:
+            prev = values[j - 1]
+            if j < len(values) and values[j] - prev < TOLERANCE:
+                near.add(prev)
+            else:
+                near.discard(prev)
+
+    def ranking(self) -> list[tuple[str, float]]:
+        """`(name, score)` of the fitting nodes in policy order, as `_order_nodes` gives it."""
+        if self._ranking is not None:
+            return self._ranking
+        out = self.fit_entries.copy()
+        if self.near:
+            keys = self.fit_keys
+            for low, high in self._runs():
+                a = bisect_left(keys, (low,))
+                b = bisect_left(keys, (math.nextafter(high, math.inf),))
+                if high - low < TOLERANCE:  # one group: just by name
+                    out[a:b] = sorted(out[a:b])
+                    continue
+                start = a
+                for i in range(a + 1, b + 1):
+                    if i == b or keys[i][0] - keys[start][0] >= TOLERANCE:
+                        if i - start > 1:
+                            out[start:i] = sorted(out[start:i])
+                        start = i
+        self._ranking = out
+        return out
+
+    def _runs(self) -> list[tuple[float, float]]:
+        """The runs of distinct values each less than 1e-9 above the one before: (first, last)."""
+        values = self.values
+        runs: list[tuple[float, float]] = []
+        for value in sorted(self.near):
+            after = values[bisect_left(values, value) + 1]
+            if runs and runs[-1][1] == value:
+                runs[-1] = (runs[-1][0], after)
+            else:
+                runs.append((value, after))
+        return runs
+
+
+class ShapeTable:
+    """What is cached for one pod shape: node verdicts per node version, and a `NodeIndex` per
+    node policy (sign) built from them."""
+
+    __slots__ = ("verdicts", "indexes")
+
+    def __init__(self) -> None:
+        self.verdicts: dict[str, tuple[int, NodeVerdict]] = {}
+        self.indexes: dict[float, NodeIndex] = {}
+
+
 class Scheduler:
     """Decides pods against one snapshot; `schedule` also applies each placement to it."""
 
     #: Cached node verdicts kept across all shapes (bounds memory: ~150 bytes each).
     CACHE_ENTRIES = 500_000
+    #: From how many nodes a new shape's first pass runs as one columnar sweep (numpy costs a
+    #: fixed overhead per call that a few nodes do not pay back).
+    SWEEP_NODES = 64
 
     def __init__(
         self, cluster: Cluster, config: ClusterConfig | None = None, cached_shapes: int | None = None
     ):
         self.cluster = cluster
         self.config = config or ClusterConfig()
-        self._verdicts: OrderedDict[tuple, dict[str, tuple[int, NodeVerdict]]] = OrderedDict()
+        self._verdicts: OrderedDict[tuple, ShapeTable] = OrderedDict()
         self._closeness: OrderedDict[tuple, dict[str, tuple[int, NodeCloseness]]] = OrderedDict()
         self._never: dict[tuple, dict] = {}
         if cached_shapes is None:
             cached_shapes = max(16, self.CACHE_ENTRIES // max(1, len(cluster.nodes)))
         self._cached_shapes = cached_shapes
+        self._columns: CardColumns | None = None
+        self._columns_position = 0
         self._uniform_memory = all(len({card.memory for card in node.cards}) <= 1 for node in cluster.nodes)
 
     def _shape_key(self, parsed: ParsedPod) -> tuple:
@@ -75,13 +283,82 @@ class Scheduler:
             return parsed.fit_shape
         return parsed.shape
 
-    def _verdicts_for(self, shape: tuple) -> dict[str, tuple[int, NodeVerdict]]:
-        return self._cached(self._verdicts, shape)
+    def _index_for(self, parsed: ParsedPod, sign: float) -> NodeIndex:
+        """The shape's node index under this node policy, brought up to date: only the nodes
+        touched since it last looked are re-checked (their verdicts re-evaluated when their
+        version moved); a full pass when it is new, when the cluster's node count changed, or
+        when the touch log dropped what it would need."""
+        table = self._cached(self._verdicts, self._shape_key(parsed), ShapeTable)
+        index = table.indexes.get(sign)
+        if index is None:
+            index = table.indexes[sign] = NodeIndex(sign)
+        nodes = self.cluster.nodes
+        inits, apps, policy = parsed.gpu_inits, list(parsed.apps), parsed.policy
+        verdicts = table.verdicts
+        touched = TOUCHES.since(index.position) if index.node_count == len(nodes) else None
+        if touched is None:
+            index.position = TOUCHES.position
+            index.node_count = len(nodes)
+            ask = sweepable(inits, apps, policy) if len(nodes) >= self.SWEEP_NODES else None
+            if ask is None:
+                index.rebuild(
+                    [(node.name, self._verdict(verdicts, node, inits, apps, policy)) for node in nodes]
+                )
+                return index
+            swept = sweep(self._columns_now(), nodes, ask, apps, policy)
+            for node, verdict in zip(nodes, swept, strict=True):
+                verdicts[node.name] = (node.version, verdict)
+            index.rebuild([(node.name, verdict) for node, verdict in zip(nodes, swept, strict=True)])
+            return index
+        changed, index.position = touched
+        if changed:
+            by_name = self.cluster.by_name
+            seen = set()
+            for ident, name in changed:
+                mine = by_name.get(name)
+                if mine is None or id(mine) != ident or name in seen:
+                    continue  # a node of another cluster, or seen already
+                seen.add(name)
+                index.update(name, self._verdict(verdicts, mine, inits, apps, policy))
+        return index
 
-    def _cached(self, tables: OrderedDict, shape: tuple) -> dict:
+    def _columns_now(self) -> CardColumns:
+        """The cluster's card columns, with the rows of the nodes touched since last time rewritten."""
+        nodes = self.cluster.nodes
+        columns = self._columns
+        touched = TOUCHES.since(self._columns_position)
+        if columns is None or columns.count != len(nodes) or touched is None:
+            self._columns_position = TOUCHES.position
+            self._columns = columns = CardColumns(nodes)
+            return columns
+        changed, self._columns_position = touched
+        by_name = self.cluster.by_name
+        for ident, name in changed:
+            mine = by_name.get(name)
+            if mine is not None and id(mine) == ident and not columns.refresh(columns.position[name], mine):
+                columns.refill(nodes)
+                break
+        return columns
+
+    @staticmethod
+    def _verdict(
+        verdicts: dict[str, tuple[int, NodeVerdict]],
+        node: Node,
+        inits: list,
+        apps: list,
+        policy,
+    ) -> NodeVerdict:
+        cached = verdicts.get(node.name)
+        if cached is not None and cached[0] == node.version:
+            return cached[1]
+        verdict = evaluate_node(node, inits, apps, policy)
+        verdicts[node.name] = (node.version, verdict)
+        return verdict
+
+    def _cached(self, tables: OrderedDict, shape: tuple, make=dict):
         table = tables.get(shape)
         if table is None:
-            table = tables[shape] = {}
+            table = tables[shape] = make()
             if len(tables) > self._cached_shapes:
                 tables.popitem(last=False)
         else:
@@ -150,37 +427,11 @@ class Scheduler:
 
     def _decide_parsed(self, pod: PodSpec, parsed: ParsedPod) -> Decision:
         policy = parsed.policy
-        table = self._verdicts_for(self._shape_key(parsed))
-        inits, apps = parsed.gpu_inits, list(parsed.apps)
         sign = -1.0 if policy.node_policy == "binpack" else 1.0
-        fitting: list[tuple[float, str, float]] = []
-        failed: list[tuple[str, NodeFailure]] = []
-        texts: dict[str, int] = {}  # failure text -> how many nodes gave it
-        first: dict[str, NodeFailure] = {}  # failure text -> the first node's failure
-        for node in self.cluster.nodes:
-            cached = table.get(node.name)
-            if cached is not None and cached[0] == node.version:
-                verdict = cached[1]
-            else:
-                verdict = evaluate_node(node, inits, apps, policy)
-                table[node.name] = (node.version, verdict)
-            failure = verdict.failure
-            if failure is None:
-                fitting.append((sign * verdict.score, node.name, verdict.score))
-            else:
-                failed.append((node.name, failure))
-                text = failure.text
-                if text in texts:
-                    texts[text] += 1
-                else:
-                    texts[text] = 1
-                    first[text] = failure
-        # Many nodes fail the same way: sum each distinct text's counts once, times its nodes.
-        reasons: dict[str, int] = {}
-        for text, nodes in texts.items():
-            for reason, n in first[text].reasons.items():
-                reasons[reason] = reasons.get(reason, 0) + n * nodes
-        ranking = _order_nodes(fitting)
+        index = self._index_for(parsed, sign)
+        ranking = list(index.ranking())
+        failed = list(index.fail_entries)
+        reasons = dict(index.reasons)
         decision = Decision(
             name=pod.name,
             namespace=pod.namespace,
@@ -199,7 +450,7 @@ class Scheduler:
             decision.node = node.name
             decision.containers, decision.init_containers = self._explain(node, parsed)
         elif failed:
-            decision.closest, decision.never = self.closest(parsed, [name for name, _ in failed])
+            decision.closest, decision.never = self.closest(parsed, list(index.fail_names))
         return decision
 
     def _explain(
