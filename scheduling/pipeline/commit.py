@@ -384,8 +384,11 @@ def recheck_all(fresh: list[Attempt], cards: dict[str, LockedCard], added: dict[
             verdicts.update({id(m): (SCHEDULED, "") for m in kept})
             verdicts.update({id(m): (Decision.CONFLICT, why) for m, why in missed})
         else:
-            first, why = missed[0]
-            text = f"gang: {len(kept)}/{needed} placements still fit; {first.key}: {why}"
+            if missed:
+                first, why = missed[0]
+                text = f"gang: {len(kept)}/{needed} placements still fit; {first.key}: {why}"
+            else:  # members planned with the others changed since the snapshot (skipped)
+                text = f"gang: {len(kept)}/{needed} placements left; the other members changed since the snapshot"
             verdicts.update({id(m): (Decision.CONFLICT, text) for m in members})
     return verdicts
 

@@ -231,3 +231,18 @@ def test_gangs_never_commit_partially_over_many_cycles():
                 services.release_pod(p, Pod.SUCCEEDED)
         Pod.objects.filter(status=Pod.PENDING).update(next_attempt_at=None)
     assert placed_gangs >= 10  # the run proved something: most gangs got placed at some point
+
+
+def test_a_gang_member_changed_since_the_snapshot_takes_the_gang_back_whole():
+    """Regression: with a member skipped (its row changed) and every other one still fitting,
+    the gang is below what it needs; the commit keeps none of it and says why."""
+    cards(count=3)
+    members = [member(f"w{i}", "train", 3) for i in range(3)]
+    plan = plan_cycle()
+    Pod.objects.filter(pk=members[2].pk).update(revision=members[2].revision + 5)
+    report = commit_plan(plan)
+    assert report.placed == [] and report.skipped == ["default/w2"]
+    assert {why for _, why in report.conflicts} == {
+        "gang: 2/3 placements left; the other members changed since the snapshot"
+    }
+    assert Allocation.objects.filter(active=True).count() == 0
