@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from .batch_scenario import run_batch_scenario, wants_batch
 from .encoding import links_to_pairs
 from .errors import ScenarioError
 from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults
@@ -244,8 +245,9 @@ def read_scenario_text(text: str, where: str = "scenario"):
         raise ScenarioError(where, f"neither JSON nor valid YAML{_yaml_at(exc)}") from None
 
 
-def load_scenario_file(path: str | Path):
-    """Read JSON, or YAML by extension. Raises ScenarioError for unreadable or malformed files."""
+def read_scenario_file(path: str | Path):
+    """The scenario in a file, as read: JSON, or YAML by extension. Raises ScenarioError for
+    unreadable or malformed files."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -261,11 +263,19 @@ def load_scenario_file(path: str | Path):
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise _json_error(str(path), exc) from None
-    return parse_scenario(raw)
+    return raw
+
+
+def load_scenario_file(path: str | Path):
+    """`read_scenario_file`, parsed (`parse_scenario`)."""
+    return parse_scenario(read_scenario_file(path))
 
 
 def run_scenario(raw, top: int | None = None) -> dict:
-    """Schedule the pods in order, each seeing the placements before it; SPEC 9's output."""
+    """Schedule the pods in order, each seeing the placements before it; SPEC 9's output. A
+    scenario with `queues` or `groups` is decided as jobs instead (`engine.batch_scenario`)."""
     cluster, config, pods = parse_scenario(raw)
+    if wants_batch(raw):
+        return run_batch_scenario(raw, cluster, config, pods, top=top)
     scheduler = Scheduler(cluster, config)
     return {"pods": [scheduler.schedule(pod).as_dict(top=top) for pod in pods]}

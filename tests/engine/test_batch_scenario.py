@@ -84,3 +84,17 @@ def test_a_bad_queue_or_group_names_its_field(extra, field):
     with pytest.raises(ScenarioError) as caught:
         run(scenario(**extra))
     assert caught.value.where == field
+
+
+def test_the_simulate_command_prints_groups_and_queues(tmp_path, capsys):
+    import json
+
+    from django.core.management import call_command
+
+    path = tmp_path / "gangs.json"
+    path.write_text(json.dumps(scenario(groups=[{"name": "train", "min_member": 3}], queues=[{"name": "q"}])))
+    call_command("simulate", str(path), "--indent", "2")
+    out = json.loads(capsys.readouterr().out)
+    assert [p["status"] for p in out["pods"]] == ["pending", "pending", "pending", "scheduled"]
+    assert out["groups"][0]["scheduled"] is False
+    assert {q["name"] for q in out["queues"]} == {"default", "q"}

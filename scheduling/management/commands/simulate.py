@@ -11,8 +11,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
+from scheduling.engine.batch_scenario import run_batch_scenario, wants_batch
 from scheduling.engine.errors import ScenarioError
-from scheduling.engine.scenario import load_scenario_file, read_scenario_text
+from scheduling.engine.scenario import parse_scenario, read_scenario_file, read_scenario_text
 from scheduling.engine.scheduler import Scheduler
 from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
 from scheduling.pipeline.snapshot import load_snapshot
@@ -61,7 +62,13 @@ class Command(BaseCommand):
                 cluster, config = apply_edits(snapshot.cluster, snapshot.config, edits)
                 decisions = decide_all(cluster, config, pods)
             else:
-                cluster, config, pods = load_scenario_file(options["file"])
+                raw = read_scenario_file(options["file"])
+                cluster, config, pods = parse_scenario(raw)
+                if wants_batch(raw):  # queues or groups: decided as jobs, with their results
+                    result = run_batch_scenario(raw, cluster, config, pods, top=top)
+                    pods_out = result.pop("pods")
+                    sys.stdout.write(render(pods_out, options["indent"], result))
+                    return
                 scheduler = Scheduler(cluster, config)
                 decisions = [scheduler.schedule(pod) for pod in pods]
         except ScenarioError as exc:
@@ -70,11 +77,14 @@ class Command(BaseCommand):
         sys.stdout.write(render([decision.as_dict(top=top) for decision in decisions], options["indent"]))
 
 
-def render(pods: list[dict], indent: int | None) -> str:
+def render(pods: list[dict], indent: int | None, extra: dict | None = None) -> str:
     """`{"pods": [...]}` with the C JSON encoder (`json.dumps` with an indent runs the pure-Python
-    one, several times slower on big outputs): the indent lays out the envelope, one pod a line."""
+    one, several times slower on big outputs): the indent lays out the envelope, one pod a line.
+    `extra` (a batch scenario's `groups` and `queues`) follows the pods, one key a line."""
+    extra = extra or {}
     if not indent or not pods:
-        return json.dumps({"pods": pods}) + "\n"
+        return json.dumps({"pods": pods, **extra}) + "\n"
     pad = " " * indent
     lines = f",\n{pad}{pad}".join(json.dumps(pod) for pod in pods)
-    return f'{{\n{pad}"pods": [\n{pad}{pad}{lines}\n{pad}]\n}}\n'
+    tail = "".join(f",\n{pad}{json.dumps(key)}: {json.dumps(value)}" for key, value in extra.items())
+    return f'{{\n{pad}"pods": [\n{pad}{pad}{lines}\n{pad}]{tail}\n}}\n'
