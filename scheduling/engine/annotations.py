@@ -64,6 +64,8 @@ class PodPolicy:
     nouse_types: tuple[str, ...] = ()
     numa_bind: bool = False
     use_modes: tuple[str, ...] = ()
+    #: The pod's group (`namespace/name`) when the chain names `gang-spread`; else "".
+    gang: str = ""
     active_filters: tuple[Filter, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

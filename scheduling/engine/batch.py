@@ -346,27 +346,33 @@ class Statement:
         self.scheduler = scheduler
         self.book = book
         self.namespaces = namespaces
-        self.log: list[tuple[Decision, str | None, Usage]] = []
+        self.log: list[tuple[Decision, str | None, Usage, str]] = []
 
     def mark(self) -> Mark:
         return Mark(len(self.log))
 
-    def assume(self, decision: Decision, queue: str | None = None) -> None:
+    def assume(self, decision: Decision, queue: str | None = None, gang: str = "") -> None:
+        """Apply `decision` (scheduled) to the snapshot, the books, and with `gang` (the pod's
+        group) to the cards' `gangs`, which `gang-spread` reads."""
         if decision.status != SCHEDULED:
             return
         used = decision_usage(decision)
+        if gang:
+            self._mark(decision, gang, 1)
         self.scheduler.assume(decision)
         if self.book is not None and queue is not None:
             self.book.add(queue, used)
         if self.namespaces is not None:
             self.namespaces.add(decision.namespace, used)
-        self.log.append((decision, queue, used))
+        self.log.append((decision, queue, used, gang))
 
     def rollback(self, mark: Mark) -> list[Decision]:
         """Undo what was assumed after `mark`; the decisions taken back, oldest first."""
         undone = []
         while len(self.log) > mark.at:
-            decision, queue, used = self.log.pop()
+            decision, queue, used, gang = self.log.pop()
+            if gang:
+                self._mark(decision, gang, -1)
             self.scheduler.unassume(decision)
             if self.book is not None and queue is not None:
                 self.book.add(queue, used, -1)
@@ -375,6 +381,19 @@ class Statement:
             undone.append(decision)
         undone.reverse()
         return undone
+
+    def _mark(self, decision: Decision, gang: str, sign: int) -> None:
+        node = self.scheduler.cluster.node(decision.node)
+        by_uuid = {card.uuid: card for card in node.cards}
+        for container in decision.containers:
+            for device in container.devices:
+                card = by_uuid[device.uuid]
+                if sign > 0:
+                    card.gangs = (*card.gangs, gang)
+                else:
+                    held = list(card.gangs)
+                    held.remove(gang)
+                    card.gangs = tuple(held)
 
 
 def hold_back(decision: Decision, reason: str, message: str, **figures) -> None:

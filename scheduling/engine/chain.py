@@ -36,6 +36,9 @@ class PolicyView(Protocol):
     @property
     def numa_bind(self) -> bool: ...
 
+    @property
+    def gang(self) -> str: ...
+
 
 class Ranked(Protocol):
     """What sort keys read of a card under evaluation."""
@@ -69,7 +72,7 @@ class Filter(Protocol):
     - `rejects_fitting(fitting, count)`, over the cards that passed checks 1-10 (at least
       one) for a container asking `count` cards: the rejection every one of them fails
       with (SPEC 4 check 11), or None.
-    - `select(ranked, count, node)`, the choice: `ranked` are at least `count` fitting cards
+    - `select(ranked, count, node, policy)`, the choice: `ranked` are at least `count` fitting cards
       in chain order; the cards left to choose from, best first, at least `count` of them
       (the engine takes the first `count`).
 
@@ -90,7 +93,9 @@ class Filter(Protocol):
 
     def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None: ...
 
-    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]: ...
+    def select(
+        self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
+    ) -> list[CandidateT]: ...
 
 
 class BaseFilter:
@@ -111,7 +116,9 @@ class BaseFilter:
     def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:
         return None
 
-    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]:
+    def select(
+        self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
+    ) -> list[CandidateT]:
         return ranked
 
 
@@ -147,7 +154,9 @@ class NumaBindFilter(BaseFilter):
             per_numa[entry.numa] = per_numa.get(entry.numa, 0) + 1
         return (R.NUMA_NOT_FIT, "numa") if max(per_numa.values()) < count else None
 
-    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]:
+    def select(
+        self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
+    ) -> list[CandidateT]:
         per_numa: dict[int, int] = {}
         for entry in ranked:
             per_numa[entry.numa] = per_numa.get(entry.numa, 0) + 1
@@ -169,7 +178,9 @@ class TopologyFilter(BaseFilter):
     decides_fit = False
     max_combinations = 200_000
 
-    def select(self, ranked: list[CandidateT], count: int, node: Node) -> list[CandidateT]:
+    def select(
+        self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
+    ) -> list[CandidateT]:
         matrix = node.pair_matrix
         return self.pick(ranked, count, lambda a, b: matrix[a.position][b.position])
 
@@ -238,16 +249,43 @@ class NumaKey(SortKey):
         return card.numa
 
 
+class GangSpreadFilter(BaseFilter):
+    """`gang-spread`: members of one pod group avoid sharing a physical card. When at least
+    `count` of the ranked cards hold no member of the pod's group, the choice is among those
+    (in chain order; topology-aware, which runs after, picks among them); otherwise they come
+    first and cards with a gang-mate fill the rest. It only chooses, so it never changes
+    whether a node fits. Opt-in: a chain naming it, on a pod of a group (SPEC-style name
+    `hami.io/group-name`, or Volcano's `scheduling.k8s.io/group-name`)."""
+
+    name = "gang-spread"
+    words = "cards without a member of the pod's group first"
+    decides_fit = False
+
+    def select(
+        self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
+    ) -> list[CandidateT]:
+        gang = policy.gang
+        if not gang:
+            return ranked
+        cards = node.cards
+        free = [entry for entry in ranked if gang not in cards[entry.position].gangs]
+        if len(free) >= count:
+            return free  # enough cards without a gang-mate: topology, if on, picks among them
+        return free + [entry for entry in ranked if gang in cards[entry.position].gangs]
+
+
 #: Every filter, in the order their hooks run (numa-bind picks the NUMA node before topology
 #: picks within it, SPEC 6.8), whatever order the chain names them in.
-FILTERS: dict[str, Filter] = {f.name: f for f in (MutexFilter(), NumaBindFilter(), TopologyFilter())}
+FILTERS: dict[str, Filter] = {
+    f.name: f for f in (MutexFilter(), NumaBindFilter(), GangSpreadFilter(), TopologyFilter())
+}
 SORT_KEYS: dict[str, SortKey] = {k.name: k for k in (BinpackKey(), SpreadKey(), NumaKey())}
 #: The sort keys of a chain that names none (filters only): SPEC 6.
 DEFAULT_SORT_KEYS: tuple[str, ...] = ("spread",)
 
 if TYPE_CHECKING:
     # mypy holds each registered class to the protocol (kube-scheduler's `var _ FilterPlugin = &Fit{}`).
-    _filters: tuple[type[Filter], ...] = (MutexFilter, NumaBindFilter, TopologyFilter)
+    _filters: tuple[type[Filter], ...] = (MutexFilter, NumaBindFilter, GangSpreadFilter, TopologyFilter)
 
 
 def chain_names() -> tuple[str, ...]:

@@ -142,7 +142,7 @@ def evaluate_container(
         ranked, decided_by = rank(fitting, policy.sort_keys), []
     candidates = ranked
     for card_filter in filters:
-        candidates = card_filter.select(candidates, ask.count, node)
+        candidates = card_filter.select(candidates, ask.count, node, policy)
     return ContainerVerdict(evals, candidates[: ask.count], counts, ranked, decided_by)
 
 

@@ -149,7 +149,7 @@ class JobRunner:
                 if why is not None:
                     hold_back(decision, code, why, queue=job.queue)
                 else:
-                    self.statement.assume(decision, job.queue)
+                    self.statement.assume(decision, job.queue, gang.key if gang is not None else "")
                     placed.append(decision)
             if decision.status != SCHEDULED and first_miss is None:
                 first_miss = (member, decision)

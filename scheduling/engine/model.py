@@ -81,6 +81,8 @@ class Card:
     used_slots: int = 0
     used_memory: int = 0
     used_cores: int = 0
+    #: The pod groups (`namespace/name`) of its tenants, once per vGPU: what `gang-spread` reads.
+    gangs: tuple[str, ...] = ()
 
 
 #: What a card that names none of these gets (SPEC 1, SPEC 9), read off `Card` itself.

@@ -10,7 +10,7 @@ can be read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .annotations import (
     GPU_POLICY,
@@ -22,6 +22,7 @@ from .annotations import (
     parse_policy,
     parse_weights,
 )
+from .batch import group_ref
 from .errors import NO_GPU, PodInvalid
 from .model import ClusterConfig, PodSpec
 from .requests import ContainerAsk, parse_containers
@@ -76,6 +77,7 @@ class ParsedPod:
             p.nouse_types,
             p.use_modes,
             p.numa_bind,
+            p.gang,
         )
 
     @property
@@ -102,6 +104,8 @@ def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
     if not isinstance(pod.containers, list) or not pod.containers:
         raise PodInvalid("containers", "a pod needs at least one container")
     policy = parse_policy(pod.annotations, config)
+    if "gang-spread" in policy.filters:
+        policy = replace(policy, gang=_gang_of(pod))
     apps = parse_containers(pod.containers, "containers", config.resources)
     inits = parse_containers(pod.init_containers, "initContainers", config.resources)
     if not any(inits) and not any(apps):
@@ -115,6 +119,16 @@ def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
 
 def _names(containers) -> tuple[str, ...]:
     return tuple((c.get("name") or "") if isinstance(c, dict) else "" for c in containers or ())
+
+
+def _gang_of(pod: PodSpec) -> str:
+    """`namespace/name` of the pod's group, for `gang-spread`; "" when it names none (a bad
+    group annotation is the cycle's to report, not the chain's)."""
+    try:
+        ref = group_ref(pod.annotations)
+    except PodInvalid:
+        return ""
+    return f"{pod.namespace}/{ref.name}" if ref is not None else ""
 
 
 def describe_policy(annotations: object, config: ClusterConfig) -> dict:

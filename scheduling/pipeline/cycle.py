@@ -16,6 +16,7 @@ from django.utils import timezone
 from scheduling.engine import Cluster, PodInvalid, PodSpec, Scheduler
 from scheduling.engine import Decision as EngineDecision
 from scheduling.engine import Node as EngineNode
+from scheduling.engine.annotations import GPU_POLICY
 from scheduling.engine.batch import DEFAULT_QUEUE, QueueBook, group_ref, queue_ref
 from scheduling.engine.decision import REJECTED
 from scheduling.engine.jobs import (
@@ -37,7 +38,7 @@ from scheduling.models import PodGroup
 from .batch import GangState, load_book, load_gangs, load_namespace_book
 from .options import option
 from .plan import Attempt, CyclePlan, worker_name
-from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapshot
+from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapshot, mark_gangs
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     snapshot = load_snapshot()
     book = load_book()
     namespaces = load_namespace_book()
+    if uses_gang_spread(rows, snapshot.config):
+        mark_gangs(snapshot.cluster)
     snapshot_done = time.perf_counter()
     scheduler = Scheduler(snapshot.cluster, snapshot.config)
     groups_changed = expire_gangs(gangs, now)
@@ -120,6 +123,13 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
 
 
 COL = {name: i for i, name in enumerate(POD_COLUMNS)}
+
+
+def uses_gang_spread(rows, config) -> bool:
+    """Whether a due pod's chain (its own, or the cluster's) may name `gang-spread`."""
+    if "gang-spread" in config.gpu_scheduler_policy:
+        return True
+    return any("gang-spread" in str((row[COL["annotations"]] or {}).get(GPU_POLICY, "")) for row in rows)
 
 
 def spec_of(row) -> PodSpec:

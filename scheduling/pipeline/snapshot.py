@@ -103,6 +103,27 @@ def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
     return Snapshot(cluster=Cluster(nodes), config=config, node_ids=node_ids, card_ids=card_ids)
 
 
+def mark_gangs(cluster: Cluster) -> None:
+    """Each card's `gangs`: the pod groups of its tenants, once per vGPU, for `gang-spread`
+    (one query over the active allocations of grouped pods; only when a due pod needs it)."""
+    held: dict[str, list[str]] = {}
+    rows = Allocation.objects.filter(active=True, pod__group__isnull=False, card__present=True).values_list(
+        "card__uuid", "pod__group__namespace", "pod__group__name"
+    )
+    for uuid, namespace, name in rows:
+        held.setdefault(uuid, []).append(f"{namespace}/{name}")
+    if not held:
+        return
+    for node in cluster.nodes:
+        touched = False
+        for card in node.cards:
+            if card.uuid in held:
+                card.gangs = tuple(held[card.uuid])
+                touched = True
+        if touched:
+            node.touch()
+
+
 def card_tenants(uuids) -> dict[str, list[tuple[str, int, int]]]:
     """Who holds each of the cards `uuids` now: card UUID -> [(pod `ns/name`, MiB, cores)], a
     pod's vGPUs on one card summed, largest first. One query, for the few cards a pending

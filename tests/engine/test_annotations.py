@@ -238,7 +238,7 @@ def test_a_policy_that_reads_whole_has_no_warnings():
 
 def test_unknown_chain_names_are_warned_about_one_by_one_naming_the_known():
     warnings = warnings_of({GPU_POLICY: "binpack,fastest,numa-bind"})
-    known = "known: binpack, spread, numa, mutex, topology-aware"
+    known = "known: binpack, spread, numa, mutex, gang-spread, topology-aware"
     assert warnings == {
         "annotations.hami.io/gpu-scheduler-policy": [
             f"unknown policy 'fastest' ignored ({known})",

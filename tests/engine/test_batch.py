@@ -446,3 +446,31 @@ def test_queues_of_weight_one_and_three_converge_to_a_quarter_and_three_quarters
     late = history[20:]
     assert all(a + b == 20 for a, b in late)
     assert all(4 <= a <= 6 for a, _ in late), late  # a quarter of 20, give or take a pod
+
+
+# -- gang-spread ---------------------------------------------------------------------------
+
+
+def test_gang_spread_keeps_members_of_one_gang_off_each_others_cards():
+    chain = {"hami.io/gpu-scheduler-policy": "gang-spread,binpack", "hami.io/group-name": "train"}
+
+    def run(annotations):
+        c = cluster(nodes=1, cards=2, memory=8000, slots=4)
+        members = [Member(pod(f"w{i}", mem=2000, **annotations)) for i in range(2)]
+        job = Job("default", 0, (0,), members, Gang("default/train", 2, 2))
+        outcomes = JobRunner(Scheduler(c), QueueBook([])).run([job])
+        return [o.decision.containers[0].devices[0].uuid for o in outcomes]
+
+    assert run({"hami.io/gpu-scheduler-policy": "binpack", "hami.io/group-name": "train"}) == ["GPU-0-0"] * 2
+    assert run(chain) == ["GPU-0-0", "GPU-0-1"]
+
+
+def test_gang_spread_only_chooses_it_never_makes_a_node_unfit():
+    c = cluster(nodes=1, cards=1, memory=8000, slots=4)
+    c.nodes[0].cards[0].gangs = ("default/train",)
+    spec = pod(
+        "w", mem=2000, **{"hami.io/gpu-scheduler-policy": "gang-spread", "hami.io/group-name": "train"}
+    )
+    decision = Scheduler(c).decide(spec)
+    assert decision.status == SCHEDULED  # the only card holds a gang-mate: taken all the same
+    assert decision.policy["filters"] == ["gang-spread"]

@@ -435,7 +435,7 @@ class ReverseFilter(BaseFilter):
     words = "last-ranked cards first"
     decides_fit = False
 
-    def select(self, ranked, count, node):
+    def select(self, ranked, count, node, policy):
         return ranked[::-1]
 
 
@@ -511,9 +511,9 @@ def test_filters_run_in_registry_order_whatever_the_chain_order():
         assert (picked(bound), sorted(picked(free))) == (["G0", "G1"], ["G2", "G3"]), chain
 
 
-def test_the_registry_holds_the_three_filters_in_hook_order():
-    assert list(FILTERS) == ["mutex", "numa-bind", "topology-aware"]
-    assert chain_names() == ("binpack", "spread", "numa", "mutex", "topology-aware")
+def test_the_registry_holds_the_filters_in_hook_order():
+    assert list(FILTERS) == ["mutex", "numa-bind", "gang-spread", "topology-aware"]
+    assert chain_names() == ("binpack", "spread", "numa", "mutex", "gang-spread", "topology-aware")
 
 
 def test_numa_bind_is_registered_but_is_no_chain_name():

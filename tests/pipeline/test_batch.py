@@ -246,3 +246,17 @@ def test_a_gang_member_changed_since_the_snapshot_takes_the_gang_back_whole():
         "gang: 2/3 placements left; the other members changed since the snapshot"
     }
     assert Allocation.objects.filter(active=True).count() == 0
+
+
+def test_gang_spread_sees_members_placed_in_earlier_cycles():
+    cards(count=2, slots=4)
+    spread = {"hami.io/gpu-scheduler-policy": "gang-spread,binpack"}
+    first = member("w0", "train", 1, mem=2000, **spread)
+    run_cycle()
+    taken = Allocation.objects.get(pod=first).card.uuid
+    second = member("w1", "train", 1, mem=2000, **spread)
+    run_cycle()
+    assert Allocation.objects.get(pod=reload(second)).card.uuid != taken
+    plain = member("x0", "other", 1, mem=2000, **{"hami.io/gpu-scheduler-policy": "binpack"})
+    run_cycle()
+    assert reload(plain).status == Pod.SCHEDULED  # binpack alone packs: no gang rule for it
