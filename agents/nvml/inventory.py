@@ -49,10 +49,23 @@ class CardReading:
     memory_mib: int
     numa: int
     problems: tuple[str, ...] = ()
+    usage: CardMeasurements | None = None
 
     @property
     def healthy(self) -> bool:
         return not self.problems
+
+
+@dataclass(frozen=True)
+class CardMeasurements:
+    """What the card is really doing, beside what the scheduler granted; None: not offered."""
+
+    memory_used_mib: int | None = None
+    utilization: int | None = None
+    temperature: int | None = None
+    power_watts: float | None = None
+    ecc_errors: int | None = None
+    last_xid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +160,7 @@ class XidWatch:
         self.library = library
         self.events = None
         self.flagged: dict[str, str] = {}
+        self.last: dict[str, int] = {}
 
     def start(self, handles: list) -> None:
         nvml = self.library
@@ -181,6 +195,7 @@ class XidWatch:
             except nvml.NVMLError as error:
                 log.warning("critical XID %d on a card NVML cannot name (%s)", xid, error)
                 continue
+            self.last[uuid] = xid
             if xid in APPLICATION_XIDS:
                 log.info("XID %d on %s is caused by an application; card stays healthy", xid, uuid)
                 continue
@@ -295,7 +310,9 @@ class NvmlInventory:
         problems.extend(self._health_problems(handle))
         if uuid in self.xids.flagged:
             problems.append(self.xids.flagged[uuid])
-        reading = CardReading(index, uuid, model, int(memory), numa, tuple(problems))
+        reading = CardReading(
+            index, uuid, model, int(memory), numa, tuple(problems), self._measure(handle, uuid)
+        )
         return _CardState(reading, handle, address, self._nvlink_ends(handle))
 
     def _lost(self, index: int, error: Exception) -> _CardState | None:
@@ -325,6 +342,30 @@ class NvmlInventory:
         except (OSError, ValueError) as error:
             log.debug("no NUMA node for %s (%s); using 0", address, error)
             return 0
+
+    def _measure(self, handle, uuid: str) -> CardMeasurements:
+        """Memory in use, utilization, temperature, power and ECC errors; a query the card
+        does not answer leaves its value None and never marks the card unhealthy."""
+        nvml = self.library
+
+        def ask(query):
+            try:
+                return query()
+            except (nvml.NVMLError, AttributeError, TypeError, ValueError):
+                return None
+
+        memory = ask(lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).used) // MIB)
+        utilization = ask(lambda: int(nvml.nvmlDeviceGetUtilizationRates(handle).gpu))
+        temperature = ask(lambda: int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)))
+        power = ask(lambda: round(nvml.nvmlDeviceGetPowerUsage(handle) / 1000, 1))  # milliwatts
+        ecc = ask(
+            lambda: int(
+                nvml.nvmlDeviceGetTotalEccErrors(
+                    handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC
+                )
+            )
+        )
+        return CardMeasurements(memory, utilization, temperature, power, ecc, self.xids.last.get(uuid))
 
     def _health_problems(self, handle) -> list[str]:
         """Conditions after which a card must not take new work; unsupported checks are skipped."""

@@ -70,7 +70,27 @@ def card_entry(card: CardReading, links: dict[str, int], config: NodeConfig) -> 
     }
     if config.mode is not None:
         entry["mode"] = config.mode
+    observed = observed_entry(card)
+    if observed:
+        entry["observed"] = observed
     return entry
+
+
+def observed_entry(card: CardReading) -> dict:
+    """The card's measurements as the report's `observed` object: only what NVML answered,
+    clamped to the ranges the scheduler accepts (a sensor glitch must not refuse the report)."""
+    usage = card.usage
+    if usage is None:
+        return {}
+    values = {
+        "memory": usage.memory_used_mib,
+        "utilization": None if usage.utilization is None else min(max(usage.utilization, 0), 100),
+        "temperature": None if usage.temperature is None else min(max(usage.temperature, 0), 200),
+        "power": None if usage.power_watts is None else min(max(usage.power_watts, 0.0), 100000.0),
+        "ecc_errors": usage.ecc_errors,
+        "xid": usage.last_xid,
+    }
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def build_report(node: str, reading: NodeReading, config: NodeConfig) -> dict:

@@ -10,6 +10,7 @@ from .config import SchedulerConfig
 from .events import Event, record_event
 from .history import Cycle, Decision
 from .pods import Allocation, Pod
+from .samples import UsageSample, apply_retention, take_sample
 
 __all__ = [
     "INT32_MAX",
@@ -25,5 +26,8 @@ __all__ = [
     "PodGroup",
     "Queue",
     "SchedulerConfig",
+    "UsageSample",
+    "apply_retention",
     "record_event",
+    "take_sample",
 ]

@@ -99,6 +99,16 @@ class Card(models.Model):
         db_default="",
         help_text="set when a report shrank the card under its tenants: which dimension, by how much",
     )
+    # What the agent measured (NVML), beside what the scheduler granted; null until reported.
+    observed_memory = models.PositiveIntegerField(null=True, blank=True, help_text="MiB in use (NVML)")
+    utilization = models.PositiveSmallIntegerField(null=True, blank=True, help_text="GPU busy, percent")
+    temperature = models.PositiveSmallIntegerField(null=True, blank=True, help_text="degrees C")
+    power = models.FloatField(null=True, blank=True, help_text="watts")
+    ecc_errors = models.PositiveIntegerField(
+        null=True, blank=True, help_text="uncorrectable ECC errors since the driver loaded"
+    )
+    last_xid = models.PositiveIntegerField(null=True, blank=True, help_text="latest XID the agent saw")
+    observed_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -115,6 +125,25 @@ class Card(models.Model):
     @property
     def usage(self) -> CardUsage:
         return CardUsage.of([self])
+
+    @property
+    def memory_overuse(self) -> int:
+        """MiB the card really uses beyond what its tenants were granted (and the margin):
+        a tenant ignoring its limit, or a process the scheduler does not know. 0 when fine
+        or not measured."""
+        if self.observed_memory is None:
+            return 0
+        return max(0, self.observed_memory - self.used_memory - OVERUSE_MARGIN_MIB)
+
+
+#: Memory NVML counts as used on a card with no tenant work (driver and CUDA contexts), so a
+#: card is flagged only when its use passes what was granted by more than this.
+OVERUSE_MARGIN_MIB = 512
+
+
+def overused_cards():
+    """Cards whose measured memory passes what their tenants were granted (`memory_overuse`)."""
+    return Card.objects.filter(observed_memory__gt=F("used_memory") + OVERUSE_MARGIN_MIB)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Periodic upkeep: silent nodes go not-ready, history stays bounded, drift is looked for."""
+"""Periodic upkeep: silent nodes go not-ready, history stays bounded, drift is looked for,
+and usage is sampled for the charts (bounded by its own retention)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..models import Cycle, Decision, Node, Pod
+from ..models import Cycle, Decision, Node, Pod, apply_retention, take_sample
 from . import consistency
 from .options import option
 
@@ -64,13 +65,23 @@ def check_consistency() -> consistency.ConsistencyReport:
     return found
 
 
+def sample_usage(now=None) -> int:
+    """A usage sample for the charts (at most one per SAMPLE_SECONDS), then the samples'
+    retention; the rows the retention folded or dropped."""
+    take_sample(now)
+    return apply_retention(now)
+
+
 def housekeeping(now=None) -> dict[str, int]:
-    """What it did; a `drift_<kind>` entry for each kind of drift found (none when clean)."""
+    """What it did; a `drift_<kind>` entry for each kind of drift found (none when clean), and
+    `samples_folded` when the usage history was downsampled."""
     found = check_consistency()
+    folded = sample_usage(now)
     return {
         "nodes_not_ready": mark_silent_nodes_not_ready(now),
         "decisions_pruned": prune_decisions(),
         "cycles_pruned": prune_cycles(),
         "pods_pruned": prune_finished_pods(now),
         **{f"drift_{kind}": count for kind, count in found.counts().items() if count},
+        **({"samples_folded": folded} if folded else {}),
     }

@@ -24,6 +24,43 @@ log = logging.getLogger("scheduling.services")
 
 CAPACITY_FIELDS = ("type", "slots", "memory", "cores", "numa", "health", "mode", "index", "links")
 
+#: A card's optional `observed` measurements: report key -> (Card field, kind, least, most).
+OBSERVED = {
+    "memory": ("observed_memory", int, 0, INT32_MAX),
+    "utilization": ("utilization", int, 0, 100),
+    "temperature": ("temperature", int, 0, 200),
+    "power": ("power", float, 0, 100000),
+    "ecc_errors": ("ecc_errors", int, 0, INT32_MAX),
+    "xid": ("last_xid", int, 0, INT32_MAX),
+}
+OBSERVED_FIELDS = (*(field for field, *_ in OBSERVED.values()), "observed_at")
+
+
+def _observed(device: dict, where: str) -> dict | None:
+    """The card's measurements as Card fields, or None when the report has none. A field the
+    agent did not send is stored as null (not measured), never as 0."""
+    raw = device.get("observed")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}.observed", "must be an object")
+    unknown = sorted(str(key) for key in raw if key not in OBSERVED)
+    if unknown:
+        raise ScenarioError(f"{where}.observed.{unknown[0]}", f"unknown; one of {', '.join(OBSERVED)}")
+    values = {}
+    for key, (field, kind, least, most) in OBSERVED.items():
+        value = raw.get(key)
+        if value is not None:
+            number_ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number_ok or not least <= value <= most or (kind is int and value != int(value)):
+                number = "a whole number" if kind is int else "a number"
+                raise ScenarioError(
+                    f"{where}.observed.{key}", f"must be {number} from {least} to {most}, got {value!r}"
+                )
+            value = kind(value)
+        values[field] = value
+    return values
+
 
 def _parse_report(node_name, labels, annotations, devices):
     """The report as an engine Node, validated by the engine's scenario rules (SPEC 9),
@@ -53,6 +90,7 @@ def _parse_report(node_name, labels, annotations, devices):
             value = device.get(name)
             if isinstance(value, int) and not -(2**31) <= value <= INT32_MAX:
                 raise ScenarioError(f"devices[{position}].{name}", f"at most {INT32_MAX}, got {value}")
+        _observed(device, f"devices[{position}]")
         positions[uuid] = position
     return parsed, positions
 
@@ -77,6 +115,10 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
     A report that shrinks a card below what its tenants hold keeps the tenants (they run),
     sets `Card.over_capacity` saying by how much, and records an Event; the card takes no
     new pods until it fits again (`over_capacity` is cleared then).
+
+    A card's optional `observed` object carries what the agent measured (memory in use,
+    utilization, temperature, power, ECC errors, the latest XID); it is stored beside the
+    grants, and a report without it leaves the last measurements as they were.
     """
     devices = [] if devices is None else devices
     parsed, positions = _parse_report(node_name, labels, annotations, devices)
@@ -117,7 +159,7 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
         foreign = {uuid for uuid, row in existing.items() if row.node_id != node.id}
         # Each taken card's pair scores, both ways, leaving out the cards whose claim is refused.
         links = pairs_to_links((card.uuid for card in parsed.cards if card.uuid not in foreign), parsed.links)
-        creates, updates, shrunk = [], [], []
+        creates, updates, shrunk, measured = [], [], [], []
         for card in parsed.cards:
             device = devices[positions[card.uuid]]
             row = existing.get(card.uuid)
@@ -138,9 +180,14 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
             }
             if "cordoned" in device:
                 values["cordoned"] = device["cordoned"]
+            observed = _observed(device, f"devices[{positions[card.uuid]}]")
             if row is None:
-                creates.append(Card(uuid=card.uuid, node=node, **values))
+                creates.append(Card(uuid=card.uuid, node=node, **values, **_measured(observed, now)))
                 continue
+            if observed is not None:
+                for name, value in _measured(observed, now).items():
+                    setattr(row, name, value)
+                measured.append(row)
             values["over_capacity"] = over_capacity_text(
                 row.used_slots, row.used_memory, row.used_cores, card.slots, card.memory, card.cores
             )
@@ -161,6 +208,10 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
             Card.objects.bulk_update(
                 updates, ["present", "cordoned", "over_capacity", *CAPACITY_FIELDS, "updated_at"]
             )
+        if measured:
+            # Apart from `updated_at`: measurements move on every report, and the pages'
+            # live token must not (it follows what scheduling changes).
+            Card.objects.bulk_update(measured, OBSERVED_FIELDS)
         for row, text in shrunk:
             log.warning("card %s of %s reported smaller than its tenants hold: %s", row.uuid, node.name, text)
             record_event(
@@ -175,6 +226,11 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
             capacity_changed(f"inventory {node.name}")
     node.refused = refused
     return node
+
+
+def _measured(observed: dict | None, now) -> dict:
+    """Card fields for a report's measurements, stamped with the report's time."""
+    return {} if observed is None else {**observed, "observed_at": now}
 
 
 def _refuse_claim(claimant: str, row: Card, position: int) -> dict:

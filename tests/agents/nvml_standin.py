@@ -35,6 +35,9 @@ CARD_QUERIES = (
     "nvmlDeviceGetNvLinkRemotePciInfo",
     "nvmlDeviceGetNvLinkRemoteDeviceType",
     "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetPowerUsage",
 )
 
 
@@ -61,6 +64,10 @@ class Card:
     ecc_uncorrected_volatile: int | None = 0
     ecc_uncorrected_aggregate: int | None = 0
     remapped_rows: tuple[int, int, int, int] | None = None
+    memory_used_mib: int = 0
+    utilization: int | None = None
+    temperature: int | None = None
+    power_mw: int | None = None
     failing: dict[str, type[pynvml.NVMLError]] = field(default_factory=dict)
 
     def fail(self, error: type[pynvml.NVMLError], queries=CARD_QUERIES) -> None:
@@ -133,8 +140,29 @@ class StandinNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle, version=None):
         card = self._card(handle, "nvmlDeviceGetMemoryInfo")
-        total = card.memory_mib * MIB
-        return pynvml.c_nvmlMemory_t(total=total, free=total, used=0)
+        total, used = card.memory_mib * MIB, card.memory_used_mib * MIB
+        return pynvml.c_nvmlMemory_t(total=total, free=total - used, used=used)
+
+    # -- what the card is doing ------------------------------------------------
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        card = self._card(handle, "nvmlDeviceGetUtilizationRates")
+        if card.utilization is None:
+            raise pynvml.NVMLError_NotSupported()
+        return pynvml.c_nvmlUtilization_t(gpu=card.utilization, memory=0)
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        card = self._card(handle, "nvmlDeviceGetTemperature")
+        if sensor != pynvml.NVML_TEMPERATURE_GPU:
+            raise pynvml.NVMLError_InvalidArgument()
+        if card.temperature is None:
+            raise pynvml.NVMLError_NotSupported()
+        return card.temperature
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        card = self._card(handle, "nvmlDeviceGetPowerUsage")
+        if card.power_mw is None:
+            raise pynvml.NVMLError_NotSupported()
+        return card.power_mw
 
     def nvmlDeviceGetPciInfo(self, handle):
         return pci_info(self._card(handle, "nvmlDeviceGetPciInfo").bus_id)

@@ -40,6 +40,10 @@ def sysfs(tmp_path):
     return tmp_path / "sys"
 
 
+#: What the stand-in's idle T4 measures: no memory in use, no ECC errors (the other sensors are not offered).
+IDLE_T4 = {"memory": 0, "ecc_errors": 0}
+
+
 def t4(index: int, numa: int, links: dict[int, int], **changes) -> dict:
     card = {
         "uuid": T4_UUIDS[index],
@@ -51,6 +55,7 @@ def t4(index: int, numa: int, links: dict[int, int], **changes) -> dict:
         "numa": numa,
         "health": True,
         "links": {T4_UUIDS[other]: score for other, score in links.items()},
+        "observed": IDLE_T4,
     }
     return {**card, **changes}
 

@@ -63,6 +63,7 @@ def t4_card(index: int, numa: int, links: dict[int, int], health: bool = True) -
         "numa": numa,
         "health": health,
         "links": {T4_UUIDS[other]: score for other, score in links.items()},
+        "observed": {"memory": 0, "ecc_errors": 0},
     }
 
 
@@ -84,6 +85,7 @@ def test_hgx_h100_every_pair_is_nv18_through_nvswitch():
                 "numa": [0, 0, 0, 0, 1, 1, 1, 1][index],
                 "health": True,
                 "links": {H100_UUIDS[other]: 1800 for other in range(8) if other != index},
+                "observed": {"memory": 0, "ecc_errors": 0},
             }
             for index in range(8)
         ],

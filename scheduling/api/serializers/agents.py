@@ -11,9 +11,37 @@ from .fields import StrictCharField, StringMapField, max_length
 from .scenario import ScenarioCardSerializer
 
 
-@extend_schema_field(ScenarioCardSerializer(many=True))
+class ObservedSerializer(serializers.Serializer):
+    """What the agent measured on a card (NVML), beside what the scheduler granted; every field
+    optional. Documentation: `services.report_inventory` checks them, naming the field."""
+
+    memory = serializers.IntegerField(
+        required=False, min_value=0, max_value=INT32_MAX, help_text="MiB in use on the card"
+    )
+    utilization = serializers.IntegerField(
+        required=False, min_value=0, max_value=100, help_text="percent of time the GPU was busy"
+    )
+    temperature = serializers.IntegerField(required=False, min_value=0, max_value=200, help_text="degrees C")
+    power = serializers.FloatField(required=False, min_value=0, max_value=100000, help_text="watts")
+    ecc_errors = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=INT32_MAX,
+        help_text="uncorrectable ECC errors since the driver loaded",
+    )
+    xid = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=INT32_MAX, help_text="latest XID seen"
+    )
+
+
+class AgentCardSerializer(ScenarioCardSerializer):
+    observed = ObservedSerializer(required=False)
+
+
+@extend_schema_field(AgentCardSerializer(many=True))
 class CardListField(serializers.ListField):
-    """SPEC 9 cards without `used`, taken as sent: the engine's scenario rules check them."""
+    """SPEC 9 cards without `used`, taken as sent: the engine's scenario rules check them, and
+    the inventory service the optional `observed` measurements."""
 
 
 class AgentReportSerializer(serializers.Serializer):
