@@ -3,7 +3,9 @@
 Rows here are written by agents, the API and the scheduler, so every form is read-only.
 What an operator may change is an action (cordon, uncordon, requeue, release, mark
 succeeded) or a new cluster config, and each calls the same service function as the REST
-API: a cordon from the admin wakes the scheduler exactly like one from the API.
+API: a cordon from the admin wakes the scheduler exactly like one from the API. Queues and
+jobs are the exception, being operator-made: their forms save through `services.batch`, which
+checks the tree's rules and records who changed what.
 """
 
 from __future__ import annotations
@@ -19,9 +21,23 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from scheduling.engine import PodInvalid, ScenarioError
+from scheduling.engine.batch import DEFAULT_QUEUE
 
 from . import services
-from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod, SchedulerConfig
+from .models import (
+    Allocation,
+    Card,
+    Cycle,
+    Decision,
+    Event,
+    NamespaceQuota,
+    Node,
+    Pod,
+    PodGroup,
+    Queue,
+    SchedulerConfig,
+)
+from .services.batch import FIGURES, KINDS
 from .templatetags import decision_path as decision_tags
 from .templatetags.charts import fraction
 
@@ -554,3 +570,184 @@ class SchedulerConfigAdmin(admin.ModelAdmin):
         obj.pk = row.pk
         obj.created_at = row.created_at
         obj.changed_by = row.changed_by
+
+
+# --- Queues, jobs, namespace quotas ------------------------------------------------------
+
+
+def _checked_by(form: ModelForm, validate) -> None:
+    """Run the service's validation on the row the form would save; errors go to their fields."""
+    candidate = form.instance.__class__(pk=form.instance.pk)
+    for name in form.instance._meta.concrete_fields:
+        setattr(candidate, name.attname, getattr(form.instance, name.attname))
+    for name, value in form.cleaned_data.items():
+        setattr(candidate, name, value)
+    try:
+        validate(candidate)
+    except ValidationError as exc:
+        for name, errors in exc.message_dict.items():
+            form.add_error(name if name in form.fields else None, errors)
+
+
+def _figures(queue: Queue, resource: str) -> list[int | None]:
+    return [getattr(queue, f"{kind}_{resource}") for kind in KINDS]
+
+
+class QueueForm(ModelForm):
+    """A queue, checked by `services.validate_queue` (the tree's rules) before it is saved."""
+
+    class Meta:
+        model = Queue
+        fields = ("name", "parent", "weight", "namespaces", *FIGURES)
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors:
+            _checked_by(self, services.validate_queue)
+        return data
+
+
+@admin.register(Queue)
+class QueueAdmin(admin.ModelAdmin):
+    """Written through `services.create_queue` / `update_queue` / `delete_queue`, audited."""
+
+    form = QueueForm
+    list_display = ("name", "parent", "weight", "gpumem_figures", "vgpus_figures", "dashboard_link")
+    search_fields = ("name",)
+    list_select_related = ("parent",)
+    actions = None
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("name",) if obj is not None else ()
+
+    @admin.display(description="gpumem G / Q / L (MiB)")
+    def gpumem_figures(self, queue):
+        return " / ".join("—" if v is None else str(v) for v in _figures(queue, "gpumem"))
+
+    @admin.display(description="vGPUs G / Q / L")
+    def vgpus_figures(self, queue):
+        return " / ".join("—" if v is None else str(v) for v in _figures(queue, "vgpus"))
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, queue):
+        return format_html('<a href="{}?queue={}">Queues page</a>', reverse("queues"), queue.name)
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and obj.name == DEFAULT_QUEUE:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        fields = {name: form.cleaned_data[name] for name in form.cleaned_data if name != "name"}
+        fields["parent"] = fields["parent"].name if fields.get("parent") else None
+        by = request.user.get_username()
+        if change:
+            saved = services.update_queue(obj.name, by=by, **fields)
+        else:
+            saved = services.create_queue(obj.name, by=by, **fields)
+        obj.pk, obj.created_at, obj.updated_at = saved.pk, saved.created_at, saved.updated_at
+
+    def delete_model(self, request, obj):
+        try:
+            services.delete_queue(obj.name, by=request.user.get_username())
+        except ValidationError as exc:
+            self.message_user(request, f"not deleted: {' '.join(exc.messages)}", messages.ERROR)
+
+
+class MemberInline(ReadOnlyInline):
+    model = Pod
+    fk_name = "group"
+    fields = ("name", "status", "node", "reason")
+    readonly_fields = fields
+    show_change_link = True
+
+
+class PodGroupForm(ModelForm):
+    """A job, checked by `services.validate_pod_group` before it is saved."""
+
+    class Meta:
+        model = PodGroup
+        fields = (
+            "namespace",
+            "name",
+            "min_member",
+            "min_vgpus",
+            "min_gpumem",
+            "min_gpucores",
+            "queue",
+            "priority",
+            "schedule_timeout_seconds",
+            "on_timeout",
+        )
+
+    def clean(self):
+        data = super().clean()
+        if not self.errors:
+            _checked_by(self, services.validate_pod_group)
+        return data
+
+
+@admin.register(PodGroup)
+class PodGroupAdmin(admin.ModelAdmin):
+    """Jobs: operators create and edit them through `services.create_pod_group` /
+    `update_pod_group`; the phase, verdict and conditions are the scheduler's."""
+
+    form = PodGroupForm
+    list_display = ("key", "phase", "min_member", "queue", "source", "short_reason", "created_at")
+    list_filter = ("phase", "source", "namespace", "queue")
+    search_fields = ("namespace", "name")
+    list_select_related = ("queue",)
+    inlines = [MemberInline]
+    actions = None
+    STATE = (
+        "source",
+        "phase",
+        "reason",
+        "conditions",
+        "created_at",
+        "running_at",
+        "finished_at",
+        "dashboard_link",
+    )
+
+    def get_readonly_fields(self, request, obj=None):
+        return (("namespace", "name") if obj is not None else ()) + self.STATE
+
+    @admin.display(description="job", ordering="name")
+    def key(self, group):
+        return group.key
+
+    @admin.display(description="verdict")
+    def short_reason(self, group):
+        return group.reason if len(group.reason) <= 120 else group.reason[:119] + "…"
+
+    @admin.display(description="dashboard")
+    def dashboard_link(self, group):
+        if group.pk is None:
+            return "—"
+        return format_html('<a href="{}">Job page</a>', reverse("job", args=[group.namespace, group.name]))
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def save_model(self, request, obj, form, change):
+        fields = {
+            name: form.cleaned_data[name] for name in PodGroupForm.Meta.fields if name in form.cleaned_data
+        }
+        namespace, name = fields.pop("namespace", obj.namespace), fields.pop("name", obj.name)
+        fields["queue"] = fields["queue"].name if fields.get("queue") else None
+        by = request.user.get_username()
+        if change:
+            saved = services.update_pod_group(obj.namespace, obj.name, by=by, **fields)
+        else:
+            saved = services.create_pod_group(namespace, name, by=by, **fields)
+        obj.pk, obj.created_at = saved.pk, saved.created_at
+
+
+@admin.register(NamespaceQuota)
+class NamespaceQuotaAdmin(WrittenByServices, admin.ModelAdmin):
+    """Read from Kubernetes ResourceQuota objects by the kube agent; shown, not edited here."""
+
+    list_display = ("namespace", "quota", "resource", "hard", "updated_at")
+    list_filter = ("namespace", "resource")
+    search_fields = ("namespace", "quota")

@@ -11,7 +11,8 @@ from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod
+from .engine.batch import DEFAULT_QUEUE
+from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod, PodGroup, Queue
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
@@ -157,3 +158,36 @@ class EventFilterSet(filters.FilterSet):
     class Meta:
         model = Event
         fields = ["kind", "subject", "since"]
+
+
+class QueueFilterSet(filters.FilterSet):
+    name = filters.CharFilter(lookup_expr="icontains", help_text="part of the queue name")
+    parent = filters.CharFilter(field_name="parent__name", help_text="the parent queue's name")
+    leaf = StrictBooleanFilter(method="only_leaves", help_text="true: queues without children")
+
+    class Meta:
+        model = Queue
+        fields = ["name", "parent", "leaf"]
+
+    def only_leaves(self, qs, name, value):
+        has_children = Exists(Queue.objects.filter(parent=OuterRef("pk")))
+        return qs.filter(~has_children) if value else qs.filter(has_children)
+
+
+class PodGroupFilterSet(filters.FilterSet):
+    namespace = filters.CharFilter()
+    name = filters.CharFilter(lookup_expr="icontains", help_text="part of the job name")
+    phase = filters.MultipleChoiceFilter(choices=PodGroup.PHASES)
+    source = filters.MultipleChoiceFilter(choices=PodGroup.SOURCES, help_text="where the group came from")
+    queue = filters.CharFilter(method="in_queue", help_text="queue name; default also takes jobs of no queue")
+
+    class Meta:
+        model = PodGroup
+        fields = ["namespace", "name", "phase", "source", "queue"]
+
+    def in_queue(self, qs, name, value):
+        if not value:
+            return qs
+        if value == DEFAULT_QUEUE:
+            return qs.filter(Q(queue__name=value) | Q(queue__isnull=True))
+        return qs.filter(queue__name=value)

@@ -8,6 +8,7 @@ from scheduling.ops.health import Healthz, Readyz
 
 from . import views
 from .views.base import ApiRootView
+from .views.history_samples import SampleHistoryView
 
 router = SimpleRouter()
 router.register("nodes", views.NodeViewSet, basename="node")
@@ -37,6 +38,11 @@ api = [
     path("simulate/<str:job>/", views.SimulationView.as_view(), name="simulation"),
     path("whatif/", views.WhatIfView.as_view(), name="whatif"),
     path("capacity/", views.CapacityView.as_view(), name="capacity"),
+    path("history/samples/", SampleHistoryView.as_view(), name="history-samples"),
+    path("queues/", views.QueueList.as_view(), name="queue-list"),
+    path("queues/<str:name>/", views.QueueDetail.as_view(), name="queue-detail"),
+    path("podgroups/", views.PodGroupList.as_view(), name="podgroup-list"),
+    path(f"podgroups/{NAMESPACE}/{NAME}/", views.PodGroupDetail.as_view(), name="podgroup-detail"),
     *router.urls,
 ]
 

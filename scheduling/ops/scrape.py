@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.models import Card, Node, Pod
+from scheduling.services.batch import queue_tree
 
 from .metrics import CONTENT_TYPE, MIB
 
@@ -27,7 +28,7 @@ log = logging.getLogger("scheduling.ops.metrics")
 
 
 class ClusterStateCollector:
-    """Gauges computed from the database on each scrape of `/metrics` (three queries).
+    """Gauges computed from the database on each scrape of `/metrics` (four queries).
 
     A database error does not fail the scrape: the event series are still served and
     `hamiadmin_cluster_state_up` says 0.
@@ -111,11 +112,95 @@ class ClusterStateCollector:
             "Cards whose latest report is smaller than what their tenants hold (Card.over_capacity).",
         )
         over.add_metric([], Card.objects.exclude(over_capacity="").count())
-        return [pending, *card_families.values(), age, ready, over]
+        return [pending, *card_families.values(), age, ready, over, *_measured_families()]
+
+
+def _measured_families() -> list:
+    """What the agents measured, per card that reported it (one query), and the cards whose
+    measured memory passes what their tenants were granted (`Card.memory_overuse`)."""
+    labels = ["node", "uuid", "type"]
+    families = {
+        "observed_memory": GaugeMetricFamily(
+            "hamiadmin_card_memory_observed_bytes",
+            "Memory in use on a card as NVML measures it.",
+            labels=labels,
+        ),
+        "utilization": GaugeMetricFamily(
+            "hamiadmin_card_utilization_percent", "GPU busy time as NVML measures it.", labels=labels
+        ),
+        "temperature": GaugeMetricFamily(
+            "hamiadmin_card_temperature_celsius", "GPU temperature.", labels=labels
+        ),
+        "power": GaugeMetricFamily("hamiadmin_card_power_watts", "GPU power draw.", labels=labels),
+        "ecc_errors": GaugeMetricFamily(
+            "hamiadmin_card_ecc_errors", "Uncorrectable ECC errors since the driver loaded.", labels=labels
+        ),
+    }
+    overuse = GaugeMetricFamily(
+        "hamiadmin_card_memory_overuse_bytes",
+        "Memory a card uses beyond what its tenants were granted (and a margin for the driver).",
+        labels=labels,
+    )
+    overused = 0
+    rows = (
+        Card.objects.filter(observed_at__isnull=False)
+        .order_by("node__name", "index", "uuid")
+        .values_list("node__name", "uuid", "type", "used_memory", *families)
+    )
+    for node, uuid, card_type, granted, *measured in rows:
+        values = [node, uuid, card_type]
+        for family, value in zip(families.values(), measured, strict=True):
+            if value is not None:
+                family.add_metric(values, value * MIB if family is families["observed_memory"] else value)
+        beyond = Card(used_memory=granted, observed_memory=measured[0]).memory_overuse
+        if beyond:
+            overused += 1
+            overuse.add_metric(values, beyond * MIB)
+    count = GaugeMetricFamily(
+        "hamiadmin_cards_memory_overused",
+        "Cards using more memory than their tenants were granted (flagged on the node page).",
+    )
+    count.add_metric([], overused)
+    return [*families.values(), overuse, count]
+
+
+class QueueStateCollector:
+    """Per-queue gauges from `services.queue_tree` (usage summed into parents, per vGPU), read
+    on each scrape; a database error leaves them out (`hamiadmin_cluster_state_up` tells)."""
+
+    def collect(self):
+        try:
+            tree = queue_tree()
+        except DatabaseError as exc:
+            log.warning("metrics: queues not read: %s", type(exc).__name__)
+            return
+        used = GaugeMetricFamily(
+            "hamiadmin_queue_used",
+            "What a queue's pods hold now, its children's included: vgpus, gpumem (MiB), gpucores (%).",
+            labels=["queue", "resource"],
+        )
+        limit = GaugeMetricFamily(
+            "hamiadmin_queue_limit",
+            "A queue's hard cap per resource, where it has one.",
+            labels=["queue", "resource"],
+        )
+        jobs = GaugeMetricFamily(
+            "hamiadmin_queue_pending_jobs", "Jobs (pod groups) of a queue not yet running.", labels=["queue"]
+        )
+        pods = GaugeMetricFamily("hamiadmin_queue_pending_pods", "Pending pods of a queue.", labels=["queue"])
+        for node in tree:
+            for row in node.resources():
+                used.add_metric([node.name, row["resource"]], row["used"])
+                if row["limit"] is not None:
+                    limit.add_metric([node.name, row["resource"]], row["limit"])
+            jobs.add_metric([node.name], node.pending_jobs)
+            pods.add_metric([node.name], node.pending_pods)
+        yield from (used, limit, jobs, pods)
 
 
 CLUSTER_STATE = CollectorRegistry(auto_describe=False)
 CLUSTER_STATE.register(ClusterStateCollector())
+CLUSTER_STATE.register(QueueStateCollector())
 
 
 def exposition() -> bytes:

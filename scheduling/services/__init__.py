@@ -17,6 +17,17 @@ of the domains is here.
 from scheduling.models.cluster import over_capacity_text
 
 from .actions import OPERATOR_ACTION, cordon_card_by, cordon_node, delete_pod_by, requeue_pod_by
+from .batch import (
+    QueueNode,
+    create_pod_group,
+    create_queue,
+    delete_queue,
+    queue_tree,
+    update_pod_group,
+    update_queue,
+    validate_pod_group,
+    validate_queue,
+)
 from .config import current_config_view, parse_config_defaults, set_config, validate_config
 from .consistency import Repair, repair_consistency
 from .inventory import CAPACITY_FIELDS, cordon_card, mark_node_not_ready, reassign_card, report_inventory
@@ -38,17 +49,22 @@ __all__ = [
     "FINAL_STATUSES",
     "OPERATOR_ACTION",
     "ORIGIN_VALUES",
+    "QueueNode",
     "Repair",
     "capacity_changed",
     "cordon_card",
     "cordon_card_by",
     "cordon_node",
+    "create_pod_group",
+    "create_queue",
     "current_config_view",
     "delete_pod_by",
+    "delete_queue",
     "mark_bound",
     "mark_node_not_ready",
     "over_capacity_text",
     "parse_config_defaults",
+    "queue_tree",
     "reassign_card",
     "repair_consistency",
     "release_pod",
@@ -59,6 +75,10 @@ __all__ = [
     "set_config",
     "spec_hash",
     "submit_pod",
+    "update_pod_group",
+    "update_queue",
     "validate_config",
+    "validate_pod_group",
+    "validate_queue",
     "wake_pending_pods",
 ]

@@ -53,7 +53,12 @@ ENDPOINTS = {
     "/api/v1/simulate/{job}/": {"get"},
     "/api/v1/whatif/": {"post"},
     "/api/v1/capacity/": {"get"},
+    "/api/v1/history/samples/": {"get"},
     "/api/v1/config/": {"get", "put", "patch"},
+    "/api/v1/queues/": {"get", "post"},
+    "/api/v1/queues/{name}/": {"get", "patch", "delete"},
+    "/api/v1/podgroups/": {"get", "post"},
+    "/api/v1/podgroups/{namespace}/{name}/": {"get", "patch"},
     "/healthz": {"get"},
     "/readyz": {"get"},
 }

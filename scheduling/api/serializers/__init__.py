@@ -7,6 +7,16 @@ mean is checked by the engine, so there is one rule book.
 """
 
 from .agents import AgentReportResultSerializer, AgentReportSerializer, CardListField, RefusedCardSerializer
+from .batch import (
+    FiguresSerializer,
+    MemberDecisionSerializer,
+    MemberSerializer,
+    PodGroupSerializer,
+    PodGroupWriteSerializer,
+    QueueSerializer,
+    QueueWriteSerializer,
+    UsageSerializer,
+)
 from .cluster import (
     CardReassignSerializer,
     CardSerializer,
@@ -48,6 +58,14 @@ from .scenario import (
 )
 
 __all__ = [
+    "UsageSerializer",
+    "QueueWriteSerializer",
+    "QueueSerializer",
+    "PodGroupWriteSerializer",
+    "PodGroupSerializer",
+    "MemberSerializer",
+    "MemberDecisionSerializer",
+    "FiguresSerializer",
     "AgentReportResultSerializer",
     "AgentReportSerializer",
     "AllocationSerializer",

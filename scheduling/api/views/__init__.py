@@ -5,6 +5,7 @@ transaction, so a refused request writes nothing.
 
 from .agents import AgentReportView
 from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, Pages, RoleView
+from .batch import PodGroupDetail, PodGroupList, QueueDetail, QueueList
 from .cluster import CardViewSet, NodeViewSet
 from .config import ConfigView
 from .history import AllocationViewSet, CycleViewSet, DecisionViewSet, EventList
@@ -13,6 +14,10 @@ from .simulate import QueuedSimulationThrottle, ScenarioTooBig, SimulateView, Si
 from .whatif import CapacityView, PodDecisionView, WhatIfView
 
 __all__ = [
+    "QueueList",
+    "QueueDetail",
+    "PodGroupList",
+    "PodGroupDetail",
     "BAD_FILTER",
     "ERRORS",
     "REFUSED",

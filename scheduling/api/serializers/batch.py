@@ -1,0 +1,245 @@
+"""Queues and pod groups (jobs): the tree with its usage, the jobs with their members, and the
+operator's writes. Figures are objects by resource (`vgpus`, `gpumem` MiB, `gpucores` percent
+of a card), the same keys in and out; null is none (guarantee, quota) or unlimited (limit)."""
+
+from __future__ import annotations
+
+import math
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from scheduling.engine.batch import RESOURCES
+from scheduling.models import INT32_MAX, Pod, PodGroup, Queue
+from scheduling.services.batch import KINDS, QueueNode
+
+from .fields import StrictCharField, StrictIntegerField, max_length
+from .history import DecisionSerializer
+from .pods import DNS_LABEL
+
+#: The largest figure taken: far above any cluster, well inside a signed 64-bit column.
+MOST = 10**15
+
+
+class FiguresSerializer(serializers.Serializer):
+    """One figure per resource; null: none (guarantee, quota) or unlimited (limit)."""
+
+    vgpus = StrictIntegerField(min_value=0, max_value=MOST, allow_null=True, required=False)
+    gpumem = StrictIntegerField(min_value=0, max_value=MOST, allow_null=True, required=False, help_text="MiB")
+    gpucores = StrictIntegerField(
+        min_value=0, max_value=MOST, allow_null=True, required=False, help_text="percent of a card"
+    )
+
+
+class UsageSerializer(serializers.Serializer):
+    """What the active allocations hold, in vGPU units (per vGPU: a 2-card 4000 MiB ask is 8000 MiB)."""
+
+    vgpus = serializers.IntegerField()
+    gpumem = serializers.IntegerField(help_text="MiB")
+    gpucores = serializers.IntegerField(help_text="percent of a card")
+
+
+class CountsSerializer(serializers.Serializer):
+    pending = serializers.IntegerField()
+    running = serializers.IntegerField(help_text="scheduled or running (pods); running (jobs)")
+
+
+class QueueSerializer(serializers.Serializer):
+    """A queue of the tree: usage and counts are its own plus its children's."""
+
+    name = serializers.CharField()
+    parent = serializers.CharField(allow_null=True)
+    children = serializers.ListField(child=serializers.CharField())
+    depth = serializers.IntegerField(help_text="0 for a root queue")
+    leaf = serializers.BooleanField(help_text="only leaf queues take pods")
+    weight = serializers.FloatField()
+    namespaces = serializers.ListField(child=serializers.CharField())
+    used = UsageSerializer()
+    guarantee = FiguresSerializer()
+    quota = FiguresSerializer()
+    limit = FiguresSerializer()
+    fair_share = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="per resource: guarantee, plus the parent's rest by weight among queues with work waiting",
+    )
+    pods = CountsSerializer()
+    jobs = CountsSerializer()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def to_representation(self, node: QueueNode) -> dict:
+        queue = node.queue
+        return {
+            "name": queue.name,
+            "parent": node.parent,
+            "children": list(node.children),
+            "depth": node.depth,
+            "leaf": node.leaf,
+            "weight": queue.weight,
+            "namespaces": list(queue.namespaces or []),
+            "used": dict(node.used),
+            **{kind: queue.figures(kind) for kind in KINDS},
+            "fair_share": {resource: round(node.fair_share.get(resource, 0.0), 2) for resource in RESOURCES},
+            "pods": {"pending": node.pending_pods, "running": node.running_pods},
+            "jobs": {"pending": node.pending_jobs, "running": node.running_jobs},
+            "created_at": serializers.DateTimeField().to_representation(queue.created_at),
+            "updated_at": serializers.DateTimeField().to_representation(queue.updated_at),
+        }
+
+
+class QueueWriteSerializer(serializers.Serializer):
+    """`POST queues/` and `PATCH queues/{name}/`: what is sent changes, the rest stays.
+    In a figures object, a resource left out stays as it was; null clears it."""
+
+    name = StrictCharField(max_length=max_length(Queue, "name"), help_text="create only")
+    parent = StrictCharField(
+        max_length=max_length(Queue, "name"), allow_null=True, required=False, help_text="a queue name"
+    )
+    weight = serializers.FloatField(required=False, min_value=0, max_value=1e6)
+    namespaces = serializers.ListField(child=StrictCharField(max_length=63), required=False, max_length=1000)
+    guarantee = FiguresSerializer(required=False)
+    quota = FiguresSerializer(required=False)
+    limit = FiguresSerializer(required=False)
+
+    def validate_name(self, value: str) -> str:
+        if not DNS_LABEL.fullmatch(value):
+            raise serializers.ValidationError("must be lower-case letters, digits and '-'")
+        return value
+
+    def validate_weight(self, value: float) -> float:
+        if not math.isfinite(value) or value <= 0:
+            raise serializers.ValidationError("must be greater than 0")
+        return value
+
+    def validate_namespaces(self, value: list[str]) -> list[str]:
+        bad = [name for name in value if not DNS_LABEL.fullmatch(name)]
+        if bad:
+            raise serializers.ValidationError(f"not namespace names: {', '.join(bad[:5])}")
+        return value
+
+    def changes(self) -> dict:
+        """The validated body as service keywords (`guarantee_gpumem=...`), name left out."""
+        data = dict(self.validated_data)
+        data.pop("name", None)
+        out = {}
+        for kind in KINDS:
+            for resource, value in (data.pop(kind, None) or {}).items():
+                out[f"{kind}_{resource}"] = value
+        out.update(data)
+        return out
+
+
+class MemberDecisionSerializer(DecisionSerializer):
+    """A member's latest decision, with the batch verdict (gang, queue, quota) when one held it."""
+
+    batch = serializers.SerializerMethodField()
+
+    class Meta(DecisionSerializer.Meta):
+        fields = DecisionSerializer.Meta.fields + ["batch"]
+        read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.DictField(
+            allow_null=True,
+            help_text="reason (GangUnschedulable, QueueLimitExceeded, ...), message, would_fit_on",
+        )
+    )
+    def get_batch(self, decision) -> dict | None:
+        return (decision.payload or {}).get("batch")
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    """A pod of the job: where it landed, or why not."""
+
+    pod = serializers.CharField(source="key", read_only=True, help_text="NAMESPACE/NAME")
+    node = serializers.CharField(source="node.name", read_only=True, allow_null=True)
+    decision = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Pod
+        fields = ["pod", "name", "status", "node", "reason", "decision"]
+        read_only_fields = fields
+
+    @extend_schema_field(MemberDecisionSerializer(allow_null=True))
+    def get_decision(self, pod: Pod) -> dict | None:
+        latest = pod.latest_decision
+        return MemberDecisionSerializer(latest).data if latest else None
+
+
+class PodGroupSerializer(serializers.ModelSerializer):
+    """A job (gang): its figures, phase and conditions, and its members with their last decision."""
+
+    queue = serializers.SerializerMethodField()
+    min_resources = serializers.SerializerMethodField()
+    members = serializers.SerializerMethodField()
+
+    class Meta:
+        model = PodGroup
+        fields = [
+            "namespace",
+            "name",
+            "min_member",
+            "min_resources",
+            "queue",
+            "priority",
+            "schedule_timeout_seconds",
+            "on_timeout",
+            "source",
+            "phase",
+            "reason",
+            "conditions",
+            "created_at",
+            "updated_at",
+            "running_at",
+            "finished_at",
+            "members",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.CharField(allow_null=True, help_text="null: the default queue"))
+    def get_queue(self, group: PodGroup) -> str | None:
+        return group.queue.name if group.queue else None
+
+    @extend_schema_field(FiguresSerializer)
+    def get_min_resources(self, group: PodGroup) -> dict:
+        return {resource: getattr(group, f"min_{resource}") for resource in RESOURCES}
+
+    @extend_schema_field(MemberSerializer(many=True))
+    def get_members(self, group: PodGroup) -> list[dict]:
+        members = getattr(group, "members", None)
+        if members is None:
+            members = list(group.pods.select_related("node").with_latest_decision().order_by("name"))
+            Pod.objects.latest_decisions(members)
+        return MemberSerializer(members, many=True).data
+
+
+class PodGroupWriteSerializer(serializers.Serializer):
+    """`POST podgroups/` and `PATCH podgroups/{namespace}/{name}/`: what is sent changes."""
+
+    namespace = StrictCharField(
+        max_length=max_length(PodGroup, "namespace"), required=False, default="default"
+    )
+    name = StrictCharField(max_length=max_length(PodGroup, "name"), help_text="create only")
+    min_member = StrictIntegerField(required=False, min_value=1, max_value=1_000_000)
+    min_resources = FiguresSerializer(required=False)
+    queue = StrictCharField(
+        max_length=max_length(Queue, "name"), allow_null=True, required=False, help_text="null: default"
+    )
+    priority = StrictIntegerField(required=False, min_value=-INT32_MAX - 1, max_value=INT32_MAX)
+    schedule_timeout_seconds = StrictIntegerField(
+        required=False, allow_null=True, min_value=1, max_value=INT32_MAX
+    )
+    on_timeout = serializers.ChoiceField(choices=PodGroup.ON_TIMEOUT, required=False)
+
+    def validate_namespace(self, value: str) -> str:
+        if not DNS_LABEL.fullmatch(value):
+            raise serializers.ValidationError("must be a Kubernetes namespace name")
+        return value
+
+    def changes(self) -> dict:
+        data = dict(self.validated_data)
+        data.pop("name", None)
+        data.pop("namespace", None)
+        for resource, value in (data.pop("min_resources", None) or {}).items():
+            data[f"min_{resource}"] = value
+        return data

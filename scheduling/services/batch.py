@@ -1,0 +1,389 @@
+"""Queues and pod groups: the operator's writes (REST API, admin), and the queue tree as every
+face reads it (`queue_tree`).
+
+Each write validates first (a `ValidationError` keyed by the field at fault, nothing written),
+writes in one transaction, records an `operator_action` Event saying who did it, and asks for a
+cycle on commit: a raised limit or a smaller `min_member` may let a waiting job in.
+
+The tree's rules: weight > 0; no queue is its own ancestor; only leaf queues take pods, so a
+queue holding pods or unfinished jobs cannot become a parent, nor be deleted, and `default`
+(where pods of no queue go) is never a parent nor deleted; per resource guarantee <= quota <=
+limit where set, and the children's guarantees sum to at most the parent's guarantee (its limit
+when it guarantees nothing).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count
+
+from scheduling.dbretry import retry_on_conflict
+from scheduling.engine.batch import DEFAULT_QUEUE, RESOURCES, Usage, zero
+from scheduling.models import Event, Pod, PodGroup, Queue, record_event
+from scheduling.pipeline.batch import fair_share_book, queue_usage
+from scheduling.pipeline.triggers import request_cycle
+
+KINDS = ("guarantee", "quota", "limit")
+FIGURES = tuple(f"{kind}_{resource}" for kind in KINDS for resource in RESOURCES)
+QUEUE_FIELDS = ("parent", "weight", "namespaces", *FIGURES)
+GROUP_FIELDS = (
+    "min_member",
+    "min_vgpus",
+    "min_gpumem",
+    "min_gpucores",
+    "queue",
+    "priority",
+    "schedule_timeout_seconds",
+    "on_timeout",
+)
+#: Pod statuses that hold or wait for cards: a queue with such pods is in use.
+LIVE_STATUSES = (Pod.PENDING, Pod.SCHEDULED, Pod.RUNNING)
+LIVE_PHASES = (PodGroup.PENDING, PodGroup.INQUEUE, PodGroup.RUNNING)
+NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _audit(subject: str, reason: str, message: str, by: str) -> None:
+    record_event(Event.OPERATOR_ACTION, subject, reason, message, actor=by, severity=Event.NORMAL)
+
+
+def _in_use(queue: Queue) -> str | None:
+    """Why the queue holds work (live pods, unfinished jobs), else None."""
+    pods = Pod.objects.filter(queue=queue, status__in=LIVE_STATUSES).count()
+    if queue.name == DEFAULT_QUEUE:
+        pods += Pod.objects.filter(queue__isnull=True, status__in=LIVE_STATUSES).count()
+    groups = PodGroup.objects.filter(queue=queue, phase__in=LIVE_PHASES).count()
+    if pods or groups:
+        return f"queue {queue.name} holds {pods} pods and {groups} unfinished jobs"
+    return None
+
+
+def _guarantee_room(parent: Queue, children: list[Queue]) -> dict[str, str]:
+    """Errors by field when the children's guarantees exceed what the parent can give."""
+    errors = {}
+    for resource in RESOURCES:
+        bound = getattr(parent, f"guarantee_{resource}")
+        what = "guarantee"
+        if bound is None:
+            bound, what = getattr(parent, f"limit_{resource}"), "limit"
+        if bound is None:
+            continue
+        total = sum(getattr(child, f"guarantee_{resource}") or 0 for child in children)
+        if total > bound:
+            names = ", ".join(sorted(child.name for child in children))
+            errors[f"guarantee_{resource}"] = (
+                f"children of {parent.name} ({names}) guarantee {total} in all, over its {what} {bound}"
+            )
+    return errors
+
+
+def validate_queue(queue: Queue) -> None:
+    """Raise ValidationError naming each field at fault; `queue` is the row as it would be saved."""
+    errors: dict[str, list[str]] = {}
+
+    def fail(name: str, message: str) -> None:
+        errors.setdefault(name, []).append(message)
+
+    if not isinstance(queue.name, str) or not NAME.fullmatch(queue.name or "") or len(queue.name) > 63:
+        fail("name", "must be a Kubernetes name: lower-case letters, digits and '-', at most 63")
+    elif Queue.objects.filter(name=queue.name).exclude(pk=queue.pk).exists():
+        fail("name", f"a queue named {queue.name} exists")
+    if not isinstance(queue.namespaces, list) or not all(
+        isinstance(n, str) and NAME.fullmatch(n) and len(n) <= 63 for n in queue.namespaces
+    ):
+        fail("namespaces", "must be a list of Kubernetes namespace names")
+    try:
+        queue.clean()
+    except ValidationError as exc:
+        for name, messages in exc.message_dict.items():
+            for message in messages:
+                fail(name, message)
+    for resource, unit in RESOURCES.items():
+        guarantee, quota, limit = (getattr(queue, f"{kind}_{resource}") for kind in KINDS)
+        if guarantee is not None and quota is not None and guarantee > quota:
+            fail(f"guarantee_{resource}", f"guarantee {guarantee} is over the quota {quota} ({unit})")
+        if quota is not None and limit is not None and quota > limit:
+            fail(f"quota_{resource}", f"quota {quota} is over the limit {limit} ({unit})")
+        if guarantee is not None and limit is not None and guarantee > limit:
+            fail(f"guarantee_{resource}", f"guarantee {guarantee} is over the limit {limit} ({unit})")
+    parent = queue.parent
+    if parent is not None and "parent" not in errors:
+        if parent.name == DEFAULT_QUEUE:
+            fail("parent", "the default queue takes the pods of no queue: it cannot have children")
+        elif (why := _in_use(parent)) is not None:
+            fail("parent", f"only leaf queues take pods: {why}")
+        else:
+            siblings = [q for q in Queue.objects.filter(parent=parent).exclude(pk=queue.pk)]
+            for name, message in _guarantee_room(parent, [*siblings, queue]).items():
+                fail(name, message)
+    if queue.pk is not None:
+        children = list(Queue.objects.filter(parent_id=queue.pk))
+        if children and queue.name == DEFAULT_QUEUE:
+            fail("name", "the default queue cannot have children")
+        for name, message in _guarantee_room(queue, children).items():
+            fail(name, message)
+    if errors:
+        raise ValidationError(errors)
+
+
+def _parent(name: str | None) -> Queue | None:
+    if name in (None, ""):
+        return None
+    found = Queue.objects.filter(name=name).first()
+    if found is None:
+        raise ValidationError({"parent": [f"no queue named {name}"]})
+    return found
+
+
+def _apply_queue(queue: Queue, changes: dict) -> list[str]:
+    unknown = sorted(set(changes) - set(QUEUE_FIELDS))
+    if unknown:
+        raise ValidationError({name: ["not a queue field"] for name in unknown})
+    changed = []
+    for name, value in changes.items():
+        if name == "parent":
+            value = _parent(value)
+            if (value.pk if value else None) == queue.parent_id:
+                continue
+        elif getattr(queue, name) == value:
+            continue
+        setattr(queue, name, value)
+        changed.append(name)
+    return changed
+
+
+@retry_on_conflict
+def create_queue(name: str, by: str = "", **changes) -> Queue:
+    """A new queue; `parent` by name. Raises ValidationError naming the field."""
+    with transaction.atomic():
+        queue = Queue(name=name)
+        _apply_queue(queue, changes)
+        validate_queue(queue)
+        queue.save()
+        request_cycle(f"queue {name} created")
+    parent = f" under {queue.parent.name}" if queue.parent else ""
+    _audit(f"queue/{name}", "QueueCreate", f"queue {name}{parent} created by {by}", by)
+    return queue
+
+
+@retry_on_conflict
+def update_queue(name: str, by: str = "", **changes) -> Queue:
+    """Change a queue's parent, weight, namespaces or figures. Raises Queue.DoesNotExist,
+    ValidationError naming the field."""
+    with transaction.atomic():
+        queue = Queue.objects.select_for_update(no_key=True).get(name=name)
+        changed = _apply_queue(queue, changes)
+        if not changed:
+            return queue
+        validate_queue(queue)
+        queue.save()
+        request_cycle(f"queue {name} changed")
+    _audit(f"queue/{name}", "QueueUpdate", f"queue {name}: {', '.join(changed)} changed by {by}", by)
+    return queue
+
+
+@retry_on_conflict
+def delete_queue(name: str, by: str = "") -> None:
+    """Delete an unused leaf queue. Raises Queue.DoesNotExist, ValidationError when it is
+    `default`, has children, or holds pods or unfinished jobs."""
+    with transaction.atomic():
+        queue = Queue.objects.select_for_update(no_key=True).get(name=name)
+        if queue.name == DEFAULT_QUEUE:
+            raise ValidationError({"name": ["the default queue is never deleted"]})
+        children = sorted(queue.children.values_list("name", flat=True))
+        if children:
+            raise ValidationError({"name": [f"queue {name} has children: {', '.join(children)}"]})
+        if (why := _in_use(queue)) is not None:
+            raise ValidationError({"name": [why]})
+        queue.delete()
+    _audit(f"queue/{name}", "QueueDelete", f"queue {name} deleted by {by}", by)
+
+
+def validate_pod_group(group: PodGroup) -> None:
+    """Raise ValidationError naming each field at fault; `group` as it would be saved."""
+    errors: dict[str, list[str]] = {}
+    if not isinstance(group.min_member, int) or group.min_member < 1:
+        errors["min_member"] = ["must be at least 1"]
+    if not isinstance(group.namespace, str) or not NAME.fullmatch(group.namespace or ""):
+        errors["namespace"] = ["must be a Kubernetes namespace name"]
+    if not isinstance(group.name, str) or not group.name.strip() or len(group.name) > 253:
+        errors["name"] = ["must be a name of at most 253 characters"]
+    elif PodGroup.objects.filter(namespace=group.namespace, name=group.name).exclude(pk=group.pk).exists():
+        errors["name"] = [f"a pod group {group.key} exists"]
+    if group.queue is not None and Queue.objects.filter(parent=group.queue).exists():
+        errors["queue"] = [f"queue {group.queue.name} has children: only leaf queues take pods"]
+    if group.on_timeout not in dict(PodGroup.ON_TIMEOUT):
+        errors["on_timeout"] = [f"one of {', '.join(dict(PodGroup.ON_TIMEOUT))}"]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _apply_group(group: PodGroup, changes: dict) -> list[str]:
+    unknown = sorted(set(changes) - set(GROUP_FIELDS))
+    if unknown:
+        raise ValidationError({name: ["not a pod group field"] for name in unknown})
+    changed = []
+    for name, value in changes.items():
+        if name == "queue":
+            if value in (None, ""):
+                value = None
+            else:
+                found = Queue.objects.filter(name=value).first()
+                if found is None:
+                    raise ValidationError({"queue": [f"no queue named {value}"]})
+                value = found
+            if (value.pk if value else None) == group.queue_id:
+                continue
+        elif getattr(group, name) == value:
+            continue
+        setattr(group, name, value)
+        changed.append(name)
+    return changed
+
+
+@retry_on_conflict
+def create_pod_group(namespace: str, name: str, by: str = "", **changes) -> PodGroup:
+    """A job made by an operator (source `api`); `queue` by name. Raises ValidationError."""
+    with transaction.atomic():
+        group = PodGroup(namespace=namespace, name=name, source="api")
+        _apply_group(group, changes)
+        validate_pod_group(group)
+        group.save()
+        request_cycle(f"pod group {group.key} created")
+    _audit(f"podgroup/{group.key}", "PodGroupCreate", f"pod group {group.key} created by {by}", by)
+    return group
+
+
+@retry_on_conflict
+def update_pod_group(namespace: str, name: str, by: str = "", **changes) -> PodGroup:
+    """Change a job's figures or queue. Raises PodGroup.DoesNotExist, ValidationError."""
+    with transaction.atomic():
+        group = PodGroup.objects.select_for_update(no_key=True).get(namespace=namespace, name=name)
+        changed = _apply_group(group, changes)
+        if not changed:
+            return group
+        validate_pod_group(group)
+        group.save()
+        request_cycle(f"pod group {group.key} changed")
+    _audit(
+        f"podgroup/{group.key}",
+        "PodGroupUpdate",
+        f"pod group {group.key}: {', '.join(changed)} changed by {by}",
+        by,
+    )
+    return group
+
+
+# --- the queue tree, as the API, the pages and the metrics read it ----------------------
+
+
+@dataclass
+class QueueNode:
+    """One queue with what its subtree holds and waits for (usage summed into ancestors)."""
+
+    queue: Queue
+    depth: int = 0
+    children: list[str] = field(default_factory=list)
+    used: Usage = field(default_factory=zero)
+    pending_pods: int = 0
+    running_pods: int = 0
+    pending_jobs: int = 0
+    running_jobs: int = 0
+    #: Fair share per resource as the next cycle computes it (`QueueBook.fair_shares`).
+    fair_share: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.queue.name
+
+    @property
+    def parent(self) -> str | None:
+        return self.queue.parent.name if self.queue.parent else None
+
+    @property
+    def leaf(self) -> bool:
+        return not self.children
+
+    def resources(self) -> list[dict]:
+        """Per resource: used against guarantee, quota and limit (None: none / unlimited)."""
+        return [
+            {
+                "resource": resource,
+                "unit": unit,
+                "used": self.used[resource],
+                **{kind: getattr(self.queue, f"{kind}_{resource}") for kind in KINDS},
+                "fair_share": round(self.fair_share.get(resource, 0.0), 2),
+            }
+            for resource, unit in RESOURCES.items()
+        ]
+
+
+def queue_tree() -> list[QueueNode]:
+    """Every queue, depth first (roots and siblings by name), with usage from the active
+    allocations and pod and job counts, each summed into its ancestors; five queries."""
+    Queue.default()
+    queues = list(Queue.objects.select_related("parent").order_by("name"))
+    nodes = {queue.name: QueueNode(queue) for queue in queues}
+    for queue in queues:
+        if queue.parent and queue.parent.name in nodes:
+            nodes[queue.parent.name].children.append(queue.name)
+    own: dict[str, QueueNode] = {name: QueueNode(node.queue) for name, node in nodes.items()}
+    for name, used in queue_usage().items():
+        if name in own:
+            own[name].used = used
+    pods = (
+        Pod.objects.filter(status__in=LIVE_STATUSES).values("queue__name", "status").annotate(n=Count("id"))
+    )
+    for row in pods.order_by():
+        mine = own.get(row["queue__name"] or DEFAULT_QUEUE)
+        if mine is None:
+            continue
+        if row["status"] == Pod.PENDING:
+            mine.pending_pods += row["n"]
+        else:
+            mine.running_pods += row["n"]
+    jobs = (
+        PodGroup.objects.filter(phase__in=LIVE_PHASES).values("queue__name", "phase").annotate(n=Count("id"))
+    )
+    for row in jobs.order_by():
+        mine = own.get(row["queue__name"] or DEFAULT_QUEUE)
+        if mine is None:
+            continue
+        if row["phase"] == PodGroup.RUNNING:
+            mine.running_jobs += row["n"]
+        else:
+            mine.pending_jobs += row["n"]
+    for name, mine in own.items():
+        seen: set[str] = set()
+        current: str | None = name
+        while current is not None and current not in seen and current in nodes:
+            seen.add(current)
+            node = nodes[current]
+            for resource in RESOURCES:
+                node.used[resource] += mine.used[resource]
+            node.pending_pods += mine.pending_pods
+            node.running_pods += mine.running_pods
+            node.pending_jobs += mine.pending_jobs
+            node.running_jobs += mine.running_jobs
+            current = node.parent
+    for name, share in fair_share_book().fair.items():
+        if name in nodes:
+            nodes[name].fair_share = share
+    out: list[QueueNode] = []
+
+    def walk(name: str, depth: int, path: set[str]) -> None:
+        if name in path:
+            return
+        node = nodes[name]
+        node.depth = depth
+        out.append(node)
+        for child in node.children:
+            walk(child, depth + 1, path | {name})
+
+    for node in list(nodes.values()):
+        if node.parent is None or node.parent not in nodes:
+            walk(node.name, 0, set())
+    return out

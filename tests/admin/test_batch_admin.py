@@ -1,0 +1,92 @@
+"""Queues, jobs and namespace quotas in the admin: forms save through the services (the tree's
+rules, the audit record), refusals land on the field, quotas are read-only."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from scheduling import services
+from scheduling.models import Event, NamespaceQuota, Queue
+
+pytestmark = pytest.mark.django_db
+
+FIGURES = {name: "" for name in services.batch.FIGURES}
+
+
+def queue_form(**values) -> dict:
+    return {"name": "", "parent": "", "weight": "1", "namespaces": "[]", **FIGURES, **values}
+
+
+def test_every_batch_changelist_and_change_page_renders(admin_client):
+    services.create_queue("team")
+    group = services.create_pod_group("ml", "train", min_member=2, queue="team")
+    NamespaceQuota.objects.create(namespace="ml", quota="gpu", resource="gpumem", hard=40960)
+    for model, obj in (
+        ("queue", Queue.objects.get(name="team")),
+        ("podgroup", group),
+        ("namespacequota", NamespaceQuota.objects.get()),
+    ):
+        assert admin_client.get(reverse(f"admin:scheduling_{model}_changelist")).status_code == 200
+        assert admin_client.get(reverse(f"admin:scheduling_{model}_change", args=[obj.pk])).status_code == 200
+
+
+def test_a_queue_added_in_the_admin_goes_through_the_service(admin_client):
+    answer = admin_client.post(
+        reverse("admin:scheduling_queue_add"), queue_form(name="research", weight="2", limit_gpumem="102400")
+    )
+    assert answer.status_code == 302, answer.content[:2000]
+    assert Queue.objects.get(name="research").limit_gpumem == 102400
+    assert Event.objects.filter(subject="queue/research", reason="QueueCreate", actor="admin").exists()
+
+
+def test_the_admin_form_puts_the_tree_rules_on_their_fields(admin_client):
+    answer = admin_client.post(
+        reverse("admin:scheduling_queue_add"),
+        queue_form(name="q", guarantee_gpumem="9000", quota_gpumem="8000"),
+    )
+    assert answer.status_code == 200
+    assert (
+        "guarantee 9000 is over the quota 8000"
+        in answer.context["adminform"].form.errors["guarantee_gpumem"][0]
+    )
+    default = Queue.default()
+    answer = admin_client.post(
+        reverse("admin:scheduling_queue_add"), queue_form(name="child", parent=str(default.pk))
+    )
+    assert "cannot have children" in answer.context["adminform"].form.errors["parent"][0]
+    assert not Queue.objects.filter(name__in=("q", "child")).exists()
+
+
+def test_default_is_never_deleted_and_quotas_are_read_only(admin_client):
+    default = Queue.default()
+    assert admin_client.get(reverse("admin:scheduling_queue_delete", args=[default.pk])).status_code == 403
+    quota = NamespaceQuota.objects.create(namespace="ml", quota="gpu", resource="vgpus", hard=8)
+    assert admin_client.get(reverse("admin:scheduling_namespacequota_add")).status_code == 403
+    admin_client.post(reverse("admin:scheduling_namespacequota_change", args=[quota.pk]), {"hard": "100"})
+    quota.refresh_from_db()
+    assert quota.hard == 8
+
+
+def test_a_job_edited_in_the_admin_goes_through_the_service(admin_client):
+    services.create_queue("team")
+    group = services.create_pod_group("ml", "train", min_member=2)
+    team = Queue.objects.get(name="team")
+    form = {"min_member": "4", "queue": str(team.pk), "priority": "0", "on_timeout": "pending"}
+    form.update({"min_vgpus": "", "min_gpumem": "", "min_gpucores": "", "schedule_timeout_seconds": ""})
+    form.update(
+        {
+            "pods-TOTAL_FORMS": "0",
+            "pods-INITIAL_FORMS": "0",
+            "pods-MIN_NUM_FORMS": "0",
+            "pods-MAX_NUM_FORMS": "0",
+        }
+    )
+    answer = admin_client.post(reverse("admin:scheduling_podgroup_change", args=[group.pk]), form)
+    assert answer.status_code == 302, answer.content[:3000]
+    group.refresh_from_db()
+    assert (group.min_member, group.queue) == (4, team)
+    assert Event.objects.filter(subject="podgroup/ml/train", reason="PodGroupUpdate").exists()
+    form["min_member"] = "0"
+    answer = admin_client.post(reverse("admin:scheduling_podgroup_change", args=[group.pk]), form)
+    assert answer.status_code == 200 and "min_member" in answer.context["adminform"].form.errors
