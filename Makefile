@@ -24,7 +24,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -m "not chaos" $(PYTEST_ARGS)
 
 # Faults, fuzzing, security table and concurrency figures (docs/reliability.md).
-# CHAOS_SCALE=ci (default, about 3 minutes) or full; loopback only; figures also in var/chaos-figures.jsonl.
+# CHAOS_SCALE=ci (default, what CI runs: about 2 minutes on 2 quiet cores) or full; loopback only;
+# figures also in var/chaos-figures.jsonl.
 CHAOS_SCALE ?= ci
 chaos: $(STAMP)
 	rm -f var/chaos-figures.jsonl

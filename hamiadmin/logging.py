@@ -87,6 +87,11 @@ def _short(value) -> str:
 _PATH_SECRET = re.compile(r"(/extender/key/)[^/\s\"']+")
 
 
+def redact_path_secrets(text: str) -> str:
+    """`text` with the token of any `/extender/key/<token>` replaced by [redacted]."""
+    return _PATH_SECRET.sub(r"\1" + REDACTED, text) if "/extender/key/" in text else text
+
+
 class RedactPathSecrets(logging.Filter):
     """Rewrites `/extender/key/<token>/` in a record's text, e.g. Django's "Not Found: ..."
     warnings and the development server's access lines, so the token never reaches a log."""
@@ -94,7 +99,7 @@ class RedactPathSecrets(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if "/extender/key/" in message:
-            record.msg, record.args = _PATH_SECRET.sub(r"\1" + REDACTED, message), ()
+            record.msg, record.args = redact_path_secrets(message), ()
         return True
 
 

@@ -200,6 +200,9 @@ HAMIADMIN = {
     "HOUSEKEEPING_SECONDS": float(os.environ.get("HAMI_HOUSEKEEPING_SECONDS", "30")),
     "CYCLES_KEPT": int(os.environ.get("HAMI_CYCLES_KEPT", "10000")),
     "FINISHED_PODS_KEPT_HOURS": float(os.environ.get("HAMI_FINISHED_PODS_KEPT_HOURS", "168")),
+    # Batch (engine/jobs.py): a job still unplaced after this long holds the nodes it came
+    # closest on for the rest of each cycle, so smaller jobs cannot starve it; <= 0: never.
+    "RESERVE_AFTER_SECONDS": float(os.environ.get("HAMI_RESERVE_AFTER_SECONDS", "300")),
     # Test-only fault hook: sleep inside the commit after writing allocations (0 = off).
     "FAULT_COMMIT_PAUSE_SECONDS": float(os.environ.get("HAMI_FAULT_COMMIT_PAUSE_SECONDS", "0")),
     # Kubernetes integration (kube, docs/kubernetes.md).
@@ -268,10 +271,15 @@ REST_FRAMEWORK = {
     # JSON only, and no body over DATA_UPLOAD_MAX_MEMORY_SIZE (DRF's parsers do not check it).
     "DEFAULT_PARSER_CLASSES": ["scheduling.api.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
-    # Per-process counters (local-memory cache); generous so demo agents and tests pass.
+    # Per-process counters (local-memory cache); generous so demo agents, the tests and the
+    # load test (200 pods/s submitted and as many released, one token) pass.
     "DEFAULT_THROTTLE_RATES": {
         "agent-report": os.environ.get("HAMI_THROTTLE_REPORT", "600/min"),
-        "pod-submit": os.environ.get("HAMI_THROTTLE_SUBMIT", "600/min"),
+        "pod-submit": os.environ.get("HAMI_THROTTLE_SUBMIT", "300/s"),
+        # Every token-authenticated write, per token user (scheduling/api/throttles.py).
+        "token-writes": os.environ.get("HAMI_THROTTLE_TOKEN_WRITES", "600/s"),
+        # Sign-in forms sent to the dashboard, per client address, right or wrong.
+        "login": os.environ.get("HAMI_THROTTLE_LOGIN", "30/min"),
         "simulate": os.environ.get("HAMI_THROTTLE_SIMULATE", "30/min"),
         # Simulations sent to a worker, per user, counted in the shared cache.
         "simulate-queued": os.environ.get("HAMI_THROTTLE_SIMULATE_QUEUED", "20/hour"),
@@ -300,15 +308,18 @@ SPECTACULAR_SETTINGS = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("HAMI_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
 
 # --- Production posture -------------------------------------------------------
+# Each HTTPS setting `check --deploy` looks at comes from the environment under its own
+# name; on by default in production (so the check is clean), off otherwise (so `make run`
+# serves http://127.0.0.1:8000). tests/chaos/test_security.py runs the check.
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", PRODUCTION)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", PRODUCTION)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 if PRODUCTION:
-    SESSION_COOKIE_SECURE = True
-    CSRF_COOKIE_SECURE = True
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
-    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 # JSON lines in production (or LOG_FORMAT=json), readable lines otherwise (hamiadmin/logging.py).
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "json" if PRODUCTION else "plain").strip().lower()

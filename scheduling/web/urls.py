@@ -2,7 +2,8 @@
 
 from django.urls import include, path
 
-from scheduling.web import actions, views
+from scheduling.web import actions, batch, views
+from scheduling.web.login import ThrottledLoginView
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,6 +14,8 @@ urlpatterns = [
     path("simulator/", views.simulator, name="simulator"),
     path("cycles/", views.cycles, name="cycles"),
     path("events/", views.events, name="events"),
+    path("queues/", batch.queues, name="queues"),
+    path("jobs/<str:namespace>/<str:name>/", batch.job, name="job"),
     path("live/", views.live, name="live"),
     path("nodes/<str:name>/cordon/", actions.node_cordon, {"on": True}, name="node-cordon"),
     path("nodes/<str:name>/uncordon/", actions.node_cordon, {"on": False}, name="node-uncordon"),
@@ -20,5 +23,6 @@ urlpatterns = [
     path("cards/<str:uuid>/uncordon/", actions.card_cordon, {"on": False}, name="card-uncordon"),
     path("pods/<str:namespace>/<str:name>/requeue/", actions.pod_requeue, name="pod-requeue"),
     path("pods/<str:namespace>/<str:name>/delete/", actions.pod_delete, name="pod-delete"),
+    path("accounts/login/", ThrottledLoginView.as_view(), name="login"),  # before auth.urls' own
     path("accounts/", include("django.contrib.auth.urls")),
 ]

@@ -35,7 +35,7 @@ from .conftest import (
 pytestmark = [pytest.mark.chaos]
 
 WORKERS = 4
-CHURN_SECONDS = 8
+CHURN_SECONDS = SIZES["churn_seconds"]
 
 
 def assert_whole(figures) -> None:
@@ -66,13 +66,16 @@ def test_celery_workers_on_postgresql_never_over_commit(
         celery_worker(url, private_redis.url, shuffle=True, HAMI_SINGLE_FLIGHT=int(single_flight))
         for _ in range(WORKERS)
     ]
-    churn = spawn(
-        "tests.chaos.driver", url, "churn", "--seconds", str(CHURN_SECONDS), redis_url=private_redis.url
-    )
     broker = Celery(broker=private_redis.url)
+    churn = None
     try:
         for _ in range(WORKERS * 2):
             broker.send_task("scheduling.run_cycle", args=["chaos start"])
+        # The churn begins once the workers run cycles, so that all of it overlaps them.
+        wait_until(lambda: sql_value(url, "SELECT count(*) FROM scheduling_cycle") > 0, 60, "a cycle ran")
+        churn = spawn(
+            "tests.chaos.driver", url, "churn", "--seconds", str(CHURN_SECONDS), redis_url=private_redis.url
+        )
         out, err = churn.communicate(timeout=CHURN_SECONDS + 60)
         assert churn.returncode == 0, err[-3000:]
         churned = json.loads(out.strip().splitlines()[-1])
@@ -80,7 +83,7 @@ def test_celery_workers_on_postgresql_never_over_commit(
         for worker in workers:
             assert worker.poll() is None, f"a Celery worker died: {worker.log.tail()}"
     finally:
-        stop_all(workers)
+        stop_all(workers + ([churn] if churn is not None else []))
         broker.close()
     seconds = time.monotonic() - started
     found = driver(url, "check")
@@ -129,7 +132,7 @@ def test_two_processes_on_sqlite_never_over_commit(figures):
         )
         for seed in range(2)
     ]
-    churn = spawn("tests.chaos.driver", url, "churn", "--seconds", "4")
+    churn = spawn("tests.chaos.driver", url, "churn", "--seconds", str(CHURN_SECONDS / 2))
     try:
         out, err = churn.communicate(timeout=60)
         assert churn.returncode == 0, err[-3000:]

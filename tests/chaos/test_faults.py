@@ -194,8 +194,7 @@ def test_the_broker_killed_while_cycles_run_and_brought_back(private_postgres, p
     recoveries: list[float] = []
     refused_while_down = inside = 0
     try:
-        time.sleep(3)  # the worker connects
-        feeder.submit("warm", 4)
+        feeder.submit("warm", 4)  # queued in the broker until the worker has connected
         wait_until(lambda: sql_value(url, UNDECIDED) == 0, 60, "the worker runs cycles")
         for n in range(REPEATS):
             worker.log.skip()
@@ -235,7 +234,6 @@ def test_the_database_stopped_mid_cycle_and_brought_back(private_postgres, priva
     recoveries: list[float] = []
     inside = 0
     try:
-        time.sleep(3)
         feeder.submit("warm", 4)
         wait_until(lambda: sql_value(url, UNDECIDED) == 0, 60, "the worker runs cycles")
         for n in range(REPEATS):

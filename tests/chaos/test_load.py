@@ -77,6 +77,7 @@ def test_sustained_submission_and_release_over_http(private_postgres, private_re
     base = f"http://127.0.0.1:{port}/api/v1"
     latencies: list[float] = []
     errors: list[str] = []
+    throttled = [0]
     lock = threading.Lock()
 
     def call(method: str, path: str, body=None) -> int:
@@ -100,6 +101,7 @@ def test_sustained_submission_and_release_over_http(private_postgres, private_re
             latencies.append(time.monotonic() - started)
             if status >= 500:
                 errors.append(f"{method} {path}: {status}")
+            throttled[0] += status == 429  # a refused submission is not load held
         return status
 
     try:
@@ -161,6 +163,7 @@ def test_sustained_submission_and_release_over_http(private_postgres, private_re
     figures["pods_per_second"] = round(sent[0] / SECONDS, 1)
     figures["requests"] = len(latencies)
     figures["server_errors_5xx"] = len(errors)
+    figures["throttled_429"] = throttled[0]
     figures["api_p50_ms"], figures["api_p99_ms"] = percentile(latencies, 0.5), percentile(latencies, 0.99)
     figures["cycles"] = len(cycles)
     figures["cycle_p50_ms"], figures["cycle_p99_ms"] = percentile(cycles, 0.5), percentile(cycles, 0.99)
@@ -170,6 +173,7 @@ def test_sustained_submission_and_release_over_http(private_postgres, private_re
         figures[key] = found[key]
         figures.require(key, 0)
     assert errors == [], errors[:5]
+    figures.require("throttled_429", 0)  # the default rate limits let 200 pods/s through
     figures.at_least("pods_per_second", RATE * 0.8)
     for process, before in start_rss.items():
         assert end_rss[process] < before * 2 + 50, (

@@ -7,22 +7,34 @@ Figures: cells checked and cells that answered otherwise than the table says (mu
 
 from __future__ import annotations
 
+import io
+import json
+import logging
+import os
+import secrets as secrets_module
+import subprocess
+import sys
+
 import pytest
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import transaction
 from django.test import Client
 from rest_framework.test import APIClient
+from rest_framework.throttling import SimpleRateThrottle
 
+from hamiadmin.logging import JsonFormatter, RedactPathSecrets
 from scheduling import services
 from scheduling.api.tokens import issue_agent_token, issue_role_token
 from scheduling.models import Card
 from scheduling.pipeline import consistency, run_cycle
 from scheduling.roles import role_group
 from tests.api.conftest import client_for, cluster, fresh_throttles, operator  # noqa: F401 (fixtures)
-from tests.api.test_access import ENDPOINTS, RANK, call
+from tests.api.test_access import ENDPOINTS, RANK, call, gpu_pod
 from tests.api.test_access import world as world  # noqa: F401 (fixture)
 from tests.conftest import clear_shared_cache
+
+from .conftest import REPO
 
 pytestmark = [pytest.mark.chaos, pytest.mark.django_db]
 
@@ -250,3 +262,221 @@ def test_sql_metacharacters_in_every_filter_are_400_or_empty(signed_in, figures)
     assert leaked == [], leaked[:10]
     figures.require("server_errors_5xx", 0)
     assert consistency.check().clean
+
+
+#: Token-authenticated writes, one per kind of write path (the `token-writes` limit counts
+#: them together, per token user, whatever the endpoint).
+TOKEN_WRITES = [
+    ("post", "/api/v1/cards/GPU-1-1/cordon/", None),
+    ("post", "/api/v1/cards/GPU-1-1/uncordon/", None),
+    ("post", "/api/v1/pods/", gpu_pod("limited", mem=1000)),
+    ("delete", "/api/v1/pods/default/limited/", None),
+]
+
+
+def test_token_writes_and_sign_ins_are_rate_limited(world, signed_in, monkeypatch, figures):  # noqa: F811
+    """Over `token-writes` a token's next write is 429 with Retry-After, while its reads,
+    another token's writes and a browser's session go on; over `login`, the next sign-in
+    form from that address is 429 even with the right password."""
+    clear_shared_cache()
+    rates = dict(SimpleRateThrottle.THROTTLE_RATES, **{"token-writes": "4/min", "login": "3/min"})
+    monkeypatch.setattr(SimpleRateThrottle, "THROTTLE_RATES", rates)
+    cache.clear()
+    operator_api = caller("operator")
+    written = [
+        call(operator_api, method, path, body, world).status_code for method, path, body in TOKEN_WRITES
+    ]
+    refused = operator_api.post("/api/v1/cards/GPU-1-1/cordon/")
+    figures["token_write_statuses"] = written
+    figures["token_writes_allowed"] = sum(status < 400 for status in written)
+    figures["write_over_the_limit"] = refused.status_code
+    figures.require("token_writes_allowed", len(TOKEN_WRITES))
+    figures.require("write_over_the_limit", 429)
+    assert int(refused["Retry-After"]) > 0
+    others = {
+        "the same token reads": operator_api.get("/api/v1/pods/").status_code,
+        "another token writes": caller("admin").post("/api/v1/cards/GPU-1-1/cordon/").status_code,
+        "a browser session writes": session_api().post("/api/v1/cards/GPU-1-1/uncordon/").status_code,
+    }
+    figures["others_refused"] = sum(status == 429 for status in others.values())
+    figures.require("others_refused", 0)
+    assert all(status < 400 for status in others.values()), others
+
+    sign_ins = [
+        Client().post("/accounts/login/", {"username": "vera", "password": password}).status_code
+        for password in ("wrong", "a-long-password-1", "wrong")
+    ]
+    blocked = Client().post("/accounts/login/", {"username": "vera", "password": "a-long-password-1"})
+    figures["sign_ins_before_the_limit"] = sign_ins
+    figures["sign_in_over_the_limit"] = blocked.status_code
+    assert sign_ins == [200, 302, 200], sign_ins  # wrong (the form again), right (redirect), wrong
+    figures.require("sign_in_over_the_limit", 429)
+    assert int(blocked["Retry-After"]) > 0
+    assert Client().get("/accounts/login/").status_code == 200, "the page itself is not limited"
+
+
+def session_api() -> APIClient:
+    """vera (the signed-in admin of `signed_in`) through the API with her session, no token."""
+    api = APIClient()
+    api.force_login(User.objects.get(username="vera"))
+    return api
+
+
+def test_the_rate_limits_come_from_the_environment():
+    """HAMI_THROTTLE_TOKEN_WRITES and HAMI_THROTTLE_LOGIN set the rates, as every other
+    deployment value (hamiadmin/settings.py)."""
+    env = dict(os.environ, HAMI_THROTTLE_TOKEN_WRITES="7/s", HAMI_THROTTLE_LOGIN="5/hour")
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    shown = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", SHOW_RATES],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout.strip().splitlines()[-1]) == ["7/s", "5/hour"]
+
+
+SHOW_RATES = (
+    "import json; from django.conf import settings; "
+    "r = settings.REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']; "
+    "print(json.dumps([r['token-writes'], r['login']]))"
+)
+
+API_KEY_SENT_WRONG = "0123456789abcdef0123456789abcdef01234567"
+EXTENDER_TOKEN = "extender-secret-4f9c1d2e"
+EXTENDER_WRONG = "extender-guess-77aa31"
+METRICS_TOKEN = "metrics-secret-9e8d7c6b"
+
+
+def console_handlers() -> list[logging.Handler]:
+    """The handlers of hamiadmin's LOGGING (they carry the path redaction), wherever attached."""
+    found = []
+    for name in ("", "django", "django.server"):
+        for handler in logging.getLogger(name).handlers:
+            if any(isinstance(f, RedactPathSecrets) for f in handler.filters) and handler not in found:
+                found.append(handler)
+    return found
+
+
+def test_tokens_never_reach_a_log_line_or_an_error_page(world, settings, monkeypatch, figures):  # noqa: F811
+    """Requests carrying every kind of credential (API token, extender token in the path and
+    in the header, metrics token; right, wrong, and on requests that fail with 400, 401, 404,
+    429 and 500), with every logger at DEBUG and both line formats: no token appears in what
+    the configured handlers write, nor in any answer's body."""
+    settings.HAMIADMIN = {
+        **settings.HAMIADMIN,
+        "EXTENDER_TOKEN": EXTENDER_TOKEN,
+        "METRICS_TOKEN": METRICS_TOKEN,
+        "AUTH_FAILURE_LIMIT": 3,
+    }
+    api_key = issue_role_token("logged-operator", "operator")
+    secrets = [api_key, API_KEY_SENT_WRONG, EXTENDER_TOKEN, EXTENDER_WRONG, METRICS_TOKEN]
+    handlers = console_handlers()
+    assert handlers, "no handler of the LOGGING settings found"
+    written = io.StringIO()
+    twins = []
+    for handler in handlers:
+        monkeypatch.setattr(handler, "stream", written)
+        twin = logging.StreamHandler(written)  # the same records as JSON lines
+        twin.setFormatter(JsonFormatter())
+        twin.addFilter(RedactPathSecrets())
+        twins.append(twin)
+    loggers = [logging.getLogger(name) for name in ("", "django", "django.request", "django.server")]
+    for logger in loggers:
+        monkeypatch.setattr(logger, "level", logging.DEBUG)
+        if logger.handlers:
+            logger.addHandler(twins[0])
+    monkeypatch.setattr("kube.views.filter_pod", explode)
+    cache.clear()
+    clear_shared_cache()
+    web = Client(raise_request_exception=False)
+    token, wrong = f"Token {api_key}", f"Token {API_KEY_SENT_WRONG}"
+    keyed, guessed = f"/extender/key/{EXTENDER_TOKEN}", f"/extender/key/{EXTENDER_WRONG}"
+    pod = json.dumps({"pod": {"metadata": {"name": "p", "namespace": "default"}}, "nodenames": ["node1"]})
+    answers = []
+    try:
+        answers += [
+            web.get("/api/v1/nodes/", HTTP_AUTHORIZATION=token),
+            web.post("/api/v1/pods/", "{", content_type="application/json", HTTP_AUTHORIZATION=token),
+            web.get("/api/v1/pods/default/nobody/", HTTP_AUTHORIZATION=token),
+            web.get("/api/v1/nope/", HTTP_AUTHORIZATION=token),
+            web.post(f"{keyed}/filter", pod, content_type="application/json"),  # 500: filter_pod raises
+            web.post(f"{keyed}/bind", "{}", content_type="application/json"),  # 400
+            web.get(f"{keyed}/filter"),  # 405
+            web.post(f"{keyed}/nowhere", "{}", content_type="application/json"),  # 404
+            web.post(
+                "/extender/filter", "{}", content_type="application/json", HTTP_AUTHORIZATION="Bearer x"
+            ),
+            web.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}"),
+        ]
+        for _ in range(4):  # 401s, then 429 for the address
+            answers += [
+                web.get("/api/v1/nodes/", HTTP_AUTHORIZATION=wrong),
+                web.post(f"{guessed}/filter", pod, content_type="application/json"),
+            ]
+    finally:
+        for logger in loggers:
+            if twins[0] in logger.handlers:
+                logger.removeHandler(twins[0])
+    lines = [line for line in written.getvalue().splitlines() if line.strip()]
+    codes = sorted({answer.status_code for answer in answers})
+    figures["requests"] = len(answers)
+    figures["statuses"] = codes
+    figures["log_lines"] = len(lines)
+    figures["lines_with_the_path_redacted"] = sum("/extender/key/[redacted]" in line for line in lines)
+    figures["lines_with_a_token"] = sum(any(secret in line for secret in secrets) for line in lines)
+    figures["answers_with_a_token"] = sum(
+        any(secret in answer.content.decode(errors="replace") for secret in secrets) for answer in answers
+    )
+    pages = [
+        f"{answer.status_code} {answer.request['PATH_INFO']}"
+        for answer in answers
+        if any(secret in answer.content.decode(errors="replace") for secret in secrets)
+    ]
+    assert pages == [], f"a token in the answer of {pages}"
+    for status in (200, 400, 401, 404, 405, 429, 500):
+        assert status in codes, f"no request answered {status}: {codes}"
+    leaked = [line for line in lines if any(secret in line for secret in secrets)]
+    assert leaked == [], leaked[:5]
+    figures.require("lines_with_a_token", 0)
+    figures.require("answers_with_a_token", 0)
+    figures.at_least("lines_with_the_path_redacted", 1)  # the paths were logged, and redacted
+
+
+def explode(*args, **kwargs):
+    raise RuntimeError("the extender's filter failed")
+
+
+def test_check_deploy_is_clean_under_production_settings(tmp_path, figures):
+    """`manage.py check --deploy --fail-level WARNING` with the environment a production
+    deployment sets (docs/deploy.md): DEBUG off, a long random secret, HTTPS settings from
+    the environment."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SECURE_", "SESSION_", "CSRF_"))
+        and key not in ("DEBUG", "DJANGO_SETTINGS_MODULE")
+    }
+    env.update(
+        HAMIADMIN_ENV="production",
+        SECRET_KEY=secrets_module.token_urlsafe(60),
+        ALLOWED_HOSTS="hamiadmin.example",
+        CSRF_TRUSTED_ORIGINS="https://hamiadmin.example",
+        HAMIADMIN_VAR_DIR=str(tmp_path),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    )
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    figures["check_deploy_exit"] = done.returncode
+    figures["issues"] = 0 if "no issues" in done.stdout else (done.stdout + done.stderr).count("security.W")
+    assert done.returncode == 0 and "no issues" in done.stdout, done.stdout + done.stderr
+    figures.require("issues", 0)

@@ -14,7 +14,6 @@ from urllib.parse import urlparse
 import pytest
 from django.conf import settings
 
-from bench.dashboard import load
 from scheduling import services
 from scheduling.models import Card, Pod
 from tests.conftest import missing_service
@@ -235,30 +234,3 @@ def test_typed_filter_focus_and_open_details_survive_a_live_update(page, viewer_
     details = page.locator("[data-testid=pending-row][data-pod='default/mutex-waits'] details")
     assert details.evaluate("element => element.open") is True
     shot(page, "pending-live-kept-state")
-
-
-@pytest.mark.slow
-def test_cluster_and_pending_pages_at_1000_nodes(page, viewer_user):
-    """1,000 nodes x 8 cards and 5,000 pods (bench/dashboard.py's load): the figures printed,
-    the targets (1 s, 1 MB) asserted loosely, since a shared CI machine is slower."""
-    load(1000, 5000)
-    sign_in(page)
-    figures = {}
-    for path in ("/", "/pending/", "/?sort=-used_memory&page=3"):
-        response = page.goto(path)
-        body = response.body()
-        timing = page.evaluate(
-            "() => { const t = performance.getEntriesByType('navigation')[0];"
-            " return {server: t.responseStart - t.requestStart, load: t.loadEventEnd - t.startTime}; }"
-        )
-        cells = page.locator("[data-testid=heatmap] i").count() if path == "/" else 0
-        figures[path] = (timing["server"], timing["load"], len(body), cells)
-        print(f"{path}: server {timing['server']:.0f} ms, loaded {timing['load']:.0f} ms, {len(body)} bytes")
-        assert response.status == 200
-        assert len(body) < 2_000_000
-        assert timing["server"] < 5_000
-    assert figures["/"][3] == 8000  # one cell per card
-    height = page.goto("/") and page.evaluate("document.querySelector('[data-testid=heatmap]').offsetHeight")
-    print(f"heatmap height: {height} px")
-    assert height < 900  # one screen
-    shot(page, "cluster-1000-nodes")

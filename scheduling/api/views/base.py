@@ -14,6 +14,7 @@ from rest_framework.reverse import reverse
 from rest_framework.views import APIView
 
 from scheduling.api.permissions import RoleRequired
+from scheduling.api.throttles import TokenWriteThrottle
 from scheduling.roles import OPERATOR, VIEWER
 
 
@@ -109,7 +110,8 @@ def check_query_parameters(view, request) -> None:
 
 
 class RoleView:
-    """Mixin: role-based permission, bounded pages. Views set `read_role` / `write_role`."""
+    """Mixin: role-based permission, bounded pages, and the `token-writes` limit on top of
+    the view's own throttles. Views set `read_role` / `write_role`."""
 
     permission_classes = [RoleRequired]
     pagination_class = Pages
@@ -117,6 +119,12 @@ class RoleView:
     write_role = OPERATOR
     #: Lists refuse unknown query parameters (`check_query_parameters`).
     strict_query = True
+
+    def check_throttles(self, request):
+        super().check_throttles(request)
+        throttle = TokenWriteThrottle()
+        if not throttle.allow_request(request, self):
+            self.throttled(request, throttle.wait())
 
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
