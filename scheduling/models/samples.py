@@ -181,7 +181,9 @@ class _Fold:
             cycles=sum(row.cycles for row in rows),
             cycle_p50_ms=(
                 round(
-                    sum(row.cycle_p50_ms * row.cycles for row in timed) / sum(row.cycles for row in timed), 2
+                    sum((row.cycle_p50_ms or 0.0) * row.cycles for row in timed)
+                    / sum(row.cycles for row in timed),
+                    2,
                 )
                 if timed
                 else None
