@@ -68,3 +68,12 @@ def test_the_pod_page_shows_the_batch_verdict_and_links_job_and_queue(viewer_cli
 def test_the_pages_need_a_role(client, job):
     assert client.get("/queues/").status_code == 302
     assert client.get("/jobs/default/train/").status_code == 302
+
+
+def test_the_pending_page_facets_pods_a_batch_rule_held_by_that_rule(viewer_client, job):
+    page = viewer_client.get("/pending/")
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "GangUnschedulable" in body
+    narrowed = viewer_client.get("/pending/?dominant=GangUnschedulable").content.decode()
+    assert "worker-1" in narrowed
