@@ -1,15 +1,17 @@
 """The watcher: keeps the scheduler's tables in step with Kubernetes and binds what it places.
 
 While this instance holds the Lease it runs two informers (pods of our scheduler name,
-or all pods in extender mode, where kube-scheduler places and binds; nodes) and, in its
-own loop (watcher mode):
+or all pods in extender mode, where kube-scheduler places and binds; nodes), in watcher mode
+also ResourceQuotas and the PodGroup CRDs discovery shows served (read before the pods, so a
+gang's figures are known when its members are queued), and, in its own loop (watcher mode):
 
 - on taking the lead, and on every resync after, finishes or fails binds a predecessor left
   half-done (bound, `bind-phase: allocating`: killed between the Binding and its last
   patch; `Binder.repair`);
 - binds pods a cycle has placed (status `scheduled`) that Kubernetes still shows unbound,
-  with back-off per pod after a failed Binding;
-- writes `FailedScheduling` events for pods that wait, `Scheduled` after a binding;
+  with back-off per pod after a failed Binding, a gang's members back to back;
+- writes `FailedScheduling` events for pods that wait, `Scheduled` after a binding, and the
+  PodGroup objects' status;
 - hands the informers' caches to their handlers every `resync_seconds` (node heartbeats,
   and a retry of anything a handler failed to write).
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 from django.db import close_old_connections, connections
 
+from scheduling import services
 from scheduling.engine import ScenarioError, explain
 from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Decision, Pod
@@ -33,11 +36,13 @@ from scheduling.pipeline.snapshot import card_tenants
 
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
-from .binder import BIND_COMPLETED, BOUND, FAILED, GONE, Binder, half_done
+from .binder import BIND_COMPLETED, BOUND, FAILED, GONE, UNAVAILABLE, Binder, half_done
 from .events import MAX_MESSAGE, EventRecorder, PodRef
+from .groups import KINDS, GroupKind, GroupSync
 from .informer import Backoff, Informer
 from .leader import LeaderElector
-from .sync import NodeSync, PodSync
+from .quotas import QuotaSync
+from .sync import NodeSync, PodSync, Refusals
 
 log = logging.getLogger("hamiadmin.kube.agent")
 
@@ -58,6 +63,9 @@ class AgentOptions:
     bind_backoff_cap: float = 120.0
     api_backoff_base: float = 0.5
     api_backoff_cap: float = 30.0
+    #: How long the pods wait for the PodGroup objects' first list on taking the lead, so a
+    #: gang's members never meet a default `min_member` of 1.
+    groups_wait_seconds: float = 5.0
 
 
 class KubeAgent:
@@ -87,8 +95,14 @@ class KubeAgent:
             events=writes_events,
         )
         self.node_sync = NodeSync(self.is_leader, events=writes_events)
+        self.quota_sync = QuotaSync(self.is_leader, Refusals())
+        self.group_syncs = {kind.source: GroupSync(api, kind, self.is_leader, Refusals()) for kind in KINDS}
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
+        #: Watcher mode: ResourceQuotas, and the PodGroup CRDs the API server serves.
+        self.batch: dict[str, Informer] = {}
+        self._threads: list[threading.Thread] = []
+        self._term: threading.Event | None = None
         self.bind_retry_at: dict[str, tuple[int, float]] = {}  # uid -> (failures, not before)
         self._events_at = 0.0
         self._resynced_at = 0.0
@@ -107,7 +121,87 @@ class KubeAgent:
     def pod_selector(self) -> str:
         return "" if self.options.extender else f"spec.schedulerName={self.options.scheduler_name}"
 
+    def informers(self) -> list[Informer]:
+        return [informer for informer in (self.nodes, self.pods, *self.batch.values()) if informer]
+
+    def _start(self, informer: Informer, stop: threading.Event) -> None:
+        thread = threading.Thread(
+            target=self._run_informer, args=(informer, stop), name=f"kube-{informer.name}", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    def start_batch_informers(self, stop: threading.Event) -> list[Informer]:
+        """Watcher mode: ResourceQuotas (once per term), and each PodGroup CRD that discovery
+        shows served and that is not read yet (tried again at every resync, so a CRD installed
+        later is picked up). The informers started."""
+        if self.options.extender:
+            return []
+        started = []
+        timeout = self.options.watch_timeout
+        if "resourcequotas" not in self.batch:
+            started.append(
+                Informer(
+                    "resourcequotas",
+                    self.api.list_resource_quotas,
+                    self.api.watch_resource_quotas,
+                    self.quota_sync,
+                    watch_timeout=timeout,
+                    backoff=self._api_backoff(),
+                )
+            )
+            self.batch["resourcequotas"] = started[-1]
+        for kind in KINDS:
+            if kind.source in self.batch or not self._served(kind):
+                continue
+            started.append(
+                Informer(
+                    f"podgroups.{kind.group}",
+                    getattr(self.api, kind.lister),
+                    getattr(self.api, kind.watcher),
+                    self.group_syncs[kind.source],
+                    watch_timeout=timeout,
+                    backoff=self._api_backoff(),
+                )
+            )
+            self.batch[kind.source] = started[-1]
+        for informer in started:
+            self._start(informer, stop)
+        return started
+
+    def _served(self, kind: GroupKind) -> bool:
+        """Whether the API server serves this PodGroup CRD (discovery); whether its status can
+        be written the way its CRD ships (on the object, or through `podgroups/status`)."""
+        try:
+            resources = self.api.served_resources(kind.group, kind.version)
+        except (ApiError, ApiUnavailable) as exc:
+            log.warning("discovery of %s/%s failed, tried again later: %s", kind.group, kind.version, exc)
+            return False
+        if resources is None or "podgroups" not in resources:
+            return False
+        sync = self.group_syncs[kind.source]
+        has_subresource = "podgroups/status" in resources
+        sync.writes_status = has_subresource == (kind.status_resource == "podgroups/status")
+        if not sync.writes_status:
+            log.warning(
+                "%s/%s podgroups: status subresource %s, unlike the CRD hamiadmin knows; status is not written",
+                kind.group,
+                kind.version,
+                "present" if has_subresource else "absent",
+            )
+        log.info("reading PodGroup objects of %s/%s", kind.group, kind.version)
+        return True
+
     def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
+        self._threads, self._term, self.batch = [], stop, {}
+        self.start_batch_informers(stop)
+        deadline = time.monotonic() + self.options.groups_wait_seconds
+        for kind in KINDS:
+            groups = self.batch.get(kind.source)
+            while groups is not None and not (
+                groups.has_synced.is_set() or stop.is_set() or time.monotonic() >= deadline
+            ):
+                groups.has_synced.wait(0.05)
         selector, timeout = self.pod_selector(), self.options.watch_timeout
         self.pods = Informer(
             "pods",
@@ -125,16 +219,10 @@ class KubeAgent:
             watch_timeout=timeout,
             backoff=self._api_backoff(),
         )
-        threads = [
-            threading.Thread(
-                target=self._run_informer, args=(informer, stop), name=f"kube-{informer.name}", daemon=True
-            )
-            for informer in (self.nodes, self.pods)
-        ]
-        for thread in threads:
-            thread.start()
+        for informer in (self.nodes, self.pods):
+            self._start(informer, stop)
         self._resynced_at = self.clock()
-        return threads
+        return self._threads
 
     def _api_backoff(self) -> Backoff:
         return Backoff(self.options.api_backoff_base, self.options.api_backoff_cap)
@@ -174,7 +262,7 @@ class KubeAgent:
                     stop.wait(self.options.loop_seconds)
             finally:
                 term.set()
-                for informer in (self.pods, self.nodes):
+                for informer in self.informers():
                     informer.interrupt()
                 connections.close_all()
             for thread in threads:
@@ -192,8 +280,10 @@ class KubeAgent:
         if now - self._resynced_at >= self.options.resync_seconds:
             self._resynced_at = now
             self._repair_due = True
-            for informer in (self.nodes, self.pods):
-                if informer is not None and informer.has_synced.is_set():
+            if self._term is not None and not self._term.is_set():
+                self.start_batch_informers(self._term)
+            for informer in self.informers():
+                if informer.has_synced.is_set():
                     informer.resync()
         if self.pods is None or not self.pods.has_synced.is_set():
             return
@@ -205,6 +295,14 @@ class KubeAgent:
         if now - self._events_at >= self.options.event_seconds:
             self._events_at = now
             self.report_waiting()
+            self.write_group_statuses()
+
+    def write_group_statuses(self) -> None:
+        """PodGroup objects' status from their rows (phase, verdict), where it differs."""
+        for kind in KINDS:
+            informer = self.batch.get(kind.source)
+            if informer is not None and informer.has_synced.is_set():
+                self.group_syncs[kind.source].write_status(informer.snapshot())
 
     def _ours_unbound(self, row) -> dict | None:
         """The cached Kubernetes pod of this row if it is ours to bind: same uid, our
@@ -217,48 +315,75 @@ class KubeAgent:
         return obj
 
     def bind_placed(self) -> None:
-        """Bind the pods cycles placed for us. A refused Binding puts the pod back in the queue
-        for as long as its next back-off (2 s doubling to 2 min); `bind_retry_at` also holds
-        the Binding back that long should a wake (freed capacity) place the pod earlier."""
+        """Bind the pods cycles placed for us, a gang's members back to back. A refused Binding
+        puts the pod back in the queue for as long as its next back-off (2 s doubling to 2 min);
+        `bind_retry_at` also holds the Binding back that long should a wake (freed capacity)
+        place the pod earlier, and holds back its whole gang with it. A gang member that is
+        refused or gone gives back the placements of its gang's members not yet bound
+        (`requeue_gang`); members already bound stay bound."""
         now = self.clock()
         rows = (
-            Pod.objects.select_related("node")
+            Pod.objects.select_related("node", "group")
             .filter(status=Pod.SCHEDULED, origin=Pod.KUBERNETES)
             .exclude(uid="")
+            .order_by("pk")
         )
+        units: dict[tuple[str, int], list[Pod]] = {}
         for row in rows:
-            if not self.is_leader():
-                return
-            if self._ours_unbound(row) is None:
+            if self._ours_unbound(row) is not None:
+                unit = ("group", row.group_id) if row.group_id is not None else ("pod", row.pk)
+                units.setdefault(unit, []).append(row)
+        for members in units.values():
+            if any(now < self.bind_retry_at.get(row.uid, (0, 0.0))[1] for row in members):
                 continue
-            failures, not_before = self.bind_retry_at.get(row.uid, (0, 0.0))
-            if now < not_before:
-                continue
-            row = (
-                Pod.objects.select_related("node")
-                .filter(pk=row.pk, uid=row.uid, status=Pod.SCHEDULED)
-                .first()
-            )
-            if row is None:
-                continue  # released or requeued since the query above
-            delay = Backoff(self.options.bind_backoff_base, self.options.bind_backoff_cap)
-            delay.failures = failures
-            retry_after = delay.next_delay()
-            result = self.binder.bind(row, retry_after=retry_after)
-            ref = PodRef(row.namespace, row.name, row.uid)
-            if result.outcome == BOUND:
-                self.bind_retry_at.pop(row.uid, None)
-                self.events.forget(row.uid)
-                cards = list(
-                    dict.fromkeys(uuid for container in _decode(row.allocated) for uuid in container)
-                )
-                self.events.scheduled(ref, row.node.name, cards)
-            elif result.outcome == FAILED:
-                self.bind_retry_at[row.uid] = (failures + 1, now + retry_after)
-                self.events.failed_scheduling(ref, f"binding to {row.node.name} failed: {result.detail}")
-            elif result.outcome == GONE:
-                self.bind_retry_at.pop(row.uid, None)
-                self.events.forget(row.uid)
+            for row in members:
+                if not self.is_leader():
+                    return
+                outcome, detail, retry_after = self.bind_one(row, now)
+                if outcome in (FAILED, GONE) and row.group_id is not None:
+                    self.requeue_gang(row, detail, retry_after)
+                    break
+                if outcome == UNAVAILABLE:
+                    break
+
+    def bind_one(self, row: Pod, now: float) -> tuple[str, str, float]:
+        """Bind one placed pod and report it: (outcome, detail, the back-off it was given)."""
+        failures, _ = self.bind_retry_at.get(row.uid, (0, 0.0))
+        row = Pod.objects.select_related("node").filter(pk=row.pk, uid=row.uid, status=Pod.SCHEDULED).first()
+        if row is None:
+            return "", "", 0.0  # released or requeued since it was read
+        delay = Backoff(self.options.bind_backoff_base, self.options.bind_backoff_cap)
+        delay.failures = failures
+        retry_after = delay.next_delay()
+        result = self.binder.bind(row, retry_after=retry_after)
+        ref = PodRef(row.namespace, row.name, row.uid)
+        if result.outcome == BOUND:
+            self.bind_retry_at.pop(row.uid, None)
+            self.events.forget(row.uid)
+            cards = list(dict.fromkeys(uuid for container in _decode(row.allocated) for uuid in container))
+            self.events.scheduled(ref, row.node.name, cards)
+        elif result.outcome == FAILED:
+            self.bind_retry_at[row.uid] = (failures + 1, now + retry_after)
+            self.events.failed_scheduling(ref, f"binding to {row.node.name} failed: {result.detail}")
+        elif result.outcome == GONE:
+            self.bind_retry_at.pop(row.uid, None)
+            self.events.forget(row.uid)
+        return result.outcome, result.detail, retry_after
+
+    def requeue_gang(self, failed: Pod, detail: str, retry_after: float) -> None:
+        """One member of a gang was not bound: its gang's other members still `scheduled` give
+        their cards back and wait as long as it does, so the gang is placed again together and
+        never bound below `min_member`. Bound members are never undone."""
+        group = failed.group.key if failed.group else str(failed.group_id)
+        why = f"gang {group}: member {failed.key} was not bound ({detail[:300]}); the gang is placed again"
+        others = Pod.objects.filter(group_id=failed.group_id, status=Pod.SCHEDULED).exclude(pk=failed.pk)
+        for other in others:
+            requeued = services.requeue_placed_pod(other, retry_after, why, expected_uid=other.uid)
+            if requeued is None or requeued.status != Pod.PENDING:
+                continue  # another incarnation, or bound meanwhile: left as it is
+            log.warning("pod %s: %s", other.key, why)
+            if other.uid and other.origin == Pod.KUBERNETES:
+                self.events.failed_scheduling(PodRef(other.namespace, other.name, other.uid), why)
 
     def repair_binds(self) -> bool:
         """Finish or fail every bind of our pods left half-done (`Binder.repair`). False when

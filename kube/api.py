@@ -16,6 +16,7 @@ import json
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import urllib3
 from kubernetes import client
@@ -25,6 +26,11 @@ from kubernetes.client.exceptions import ApiException
 Grant = tuple[str, str, str]
 
 MERGE_PATCH = "application/merge-patch+json"
+#: The PodGroup CRDs read when served: (api group, version). Volcano's declares no status
+#: subresource (its status is patched on the object); scheduler-plugins' does.
+VOLCANO = ("scheduling.volcano.sh", "v1beta1")
+COSCHEDULING = ("scheduling.x-k8s.io", "v1alpha1")
+PODGROUPS = "podgroups"
 
 
 class ApiUnavailable(Exception):
@@ -76,8 +82,9 @@ def read_json(response) -> dict:
         response.release_conn()
 
 
-def needs(grant: Grant):
-    """The RBAC grant a KubeApi method's request needs, declared on the method itself.
+def needs(grant: Grant | None):
+    """The RBAC grant a KubeApi method's request needs, declared on the method itself
+    (None: discovery, which every authenticated identity may read through `system:discovery`).
     tests/kube checks each method against the requests it really sends."""
 
     def declare(method):
@@ -94,6 +101,7 @@ class KubeApi:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
         self.request_timeout = request_timeout
 
     def _call(self, method, *args, **kwargs) -> dict:
@@ -157,6 +165,88 @@ class KubeApi:
         """JSON merge patch (the node lock, `hami.io/mutex.lock`); with `metadata.resourceVersion`
         the server refuses it (409) if the node changed since."""
         return self._call(self.core.patch_node, name, patch, _content_type=MERGE_PATCH)
+
+    # -- resource quotas (namespace quotas on HAMi's resources) --------------------------
+
+    @needs(("", "resourcequotas", "list"))
+    def list_resource_quotas(self) -> tuple[list[dict], str]:
+        body = self._call(self.core.list_resource_quota_for_all_namespaces)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs(("", "resourcequotas", "watch"))
+    def watch_resource_quotas(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(
+            self.core.list_resource_quota_for_all_namespaces, resource_version, timeout_seconds
+        )
+
+    # -- PodGroup CRDs (Volcano, scheduler-plugins), when served ------------------------
+
+    @needs(None)
+    def served_resources(self, group: str, version: str) -> set[str] | None:
+        """Discovery: the resource names `group/version` serves (`podgroups`,
+        `podgroups/status`), or None when the API server does not serve it (404)."""
+        try:
+            body = self._call(self.custom.get_api_resources, group, version)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        resources = body.get("resources")
+        return (
+            {r.get("name") for r in resources if isinstance(r, dict)}
+            if isinstance(resources, list)
+            else set()
+        )
+
+    def _list_custom(self, group: str, version: str) -> tuple[list[dict], str]:
+        body = self._call(self.custom.list_cluster_custom_object, group, version, PODGROUPS)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    def _watch_custom(self, group: str, version: str, resource_version: str, timeout_seconds: int):
+        lister = partial(self.custom.list_cluster_custom_object, group, version, PODGROUPS)
+        return self._watch(lister, resource_version, timeout_seconds)
+
+    @needs((VOLCANO[0], PODGROUPS, "list"))
+    def list_volcano_podgroups(self) -> tuple[list[dict], str]:
+        return self._list_custom(*VOLCANO)
+
+    @needs((VOLCANO[0], PODGROUPS, "watch"))
+    def watch_volcano_podgroups(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch_custom(*VOLCANO, resource_version, timeout_seconds)
+
+    @needs((VOLCANO[0], PODGROUPS, "patch"))
+    def patch_volcano_podgroup(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of the object: Volcano's CRD has no status subresource."""
+        return self._call(
+            self.custom.patch_namespaced_custom_object,
+            *VOLCANO,
+            namespace,
+            PODGROUPS,
+            name,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
+    @needs((COSCHEDULING[0], PODGROUPS, "list"))
+    def list_coscheduling_podgroups(self) -> tuple[list[dict], str]:
+        return self._list_custom(*COSCHEDULING)
+
+    @needs((COSCHEDULING[0], PODGROUPS, "watch"))
+    def watch_coscheduling_podgroups(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch_custom(*COSCHEDULING, resource_version, timeout_seconds)
+
+    @needs((COSCHEDULING[0], f"{PODGROUPS}/status", "patch"))
+    def patch_coscheduling_podgroup_status(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of the status subresource."""
+        return self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            *COSCHEDULING,
+            namespace,
+            PODGROUPS,
+            name,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
 
     # -- events (core/v1) ---------------------------------------------------------------
 
@@ -232,6 +322,15 @@ WATCHER_AGENT_CALLS = (
     KubeApi.get_lease,
     KubeApi.create_lease,
     KubeApi.replace_lease,
+    KubeApi.list_resource_quotas,
+    KubeApi.watch_resource_quotas,
+    KubeApi.served_resources,
+    KubeApi.list_volcano_podgroups,
+    KubeApi.watch_volcano_podgroups,
+    KubeApi.patch_volcano_podgroup,
+    KubeApi.list_coscheduling_podgroups,
+    KubeApi.watch_coscheduling_podgroups,
+    KubeApi.patch_coscheduling_podgroup_status,
 )
 #: `--extender`: kube-scheduler binds; the agent reports nodes, releases pods that end, and
 #: GETs the rows a relist misses.
@@ -256,7 +355,7 @@ EXTENDER_WEB_CALLS = (
 
 
 def rules_for(calls) -> tuple[Grant, ...]:
-    return tuple(dict.fromkeys(call.grant for call in calls))
+    return tuple(dict.fromkeys(call.grant for call in calls if call.grant is not None))
 
 
 #: The kube agent in watcher mode (deploy/k8s/base/rbac.yaml).

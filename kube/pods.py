@@ -1,7 +1,7 @@
 """Reading a Kubernetes pod (the API server's JSON) into what the scheduler stores. Pure.
 
-Only what decides a placement is kept: the GPU resources of SPEC 2 and the annotations,
-minus the ones that are outputs (SPEC 8 placement annotations, written by the binder) or
+Only what decides a placement is kept: the GPU resources of SPEC 2, the labels (queues and
+gangs) and the annotations, minus the ones that are outputs (SPEC 8 placement annotations, written by the binder) or
 noise (kubectl's last-applied copy), so writing them back does not look like a new spec.
 
 The SPEC 2 resources are plain numbers (`nvidia.com/gpumem` counts MiB), but the API server
@@ -252,25 +252,35 @@ def _text(value, field: str, limit: int, default: str = "") -> str:
 def _annotations(pod: dict) -> dict[str, str]:
     """The annotations that decide a placement, every one a storable string (the outputs and
     kubectl's copy are left out before anything is checked: they are never stored)."""
-    found = meta(pod).get("annotations")
+    return _strings(meta(pod).get("annotations"), "annotations", IGNORED_ANNOTATIONS)
+
+
+def _labels(pod: dict) -> dict[str, str]:
+    """The labels, checked as annotations are: they name queues and gangs
+    (`kai.scheduler/queue`, `scheduling.x-k8s.io/pod-group`)."""
+    return _strings(meta(pod).get("labels"), "labels")
+
+
+def _strings(found, field: str, ignored=()) -> dict[str, str]:
+    """An object of storable string keys and values, or PodInvalid naming `<field>.<key>`."""
     if found is None:
         return {}
     if not isinstance(found, dict):
-        raise PodInvalid("annotations", "must be an object of string values")
+        raise PodInvalid(field, "must be an object of string values")
     kept = {}
     for key, value in found.items():
-        if key in IGNORED_ANNOTATIONS:
+        if key in ignored:
             continue
         if not isinstance(key, str):
-            raise PodInvalid(f"annotations.{printable(key)}", "the key must be a string")
+            raise PodInvalid(f"{field}.{printable(key)}", "the key must be a string")
         problem = why_unstorable(key)
         if problem:
-            raise PodInvalid(f"annotations.{printable(key)}", f"the key {problem}")
+            raise PodInvalid(f"{field}.{printable(key)}", f"the key {problem}")
         if not isinstance(value, str):
-            raise PodInvalid(f"annotations.{key}", f"must be a string, got {type(value).__name__}")
+            raise PodInvalid(f"{field}.{key}", f"must be a string, got {type(value).__name__}")
         problem = why_unstorable(value)
         if problem:
-            raise PodInvalid(f"annotations.{key}", f"the value {problem}")
+            raise PodInvalid(f"{field}.{key}", f"the value {problem}")
         kept[key] = value
     return kept
 
@@ -289,8 +299,8 @@ def _container_list(pod: dict, key: str, required: bool, config: HamiConfig) -> 
 def submission(pod: dict, config: HamiConfig | None = None) -> dict:
     """Keyword arguments of `services.submit_pod` for this pod, every one of them storable.
 
-    Raises PodInvalid naming the field (`name`, `annotations.<key>`, `containers[0].name`,
-    `containers[0].resources.limits.nvidia.com/gpu`, `priority`...) when the pod cannot enter
+    Raises PodInvalid naming the field (`name`, `annotations.<key>`, `labels.<key>`,
+    `containers[0].name`, `containers[0].resources.limits.nvidia.com/gpu`, `priority`...) when the pod cannot enter
     as read: text the database cannot store (NUL), a wrong type, a number out of range. The
     watcher records such a pod as refused (docs/kubernetes.md, *Refused objects*). What the
     engine judges (a resource of "lots", a bad policy annotation) is stored as written, and
@@ -313,6 +323,7 @@ def submission(pod: dict, config: HamiConfig | None = None) -> dict:
         "namespace": _text(metadata.get("namespace"), "namespace", 63, default="default"),
         "name": name,
         "annotations": _annotations(pod),
+        "labels": _labels(pod),
         "containers": _container_list(pod, "containers", required=True, config=config),
         "init_containers": _container_list(pod, "initContainers", required=False, config=config),
         "priority": priority,

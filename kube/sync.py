@@ -150,7 +150,11 @@ class PodSync(Handler):
         except PodInvalid:
             return False  # `apply` records the refusal
         return row[1] == services.spec_hash(
-            wanted["annotations"], wanted["containers"], wanted["init_containers"], wanted["priority"]
+            wanted["annotations"],
+            wanted["containers"],
+            wanted["init_containers"],
+            wanted["priority"],
+            labels=wanted["labels"],
         )
 
     # -- the rules ------------------------------------------------------------------------

@@ -11,6 +11,9 @@ kube calls, with the semantics those calls rely on:
   `metadata.resourceVersion` that is no longer current; get of one node;
 - pods/binding (409 when the pod is already bound), events create/patch, and leases
   get/create/replace (replace refused with 409 on a stale resourceVersion);
+- list and watch of ResourceQuotas; PodGroup CRDs (Volcano's, scheduler-plugins') only once
+  `serve()`d: discovery of their group/version (404 before, like a cluster without the CRD),
+  list/watch, and merge patches of Volcano's object and scheduler-plugins' status subresource;
 - `stop()` closes the listening socket and every open connection; `start()` again listens
   on the same port, with the same objects (like an API server restart over the same etcd).
 
@@ -32,7 +35,14 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-WATCHED = ("pods", "nodes")
+VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
+COSCHEDULING_PODGROUPS = "podgroups.scheduling.x-k8s.io"
+WATCHED = ("pods", "nodes", "resourcequotas", VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS)
+#: The custom resources a stand-in can serve: kind -> (api group, version), when `serve()`d.
+CUSTOM = {
+    VOLCANO_PODGROUPS: ("scheduling.volcano.sh", "v1beta1"),
+    COSCHEDULING_PODGROUPS: ("scheduling.x-k8s.io", "v1alpha1"),
+}
 
 ROUTES = [
     # (method, pattern, handler name, (group, resource, verb) or None for list/watch)
@@ -69,6 +79,34 @@ ROUTES = [
         "replace_lease",
         ("coordination.k8s.io", "leases", "update"),
     ),
+    ("GET", r"^/api/v1/resourcequotas$", "list_or_watch_resourcequotas", ("", "resourcequotas", None)),
+    (
+        "GET",
+        r"^/apis/scheduling\.volcano\.sh/v1beta1/podgroups$",
+        "list_or_watch_volcano_podgroups",
+        ("scheduling.volcano.sh", "podgroups", None),
+    ),
+    (
+        "PATCH",
+        r"^/apis/scheduling\.volcano\.sh/v1beta1/namespaces/([^/]+)/podgroups/([^/]+)$",
+        "patch_volcano_podgroup",
+        ("scheduling.volcano.sh", "podgroups", "patch"),
+    ),
+    (
+        "GET",
+        r"^/apis/scheduling\.x-k8s\.io/v1alpha1/podgroups$",
+        "list_or_watch_coscheduling_podgroups",
+        ("scheduling.x-k8s.io", "podgroups", None),
+    ),
+    (
+        "PATCH",
+        r"^/apis/scheduling\.x-k8s\.io/v1alpha1/namespaces/([^/]+)/podgroups/([^/]+)/status$",
+        "patch_coscheduling_podgroup_status",
+        ("scheduling.x-k8s.io", "podgroups/status", "patch"),
+    ),
+    # Discovery of one group/version: a non-resource URL (no grant: `system:discovery`), so
+    # it is kept in `nonresource`, not in `requests`.
+    ("GET", r"^/apis/([^/]+)/([^/]+)/?$", "discover", None),
 ]
 
 
@@ -129,7 +167,12 @@ class StandInApiServer:
             "nodes": {},
             "events": {},
             "leases": {},
+            "resourcequotas": {},
+            VOLCANO_PODGROUPS: {},
+            COSCHEDULING_PODGROUPS: {},
         }
+        self.served: dict[str, set[str]] = {}  # custom kind -> resources served (`serve`)
+        self.nonresource: list[tuple[str, str]] = []  # method, path: discovery
         self.version = 100
         self.history: list[tuple[int, str, str, dict | None, dict | None]] = []  # rv, kind, type, old, new
         self.oldest = 0  # watches from before this version get 410
@@ -274,6 +317,14 @@ class StandInApiServer:
         with self.lock:
             self.injected.append([method, path_pattern, code, reason, times])
 
+    def serve(self, kind: str, status_subresource: bool | None = None) -> None:
+        """Serve a custom resource (`VOLCANO_PODGROUPS`, `COSCHEDULING_PODGROUPS`), as if its
+        CRD were installed; with a status subresource as the CRD ships unless told."""
+        if status_subresource is None:
+            status_subresource = kind == COSCHEDULING_PODGROUPS
+        with self.lock:
+            self.served[kind] = {"podgroups", "podgroups/status"} if status_subresource else {"podgroups"}
+
     def calls(self, method: str | None = None, contains: str = "") -> list[tuple]:
         with self.lock:
             return [r for r in self.requests if (method is None or r[0] == method) and contains in r[1]]
@@ -296,6 +347,10 @@ class StandInApiServer:
             found = re.match(pattern, parts.path)
             if route_method != method or not found:
                 continue
+            if rule is None:
+                with self.lock:
+                    self.nonresource.append((method, handler.path))
+                return getattr(self, name)(handler, query, body, *found.groups())
             group, resource, verb = rule
             if verb is None:
                 verb = "watch" if query.get("watch") in ("true", "1") else "list"
@@ -321,6 +376,17 @@ class StandInApiServer:
 
     def list_or_watch_nodes(self, handler, query, body):
         return self._list_or_watch(handler, "nodes", query)
+
+    def list_or_watch_resourcequotas(self, handler, query, body):
+        return self._list_or_watch(handler, "resourcequotas", query)
+
+    def list_or_watch_volcano_podgroups(self, handler, query, body):
+        self._served(VOLCANO_PODGROUPS)
+        return self._list_or_watch(handler, VOLCANO_PODGROUPS, query)
+
+    def list_or_watch_coscheduling_podgroups(self, handler, query, body):
+        self._served(COSCHEDULING_PODGROUPS)
+        return self._list_or_watch(handler, COSCHEDULING_PODGROUPS, query)
 
     def _list_or_watch(self, handler, kind, query):
         terms = parse_selector(query.get("fieldSelector", ""))
@@ -460,6 +526,63 @@ class StandInApiServer:
             patched["metadata"].pop("resourceVersion", None)
             obj = self._store("nodes", patched)
         handler.send_json(200, obj)
+
+    # custom resources (PodGroup CRDs), only while served
+
+    def _served(self, kind: str, resource: str = "podgroups") -> None:
+        with self.lock:
+            if resource not in self.served.get(kind, ()):
+                raise Failure(404, "NotFound", "the server could not find the requested resource")
+
+    def discover(self, handler, query, body, group, version):
+        with self.lock:
+            resources = next(
+                (
+                    sorted(self.served.get(kind, ()))
+                    for kind, served_as in CUSTOM.items()
+                    if served_as == (group, version) and kind in self.served
+                ),
+                None,
+            )
+        if resources is None:
+            raise Failure(404, "NotFound", "the server could not find the requested resource")
+        handler.send_json(
+            200,
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}",
+                "resources": [
+                    {"name": name, "namespaced": True, "kind": "PodGroup", "verbs": ["get", "list", "watch"]}
+                    for name in resources
+                ],
+            },
+        )
+
+    def _patch_custom(self, handler, body, kind, namespace, name, status_only: bool):
+        """Merge patch; through a status subresource only `status` changes, as on a real server."""
+        if "merge-patch" not in handler.headers.get("Content-Type", ""):
+            raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
+        with self.lock:
+            current = self.objects[kind].get((namespace, name))
+            if current is None:
+                raise Failure(404, "NotFound", f'{kind} "{name}" not found')
+            if status_only:
+                body = {"status": body.get("status")}
+            elif "podgroups/status" in self.served.get(kind, ()):
+                body = {key: value for key, value in body.items() if key != "status"}
+            patched = merge_patch(current, body)
+            patched["metadata"].pop("resourceVersion", None)
+            obj = self._store(kind, patched)
+        handler.send_json(200, obj)
+
+    def patch_volcano_podgroup(self, handler, query, body, namespace, name):
+        self._served(VOLCANO_PODGROUPS)
+        return self._patch_custom(handler, body, VOLCANO_PODGROUPS, namespace, name, status_only=False)
+
+    def patch_coscheduling_podgroup_status(self, handler, query, body, namespace, name):
+        self._served(COSCHEDULING_PODGROUPS, "podgroups/status")
+        return self._patch_custom(handler, body, COSCHEDULING_PODGROUPS, namespace, name, status_only=True)
 
     # events
 

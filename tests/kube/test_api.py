@@ -6,6 +6,7 @@ import pytest
 
 from kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone, KubeApi
 
+from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
 from .conftest import node_object, pod_object
 
 
@@ -13,6 +14,9 @@ def every_call(kube, apiserver):
     """Each method of KubeApi with a call the way the agent makes it, in an order that works."""
     apiserver.put("pods", pod_object("p1"))
     apiserver.put("nodes", node_object("n1"))
+    for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
+        apiserver.serve(kind)
+        apiserver.put(kind, {"metadata": {"name": "g1", "namespace": "default"}, "spec": {"minMember": 2}})
     found = {}
     return [
         (
@@ -63,19 +67,59 @@ def every_call(kube, apiserver):
             ),
         ),
         (KubeApi.replace_lease, lambda: kube.replace_lease("ns", "lease", found["lease"])),
+        (KubeApi.list_resource_quotas, lambda: found.update(quotas=kube.list_resource_quotas()[1])),
+        (
+            KubeApi.watch_resource_quotas,
+            lambda: list(kube.watch_resource_quotas(found["quotas"], timeout_seconds=1)),
+        ),
+        (KubeApi.served_resources, lambda: kube.served_resources("scheduling.volcano.sh", "v1beta1")),
+        (KubeApi.list_volcano_podgroups, lambda: found.update(volcano=kube.list_volcano_podgroups()[1])),
+        (
+            KubeApi.watch_volcano_podgroups,
+            lambda: list(kube.watch_volcano_podgroups(found["volcano"], timeout_seconds=1)),
+        ),
+        (
+            KubeApi.patch_volcano_podgroup,
+            lambda: kube.patch_volcano_podgroup("default", "g1", {"status": {"phase": "Pending"}}),
+        ),
+        (
+            KubeApi.list_coscheduling_podgroups,
+            lambda: found.update(coscheduling=kube.list_coscheduling_podgroups()[1]),
+        ),
+        (
+            KubeApi.watch_coscheduling_podgroups,
+            lambda: list(kube.watch_coscheduling_podgroups(found["coscheduling"], timeout_seconds=1)),
+        ),
+        (
+            KubeApi.patch_coscheduling_podgroup_status,
+            lambda: kube.patch_coscheduling_podgroup_status(
+                "default", "g1", {"status": {"phase": "Pending"}}
+            ),
+        ),
     ]
 
 
 def test_each_call_sends_exactly_the_request_its_declared_grant_allows(kube, apiserver):
-    """The grant on each KubeApi method is what the API server authorizes its request by."""
+    """The grant on each KubeApi method is what the API server authorizes its request by
+    (none for discovery, which the stand-in keeps apart as a non-resource request)."""
     calls = every_call(kube, apiserver)
     public = {name for name, value in vars(KubeApi).items() if callable(value) and not name.startswith("_")}
     assert {method.__name__ for method, _ in calls} == public, "every public call is exercised"
     for method, call in calls:
-        before = len(apiserver.requests)
+        before, discovered = len(apiserver.requests), len(apiserver.nonresource)
         call()
         sent = {(group, resource, verb) for _, _, group, resource, verb in apiserver.requests[before:]}
-        assert sent == {method.grant}, f"{method.__name__} declares {method.grant} but sent {sent}"
+        wanted = {method.grant} if method.grant is not None else set()
+        assert sent == wanted, f"{method.__name__} declares {method.grant} but sent {sent}"
+        assert (len(apiserver.nonresource) > discovered) == (method.grant is None)
+
+
+def test_discovery_says_whether_a_crd_is_served(kube, apiserver):
+    assert kube.served_resources("scheduling.volcano.sh", "v1beta1") is None
+    apiserver.serve(VOLCANO_PODGROUPS)
+    apiserver.serve(COSCHEDULING_PODGROUPS)
+    assert kube.served_resources("scheduling.volcano.sh", "v1beta1") == {"podgroups"}
+    assert kube.served_resources("scheduling.x-k8s.io", "v1alpha1") == {"podgroups", "podgroups/status"}
 
 
 def test_every_call_is_covered_by_the_rbac_rules_and_every_rule_is_used(kube, apiserver):

@@ -34,6 +34,7 @@ def test_a_pod_becomes_what_submit_pod_takes():
         "namespace": "ml",
         "name": "train",
         "annotations": {"hami.io/gpu-scheduler-policy": "mutex,binpack"},
+        "labels": {},
         "containers": [
             {
                 "name": "main",

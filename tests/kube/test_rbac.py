@@ -22,6 +22,7 @@ from scheduling import services
 from scheduling.models import Card, Pod
 from scheduling.pipeline import run_cycle
 
+from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,8 +41,12 @@ def elector(kube) -> LeaderElector:
 
 
 def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
-    """Lead, list and watch, bind one pod (get, patch, binding), report one that waits
-    (event created, then refreshed: patched), renew the Lease."""
+    """Lead, list and watch (pods, nodes, ResourceQuotas, both PodGroup CRDs), bind one pod
+    (get, patch, binding), report one that waits (event created, then refreshed: patched),
+    write both PodGroups' status, renew the Lease."""
+    for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
+        apiserver.serve(kind)
+        apiserver.put(kind, {"metadata": {"name": "job", "namespace": "default"}, "spec": {"minMember": 2}})
     apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
     apiserver.put("pods", pod_object("fits", gpu=1, mem=1000))
     apiserver.put("pods", pod_object("waits", gpu=5))
@@ -51,6 +56,8 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
         assert [pod for pod, _, _ in run_cycle().placed] == ["default/fits"]
         wait_until(lambda: pod_row("fits").status == Pod.RUNNING, what="bound")
         wait_until(lambda: apiserver.calls("PATCH", "/events/"), what="the waiting pod's event refreshed")
+        wait_until(lambda: len(apiserver.calls("PATCH", "/podgroups/job")) == 2, what="both statuses written")
+        wait_until(lambda: apiserver.calls("GET", "resourcequotas?"), what="the quotas listed and watched")
         wait_until(lambda: LEASE in apiserver.grants_used(), what="a Lease renewal")
     assert apiserver.grants_used() == set(RBAC_RULES)
 

@@ -83,6 +83,7 @@ pod_metadata = st.fixed_dictionaries(
         "namespace": st.one_of(st.just("ml"), texts, anything),
         "uid": st.one_of(st.just("uid-1"), texts, st.text(max_size=80), anything),
         "annotations": st.one_of(st.dictionaries(annotation_keys, texts | anything, max_size=4), anything),
+        "labels": st.one_of(st.dictionaries(annotation_keys, texts | anything, max_size=3), anything),
     },
 )
 pod_spec = st.fixed_dictionaries(
@@ -192,6 +193,7 @@ def test_a_pod_reads_as_storable_arguments_or_is_refused_naming_the_field(pod):
         "namespace",
         "name",
         "annotations",
+        "labels",
         "containers",
         "init_containers",
         "priority",
@@ -203,6 +205,7 @@ def test_a_pod_reads_as_storable_arguments_or_is_refused_naming_the_field(pod):
     assert isinstance(arguments["uid"], str) and len(arguments["uid"]) <= 64
     assert isinstance(arguments["priority"], int) and abs(arguments["priority"]) <= 2**31 - 1
     assert all(isinstance(value, str) for value in arguments["annotations"].values())
+    assert all(isinstance(value, str) for value in arguments["labels"].values())
     assert arguments["containers"] and all(isinstance(c["name"], str) for c in arguments["containers"])
     assert not set(arguments["annotations"]) & set(pods.IGNORED_ANNOTATIONS)
 

@@ -1,0 +1,340 @@
+"""PodGroup objects of Volcano and scheduler-plugins into hamiadmin's pod groups, and their
+status back, for clusters that have those CRDs.
+
+A gang's pods name their group (`scheduling.k8s.io/group-name`, `scheduling.x-k8s.io/pod-group`);
+the group's figures live in a PodGroup object. When the API server serves the CRD (discovery
+of its group/version; 404: not installed, nothing is read), the agent lists and watches the
+objects and keeps a `PodGroup` row per object: `spec.minMember`, `spec.minResources`
+(`nvidia.com/gpu`, `nvidia.com/gpumem`, `nvidia.com/gpucores` as min_vgpus/min_gpumem/
+min_gpucores; other resources are kube-scheduler's business), Volcano's `spec.queue` (the queue
+of that name if it exists, else none: the pods' own or `default`), scheduler-plugins'
+`spec.scheduleTimeoutSeconds`. Volcano's `spec.priorityClassName` is not read: members keep
+their own `spec.priority`. A deleted object leaves its row (its pods may still name it).
+
+The row's phase and verdict go back into `status` when they differ from the object's (see
+`VOLCANO_KIND` and `COSCHEDULING_KIND` for the phase names). Volcano's PodGroup also gets one
+condition carrying our reason code and message; scheduler-plugins' status has no conditions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+
+from scheduling.dbretry import retry_on_conflict
+from scheduling.engine.batch import quota_resource
+from scheduling.models import PodGroup, Queue
+from scheduling.pipeline.triggers import request_cycle
+from scheduling.storable import printable, why_unstorable
+
+from .api import COSCHEDULING, VOLCANO, ApiError, ApiUnavailable, KubeApi
+from .informer import Handler, cache_key
+from .quotas import whole_count
+from .sync import Refusals, always
+
+log = logging.getLogger("hamiadmin.kube.groups")
+
+#: `Event.reason` of a PodGroup object that cannot be read.
+GROUP_REFUSED = "PodGroupInvalid"
+MAX_MEMBERS = 1_000_000
+#: The row fields an object sets (`queue` by name).
+FIELDS = ("min_member", "min_vgpus", "min_gpumem", "min_gpucores", "schedule_timeout_seconds", "source")
+
+
+@dataclass(frozen=True)
+class GroupKind:
+    """One PodGroup CRD: where it is served, how its status is written, what its phases are."""
+
+    source: str  # PodGroup.source of its rows
+    group: str
+    version: str
+    #: The discovery name status is written through: the object itself or its subresource.
+    status_resource: str
+    #: Our phase -> the CRD's.
+    phases: dict[str, str] = field(default_factory=dict)
+    conditions: bool = False
+    reads_queue: bool = False
+    reads_timeout: bool = False
+    lister: str = ""  # KubeApi method names
+    watcher: str = ""
+    patcher: str = ""
+
+
+#: Volcano has no Failed phase; `Unknown` is its "part of the gang cannot be scheduled".
+VOLCANO_KIND = GroupKind(
+    source="volcano",
+    group=VOLCANO[0],
+    version=VOLCANO[1],
+    status_resource="podgroups",
+    phases={
+        PodGroup.PENDING: "Pending",
+        PodGroup.INQUEUE: "Inqueue",
+        PodGroup.RUNNING: "Running",
+        PodGroup.COMPLETED: "Completed",
+        PodGroup.FAILED: "Unknown",
+    },
+    conditions=True,
+    reads_queue=True,
+    lister="list_volcano_podgroups",
+    watcher="watch_volcano_podgroups",
+    patcher="patch_volcano_podgroup",
+)
+#: scheduler-plugins has no Inqueue phase: admitted but not yet placed is still Pending.
+COSCHEDULING_KIND = GroupKind(
+    source="coscheduling",
+    group=COSCHEDULING[0],
+    version=COSCHEDULING[1],
+    status_resource="podgroups/status",
+    phases={
+        PodGroup.PENDING: "Pending",
+        PodGroup.INQUEUE: "Pending",
+        PodGroup.RUNNING: "Running",
+        PodGroup.COMPLETED: "Finished",
+        PodGroup.FAILED: "Failed",
+    },
+    reads_timeout=True,
+    lister="list_coscheduling_podgroups",
+    watcher="watch_coscheduling_podgroups",
+    patcher="patch_coscheduling_podgroup_status",
+)
+KINDS = (VOLCANO_KIND, COSCHEDULING_KIND)
+
+
+class GroupInvalid(Exception):
+    def __init__(self, where: str, message: str):
+        super().__init__(f"{where}: {message}")
+        self.where, self.message = where, message
+
+
+def subject_of(obj: dict) -> str:
+    namespace, name = cache_key(obj)
+    return printable(f"podgroup/{namespace}/{name}")
+
+
+def _name(value, where: str, limit: int) -> str:
+    if not isinstance(value, str) or not value:
+        raise GroupInvalid(where, "required: a non-empty string")
+    if len(value) > limit:
+        raise GroupInvalid(where, f"at most {limit} characters")
+    problem = why_unstorable(value)
+    if problem:
+        raise GroupInvalid(where, problem)
+    return value
+
+
+def _whole(value, where: str, least: int, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GroupInvalid(where, f"must be a whole number, got {printable(str(value))[:40]!r}")
+    if not least <= value <= most:
+        raise GroupInvalid(where, f"must be between {least} and {most}, got {value}")
+    return value
+
+
+def group_fields(obj: dict, kind: GroupKind) -> dict:
+    """What the object says of its group, as row fields (`queue`: a name or None). Raises
+    GroupInvalid naming the field. `minMember` 0 or absent is 1: each pod on its own."""
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    fields: dict = {
+        "namespace": _name(metadata.get("namespace") or "default", "metadata.namespace", 63),
+        "name": _name(metadata.get("name"), "metadata.name", 253),
+        "source": kind.source,
+        "min_member": max(1, _whole(spec.get("minMember", 1), "spec.minMember", 0, MAX_MEMBERS)),
+        "min_vgpus": None,
+        "min_gpumem": None,
+        "min_gpucores": None,
+        "queue": None,
+    }
+    resources = spec.get("minResources") or {}
+    if not isinstance(resources, dict):
+        raise GroupInvalid("spec.minResources", "must be an object of quantities")
+    for key, value in resources.items():
+        resource = quota_resource(key) if isinstance(key, str) else None
+        if resource is None:
+            continue
+        try:
+            fields[f"min_{resource}"] = whole_count(value)
+        except ValueError as exc:
+            raise GroupInvalid(f"spec.minResources.{key}", str(exc)) from None
+    if kind.reads_queue and spec.get("queue") is not None:
+        fields["queue"] = _name(spec.get("queue"), "spec.queue", 63)
+    if kind.reads_timeout:
+        timeout = spec.get("scheduleTimeoutSeconds")
+        fields["schedule_timeout_seconds"] = (
+            None if timeout in (None, 0) else _whole(timeout, "spec.scheduleTimeoutSeconds", 1, 2**31 - 1)
+        )
+    return fields
+
+
+def unchanged(row: PodGroup, fields: dict) -> bool:
+    """Whether the row already holds what the object sets (`group_fields`)."""
+    queue = row.queue.name if row.queue else None
+    return queue == fields["queue"] and all(
+        getattr(row, name) == fields[name] for name in FIELDS if name in fields
+    )
+
+
+@retry_on_conflict
+def store_group(fields: dict) -> bool:
+    """Create or update the row of one PodGroup object (`group_fields`); asks for a cycle when
+    anything changed. One transaction; whether anything was written."""
+    queue = Queue.objects.filter(name=fields["queue"]).first() if fields["queue"] else None
+    figures = {name: fields[name] for name in FIELDS if name in fields}
+    with transaction.atomic():
+        group = (
+            PodGroup.objects.select_for_update(no_key=True)
+            .filter(namespace=fields["namespace"], name=fields["name"])
+            .first()
+        )
+        if group is None:
+            PodGroup.objects.create(
+                namespace=fields["namespace"], name=fields["name"], queue=queue, **figures
+            )
+            request_cycle(f"pod group {fields['namespace']}/{fields['name']} read")
+            return True
+        changed = [name for name, value in figures.items() if getattr(group, name) != value]
+        for name in changed:
+            setattr(group, name, figures[name])
+        if group.queue_id != (queue.pk if queue else None):
+            group.queue = queue
+            changed.append("queue")
+        if not changed:
+            return False
+        group.save(update_fields=[*changed, "updated_at"])
+        request_cycle(f"pod group {group.key} changed")
+    return True
+
+
+def _stamp(moment: str) -> str:
+    """An ISO time (`PodGroup.conditions[].at`) as Kubernetes writes times."""
+    try:
+        return datetime.fromisoformat(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError):
+        return ""
+
+
+def wanted_status(kind: GroupKind, phase: str, reason: str, conditions: list) -> dict:
+    """The object's `status` for a row: its phase in the CRD's words, and (Volcano) one
+    condition: `Scheduled` once running or completed, else `Unschedulable`, with our reason code
+    (`GangUnschedulable`, `NotEnoughPods`...) and the verdict line as its message."""
+    status: dict = {"phase": kind.phases.get(phase, "Pending")}
+    if kind.conditions and (reason or conditions):
+        last = conditions[-1] if conditions and isinstance(conditions[-1], dict) else {}
+        scheduled = phase in (PodGroup.RUNNING, PodGroup.COMPLETED)
+        condition = {
+            "type": "Scheduled" if scheduled else "Unschedulable",
+            "status": "True",
+            "reason": str(last.get("reason") or status["phase"]),
+            "message": reason[:1024],
+        }
+        at = _stamp(last.get("at"))
+        if at:
+            condition["lastTransitionTime"] = at
+        status["conditions"] = [condition]
+    return status
+
+
+def status_differs(current, wanted: dict) -> bool:
+    """Whether the object's status says something else (transition times aside)."""
+    current = current if isinstance(current, dict) else {}
+    if current.get("phase") != wanted["phase"]:
+        return True
+    if "conditions" not in wanted:
+        return False
+    have = current.get("conditions") if isinstance(current.get("conditions"), list) else []
+
+    def said(conditions):
+        return [
+            tuple(c.get(k) for k in ("type", "status", "reason", "message"))
+            for c in conditions
+            if isinstance(c, dict)
+        ]
+
+    return said(have) != said(wanted["conditions"])
+
+
+class GroupSync(Handler):
+    """One PodGroup CRD's objects into rows (refused ones said out loud), and rows' status back."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        kind: GroupKind,
+        may_write: Callable[[], bool] = always,
+        refusals: Refusals | None = None,
+    ):
+        self.api, self.kind = api, kind
+        self.may_write = may_write
+        self.refusals = refusals or Refusals()
+        self.writes_status = True  # set from discovery
+        #: (namespace, name) -> (resourceVersion patched, status written): the watch may not
+        #: have brought our own write back yet, and it is not written twice meanwhile.
+        self.written: dict[tuple[str, str], tuple[str, dict]] = {}
+
+    def changed(self, kind: str, obj: dict) -> None:
+        if self.may_write() and kind != "DELETED":
+            self.apply(obj)
+
+    def synced(self, objects: list[dict], listed: bool) -> None:
+        if not self.may_write():
+            return
+        stored = {
+            (group.namespace, group.name): group
+            for group in PodGroup.objects.select_related("queue").filter(source=self.kind.source)
+        }
+        for obj in objects:
+            try:
+                self.apply(obj, stored)
+            except Exception:  # noqa: BLE001 - one group must not stop the others
+                log.exception("pod group %s could not be applied", subject_of(obj))
+
+    def apply(self, obj: dict, stored: dict | None = None) -> None:
+        try:
+            fields = group_fields(obj, self.kind)
+        except GroupInvalid as exc:
+            self.refusals.refuse(subject_of(obj), GROUP_REFUSED, str(exc))
+            return
+        self.refusals.accepted(subject_of(obj))
+        if stored is not None:
+            row = stored.get((fields["namespace"], fields["name"]))
+            if row is not None and unchanged(row, fields):
+                return
+        store_group(fields)
+
+    def write_status(self, objects: list[dict]) -> None:
+        """Patch the status of every object whose row says something else. API trouble is
+        logged; the next pass tries again."""
+        if not self.writes_status or not objects or not self.may_write():
+            return
+        rows = {
+            (namespace, name): (phase, reason, conditions)
+            for namespace, name, phase, reason, conditions in PodGroup.objects.values_list(
+                "namespace", "name", "phase", "reason", "conditions"
+            )
+        }
+        patch = getattr(self.api, self.kind.patcher)
+        for obj in objects:
+            namespace, name = cache_key(obj)
+            row = rows.get((namespace or "default", name))
+            if row is None:
+                continue
+            wanted = wanted_status(self.kind, *row)
+            version = (obj.get("metadata") or {}).get("resourceVersion", "")
+            if not status_differs(obj.get("status"), wanted) or self.written.get((namespace, name)) == (
+                version,
+                wanted,
+            ):
+                continue
+            try:
+                patch(namespace or "default", name, {"status": wanted})
+                self.written[(namespace, name)] = (version, wanted)
+            except ApiUnavailable as exc:
+                log.warning("pod group status not written, API server unavailable: %s", exc)
+                return
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("pod group %s: status not written: %s", subject_of(obj), exc)
