@@ -18,10 +18,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from bench.pipeline import REPO, admin_sql, build_cluster, postgres_server_url, with_database
+from bench.pipeline import REPO, admin_sql, build_cluster, drain_queue, postgres_server_url, with_database
 
 DATABASE = f"hamiadmin_bench_batch_{os.getpid()}"
 QUEUES = ("research", "prod", "batch", "dev")
@@ -103,19 +102,10 @@ def main_child(args) -> None:
     django.setup()
     from django.core.management import call_command
 
-    from scheduling.pipeline.flight import run_requested_cycles
-
     call_command("migrate", verbosity=0, interactive=False)
     build_cluster(args.nodes)
     queue_pods(args.pods, args.gang)
-    started = time.perf_counter()
-    reports = []
-    while True:
-        batch = run_requested_cycles("bench")
-        reports.extend(report for report in batch if report.considered)
-        if not batch or not batch[-1].considered or not batch[-1].placed:
-            break
-    seconds = time.perf_counter() - started
+    reports, seconds = drain_queue()
     placed = sum(len(report.placed) for report in reports)
     cycles = sorted(report.duration_ms for report in reports) or [0.0]
     print(

@@ -316,17 +316,11 @@ def measure_release_latency(rounds: int = 5) -> list[float]:
     return latencies
 
 
-def main_child(args) -> None:
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
+def drain_queue() -> tuple[list, float]:
+    """Cycles back to back until one places nothing: the reports that considered pods, and
+    the seconds it took."""
     from scheduling.pipeline.flight import run_requested_cycles
 
-    call_command("migrate", verbosity=0, interactive=False)
-    build_cluster(args.nodes)
-    queue_pods(args.pods)
     started = time.perf_counter()
     reports = []
     while True:
@@ -334,7 +328,19 @@ def main_child(args) -> None:
         reports.extend(report for report in batch if report.considered)
         if not batch or not batch[-1].considered or not batch[-1].placed:
             break
-    seconds = time.perf_counter() - started
+    return reports, time.perf_counter() - started
+
+
+def main_child(args) -> None:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    build_cluster(args.nodes)
+    queue_pods(args.pods)
+    reports, seconds = drain_queue()
     placed = sum(len(report.placed) for report in reports)
     submit_rate = measure_submit()
     latencies = measure_release_latency()

@@ -43,16 +43,22 @@ from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapsh
 log = logging.getLogger(__name__)
 
 
-def unexpected_failure(spec: PodSpec, config, exc: Exception) -> EngineDecision:
-    """A pod the engine could not handle at all: shown as rejected, never a crashed worker."""
+def rejected(spec: PodSpec, config, error: str, field: str = "", code: str | None = None) -> EngineDecision:
+    """A pod turned away before or instead of the engine's verdict, as a rejected decision."""
     return EngineDecision(
         name=spec.name,
         namespace=spec.namespace,
         status=REJECTED,
         policy=describe_policy(spec.annotations, config),
-        error=f"scheduler error: {type(exc).__name__}: {exc}",
-        error_field="",
+        error=error,
+        error_field=field,
+        error_code=code,
     )
+
+
+def unexpected_failure(spec: PodSpec, config, exc: Exception) -> EngineDecision:
+    """A pod the engine could not handle at all: shown as rejected, never a crashed worker."""
+    return rejected(spec, config, f"scheduler error: {type(exc).__name__}: {exc}")
 
 
 def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", now=None) -> CyclePlan:
@@ -215,32 +221,17 @@ def build_jobs(rows, gangs: dict[int, GangState], book: QueueBook, config, now):
 
 
 def invalid_decision(spec: PodSpec, config, exc: PodInvalid) -> EngineDecision:
-    return EngineDecision(
-        name=spec.name,
-        namespace=spec.namespace,
-        status=REJECTED,
-        policy=describe_policy(spec.annotations, config),
-        error=str(exc),
-        error_field=exc.field,
-        error_code=exc.code,
-    )
+    return rejected(spec, config, str(exc), exc.field, exc.code)
 
 
 def timed_out_decision(spec: PodSpec, config, gang: GangState) -> EngineDecision:
     """A member of a gang that timed out with `on_timeout: reject`: rejected, parked until its
     spec changes (or an operator requeues it)."""
-    return EngineDecision(
-        name=spec.name,
-        namespace=spec.namespace,
-        status=REJECTED,
-        policy=describe_policy(spec.annotations, config),
-        error=(
-            f"gang {gang.key} did not reach min_member {gang.min_member} within "
-            f"{gang.timeout_seconds} s; its pods are rejected (on_timeout: reject)"
-        ),
-        error_field="schedule_timeout_seconds",
-        error_code=GANG_TIMED_OUT,
+    error = (
+        f"gang {gang.key} did not reach min_member {gang.min_member} within "
+        f"{gang.timeout_seconds} s; its pods are rejected (on_timeout: reject)"
     )
+    return rejected(spec, config, error, "schedule_timeout_seconds", GANG_TIMED_OUT)
 
 
 def expire_gangs(gangs: dict[int, GangState], now) -> dict[int, tuple[str, str, str]]:

@@ -101,8 +101,9 @@ def assert_every_pod_is_accounted_for() -> None:
             assert pod.reason and pod.attempts >= 1, pod.name
 
 
-def test_four_workers_without_single_flight_never_over_commit_a_card():
-    build_cluster_and_queue()
+def run_shuffled_workers() -> list[dict]:
+    """WORKERS cycle workers at once, single-flight off, each on a random sample of the due
+    pods; their summaries once the queue is idle."""
     workers = [
         start_worker("--seed", str(seed), "--deadline", "150", "--shuffle", HAMI_SINGLE_FLIGHT=0)
         for seed in range(WORKERS)
@@ -116,6 +117,12 @@ def test_four_workers_without_single_flight_never_over_commit_a_card():
     finally:
         for process in workers:
             stop(process)
+    return results
+
+
+def test_four_workers_without_single_flight_never_over_commit_a_card():
+    build_cluster_and_queue()
+    results = run_shuffled_workers()
 
     assert_no_card_holds_more_than_it_has()
     assert_consistent()
@@ -161,19 +168,7 @@ def test_four_workers_never_commit_a_partial_gang():
                     }
                 ],
             )
-    workers = [
-        start_worker("--seed", str(seed), "--deadline", "150", "--shuffle", HAMI_SINGLE_FLIGHT=0)
-        for seed in range(WORKERS)
-    ]
-    try:
-        results = []
-        for process in workers:
-            out, err = process.communicate(timeout=170)
-            assert process.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for process in workers:
-            stop(process)
+    results = run_shuffled_workers()
 
     placed = dict(
         Pod.objects.filter(status=Pod.SCHEDULED)
