@@ -18,7 +18,6 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.models import Card, Node, Pod
-from scheduling.services.batch import queue_tree
 
 from .metrics import CONTENT_TYPE, MIB
 
@@ -164,43 +163,10 @@ def _measured_families() -> list:
     return [*families.values(), overuse, count]
 
 
-class QueueStateCollector:
-    """Per-queue gauges from `services.queue_tree` (usage summed into parents, per vGPU), read
-    on each scrape; a database error leaves them out (`hamiadmin_cluster_state_up` tells)."""
-
-    def collect(self):
-        try:
-            tree = queue_tree()
-        except DatabaseError as exc:
-            log.warning("metrics: queues not read: %s", type(exc).__name__)
-            return
-        used = GaugeMetricFamily(
-            "hamiadmin_queue_used",
-            "What a queue's pods hold now, its children's included: vgpus, gpumem (MiB), gpucores (%).",
-            labels=["queue", "resource"],
-        )
-        limit = GaugeMetricFamily(
-            "hamiadmin_queue_limit",
-            "A queue's hard cap per resource, where it has one.",
-            labels=["queue", "resource"],
-        )
-        jobs = GaugeMetricFamily(
-            "hamiadmin_queue_pending_jobs", "Jobs (pod groups) of a queue not yet running.", labels=["queue"]
-        )
-        pods = GaugeMetricFamily("hamiadmin_queue_pending_pods", "Pending pods of a queue.", labels=["queue"])
-        for node in tree:
-            for row in node.resources():
-                used.add_metric([node.name, row["resource"]], row["used"])
-                if row["limit"] is not None:
-                    limit.add_metric([node.name, row["resource"]], row["limit"])
-            jobs.add_metric([node.name], node.pending_jobs)
-            pods.add_metric([node.name], node.pending_pods)
-        yield from (used, limit, jobs, pods)
-
-
+#: Collectors of state read on each scrape. Readers that live above ops (the queue tree of
+#: `scheduling.services.batch`) register theirs from `SchedulingConfig.ready`.
 CLUSTER_STATE = CollectorRegistry(auto_describe=False)
 CLUSTER_STATE.register(ClusterStateCollector())
-CLUSTER_STATE.register(QueueStateCollector())
 
 
 def exposition() -> bytes:

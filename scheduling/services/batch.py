@@ -14,18 +14,22 @@ when it guarantees nothing).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Count
+from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.dbretry import retry_on_conflict
 from scheduling.engine.batch import DEFAULT_QUEUE, RESOURCES, Usage, zero
 from scheduling.models import Event, Pod, PodGroup, Queue, record_event
 from scheduling.pipeline.batch import fair_share_book, queue_usage
 from scheduling.pipeline.triggers import request_cycle
+
+log = logging.getLogger(__name__)
 
 KINDS = ("guarantee", "quota", "limit")
 FIGURES = tuple(f"{kind}_{resource}" for kind in KINDS for resource in RESOURCES)
@@ -387,3 +391,47 @@ def queue_tree() -> list[QueueNode]:
         if node.parent is None or node.parent not in nodes:
             walk(node.name, 0, set())
     return out
+
+
+class QueueStateCollector:
+    """Per-queue gauges from `queue_tree` (usage summed into parents, per vGPU), read
+    on each scrape; a database error leaves them out (`hamiadmin_cluster_state_up` tells)."""
+
+    def collect(self):
+        try:
+            tree = queue_tree()
+        except DatabaseError as exc:
+            log.warning("metrics: queues not read: %s", type(exc).__name__)
+            return
+        used = GaugeMetricFamily(
+            "hamiadmin_queue_used",
+            "What a queue's pods hold now, its children's included: vgpus, gpumem (MiB), gpucores (%).",
+            labels=["queue", "resource"],
+        )
+        limit = GaugeMetricFamily(
+            "hamiadmin_queue_limit",
+            "A queue's hard cap per resource, where it has one.",
+            labels=["queue", "resource"],
+        )
+        jobs = GaugeMetricFamily(
+            "hamiadmin_queue_pending_jobs", "Jobs (pod groups) of a queue not yet running.", labels=["queue"]
+        )
+        pods = GaugeMetricFamily("hamiadmin_queue_pending_pods", "Pending pods of a queue.", labels=["queue"])
+        for node in tree:
+            for row in node.resources():
+                used.add_metric([node.name, row["resource"]], row["used"])
+                if row["limit"] is not None:
+                    limit.add_metric([node.name, row["resource"]], row["limit"])
+            jobs.add_metric([node.name], node.pending_jobs)
+            pods.add_metric([node.name], node.pending_pods)
+        yield from (used, limit, jobs, pods)
+
+
+_REGISTERED: set[int] = set()
+
+
+def register_queue_metrics(registry) -> None:
+    """Add the queue gauges to the scrape's cluster-state registry, once per registry."""
+    if id(registry) not in _REGISTERED:
+        registry.register(QueueStateCollector())
+        _REGISTERED.add(id(registry))
