@@ -20,8 +20,11 @@ run: $(STAMP)
 	$(BIN)/python manage.py demo --host $(HOST) --port $(PORT)
 
 # The chaos suite (tests/chaos, marker `chaos`) is its own target: `make chaos`.
+# TEST_WORKERS processes (pytest-xdist; each its own test database and Redis database,
+# tests/xdist_env.py); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -m "not chaos" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not chaos" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Faults, fuzzing, security table and concurrency figures (docs/reliability.md).
 # CHAOS_SCALE=ci (default, what CI runs: about 2 minutes on 2 quiet cores) or full; loopback only;
