@@ -89,9 +89,10 @@ def queue_states(usage: dict[str, Usage] | None = None) -> list[QueueState]:
     return states
 
 
-def load_book() -> QueueBook:
-    """The queue tree with usage summed into every ancestor, for one cycle."""
-    states = queue_states()
+def load_book(usage: dict[str, Usage] | None = None) -> QueueBook:
+    """The queue tree with usage summed into every ancestor, for one cycle; `usage` when the
+    caller has read `queue_usage` already."""
+    states = queue_states(usage)
     book = QueueBook(
         [
             QueueState(
@@ -167,10 +168,10 @@ def load_gangs(group_ids) -> dict[int, GangState]:
     return gangs
 
 
-def fair_share_book() -> QueueBook:
+def fair_share_book(usage: dict[str, Usage] | None = None) -> QueueBook:
     """The queue book with fair shares computed as the next cycle would: the queues that have
     pending pods want more (for `/api/v1/queues/` and the Queues page)."""
-    book = load_book()
+    book = load_book(usage)
     waiting = (
         Pod.objects.filter(status=Pod.PENDING, parked=False).values_list("queue__name", flat=True).distinct()
     )

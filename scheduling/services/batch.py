@@ -335,7 +335,8 @@ def queue_tree() -> list[QueueNode]:
         if queue.parent and queue.parent.name in nodes:
             nodes[queue.parent.name].children.append(queue.name)
     own: dict[str, QueueNode] = {name: QueueNode(node.queue) for name, node in nodes.items()}
-    for name, used in queue_usage().items():
+    usage = queue_usage()
+    for name, used in usage.items():
         if name in own:
             own[name].used = used
     pods = (
@@ -373,7 +374,7 @@ def queue_tree() -> list[QueueNode]:
             node.pending_jobs += mine.pending_jobs
             node.running_jobs += mine.running_jobs
             current = node.parent
-    for name, share in fair_share_book().fair.items():
+    for name, share in fair_share_book(usage).fair.items():
         if name in nodes:
             nodes[name].fair_share = share
     out: list[QueueNode] = []
