@@ -70,15 +70,19 @@ def _share(used: int, total: int) -> float:
     return round(used / total, 4) if total else 0.0
 
 
-def top_reason(error: str, outcome: str | None, failed_reasons) -> str:
-    """The reason code that turned away the most cards (ties by name), as the Pending page's
-    facets count them, or a facet name for a pod without one."""
+def top_reason(error: str, outcome: str | None, failed_reasons, batch_reason: str | None = None) -> str:
+    """What a pending pod waits on, as the Pending page's facets and the history count it: the
+    batch reason that held it (gang, queue limit, quota: it decides whatever the cards say),
+    else the reason code that turned away the most cards (summed over the failed nodes, ties by
+    name), or a facet name for a pod without one."""
     if error:
         return INVALID
     if outcome is None:
         return NOT_TRIED
     if outcome == Decision.CONFLICT:
         return CONFLICT
+    if batch_reason:
+        return str(batch_reason)
     totals: Counter = Counter()
     for failed in (failed_reasons or {}).values():
         for code, count in ((failed or {}).get("reasons") or {}).items():
@@ -88,6 +92,15 @@ def top_reason(error: str, outcome: str | None, failed_reasons) -> str:
     return min(totals, key=lambda code: (-totals[code], code))
 
 
+def latest_reasons(decision_ids: list[int]) -> dict[int, tuple[str, dict, str | None]]:
+    """(outcome, failed_reasons, batch reason) of these decisions by id, without the rest of
+    their payload: what `top_reason` reads."""
+    rows = Decision.objects.filter(pk__in=decision_ids).values_list(
+        "id", "outcome", "payload__failed_reasons", "payload__batch__reason"
+    )
+    return {decision_id: (outcome, failed, batch) for decision_id, outcome, failed, batch in rows}
+
+
 def pending_by_reason() -> tuple[int, dict[str, int]]:
     """Pending pods, and their count by top reason (the TOP_REASONS largest)."""
     keyed = list(
@@ -95,13 +108,8 @@ def pending_by_reason() -> tuple[int, dict[str, int]]:
         .with_latest_decision()
         .values_list("error", "latest_decision_id")
     )
-    latest = {
-        pk: (outcome, failed)
-        for pk, outcome, failed in Decision.objects.filter(pk__in=[pk for _, pk in keyed if pk]).values_list(
-            "id", "outcome", "payload__failed_reasons"
-        )
-    }
-    counts = Counter(top_reason(error, *(latest.get(pk) or (None, None))) for error, pk in keyed)
+    latest = latest_reasons([pk for _, pk in keyed if pk])
+    counts = Counter(top_reason(error, *(latest.get(pk) or (None, None, None))) for error, pk in keyed)
     return len(keyed), dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS])
 
 

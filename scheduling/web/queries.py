@@ -28,6 +28,7 @@ from scheduling.filtersets import (
     PodFilterSet,
 )
 from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Node, Pod
+from scheduling.models.samples import latest_reasons, top_reason
 from scheduling.pipeline.snapshot import load_snapshot
 from scheduling.services import simulations
 from scheduling.web import heatmap, tables
@@ -197,30 +198,6 @@ class PendingRow:
 
 
 #: Facet names for pending pods whose latest decision names no failed-node reason.
-NOT_TRIED, INVALID, CONFLICT, NO_REASON = "not tried yet", "invalid spec", "lost a race", "no GPU node"
-
-
-def dominant_reason(
-    pod_error: str, outcome: str | None, failed_reasons, batch_reason: str | None = None
-) -> str:
-    """The batch reason that held the pod (gang, queue limit, quota: it decides whatever the
-    cards say), else the reason code that turned away the most cards (summed over the failed
-    nodes, ties by name), or a facet name for a pod that has no such reason."""
-    if pod_error:
-        return INVALID
-    if outcome is None:
-        return NOT_TRIED
-    if outcome == Decision.CONFLICT:
-        return CONFLICT
-    if batch_reason:
-        return str(batch_reason)
-    totals: dict[str, int] = {}
-    for failed in (failed_reasons or {}).values():
-        for code, n in ((failed or {}).get("reasons") or {}).items():
-            totals[code] = totals.get(code, 0) + (n or 0)
-    if not totals:
-        return NO_REASON
-    return min(totals, key=lambda code: (-totals[code], code))
 
 
 def pending_page(params) -> dict:
@@ -234,9 +211,9 @@ def pending_page(params) -> dict:
     filterset = PendingFilterSet(params, queryset=pods)
     pods = filterset.qs if filterset.is_valid() else pods
     keyed = list(pods.with_latest_decision().values_list("id", "error", "latest_decision_id"))
-    latest = _failed_reasons([decision_id for _, _, decision_id in keyed if decision_id])
+    latest = latest_reasons([decision_id for _, _, decision_id in keyed if decision_id])
     dominant = {
-        pod_id: dominant_reason(error, *(latest.get(decision_id) or (None, None, None)))
+        pod_id: top_reason(error, *(latest.get(decision_id) or (None, None, None)))
         for pod_id, error, decision_id in keyed
     }
     facets = sorted(Counter(dominant.values()).items(), key=lambda item: (-item[1], item[0]))
@@ -265,15 +242,6 @@ def pending_page(params) -> dict:
         "query": _query_without(params, "page"),
         "facet_query": _query_without(params, "page", "dominant"),
     }
-
-
-def _failed_reasons(decision_ids: list[int]) -> dict[int, tuple[str, dict]]:
-    """(outcome, failed_reasons, batch reason) of these decisions by id, without the rest of
-    their payload."""
-    rows = Decision.objects.filter(pk__in=decision_ids).values_list(
-        "id", "outcome", "payload__failed_reasons", "payload__batch__reason"
-    )
-    return {decision_id: (outcome, failed, batch) for decision_id, outcome, failed, batch in rows}
 
 
 def _query_without(params, *names: str) -> str:

@@ -151,3 +151,24 @@ def test_metrics_serve_the_measurements_and_count_the_overused_cards():
     assert 'hamiadmin_card_temperature_celsius{node="node1",type="NVIDIA",uuid="GPU-0"} 80.0' in text
     assert "hamiadmin_cards_memory_overused 1.0" in text
     assert "hamiadmin_card_utilization_percent{" not in text  # not measured: no series
+
+
+@pytest.mark.django_db
+def test_pending_pods_held_by_a_batch_rule_count_under_it_as_on_the_pending_page():
+    from scheduling.models import Decision, Pod
+    from scheduling.models.samples import pending_by_reason
+
+    pod = services.submit_pod(
+        "default", "held", {}, [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": 1}}}]
+    )
+    Decision.objects.create(
+        pod=pod,
+        outcome=Decision.PENDING,
+        reason="GangUnschedulable",
+        payload={
+            "batch": {"reason": "GangUnschedulable"},
+            "failed_reasons": {"n1": {"reasons": {"CardInsufficientMemory": 2}}},
+        },
+    )
+    assert Pod.objects.get(pk=pod.pk).status == Pod.PENDING
+    assert pending_by_reason() == (1, {"GangUnschedulable": 1})
