@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.pipeline
 	$(BIN)/python -m bench.batch
+	$(BIN)/python -m bench.preempt
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

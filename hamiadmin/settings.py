@@ -203,6 +203,21 @@ HAMIADMIN = {
     # Batch (engine/jobs.py): a job still unplaced after this long holds the nodes it came
     # closest on for the rest of each cycle, so smaller jobs cannot starve it; <= 0: never.
     "RESERVE_AFTER_SECONDS": float(os.environ.get("HAMI_RESERVE_AFTER_SECONDS", "300")),
+    # Preemption within a queue and reclaim across queues (engine/preempt.py, docs/preemption.md):
+    # victims at or above PREEMPT_PROTECT_PRIORITY (Kubernetes' system classes by default) or
+    # younger than the min runtime are never evicted; at most PREEMPT_MAX_CARDS_PER_CYCLE cards
+    # are freed per cycle; a victim not gone after PREEMPT_GRACE_SECONDS makes its preemptor
+    # try again; dry run explains what would be evicted and evicts nothing.
+    "PREEMPTION": env_bool("HAMI_PREEMPTION", True),
+    "RECLAIM": env_bool("HAMI_RECLAIM", True),
+    "PREEMPT_DRY_RUN": env_bool("HAMI_PREEMPT_DRY_RUN", False),
+    "PREEMPT_MIN_RUNTIME_SECONDS": float(os.environ.get("HAMI_PREEMPT_MIN_RUNTIME_SECONDS", "0")),
+    "PREEMPT_PROTECT_PRIORITY": int(os.environ.get("HAMI_PREEMPT_PROTECT_PRIORITY", "2000000000")),
+    "PREEMPT_MAX_CARDS_PER_CYCLE": int(os.environ.get("HAMI_PREEMPT_MAX_CARDS_PER_CYCLE", "64")),
+    "PREEMPT_GRACE_SECONDS": float(os.environ.get("HAMI_PREEMPT_GRACE_SECONDS", "120")),
+    # Opt-in: a pod that fits nowhere may have one or two tenants hamiadmin runs itself moved
+    # to other nodes, each with its new home held first (engine/consolidate.py).
+    "CONSOLIDATION": env_bool("HAMI_CONSOLIDATION", False),
     # Test-only fault hook: sleep inside the commit after writing allocations (0 = off).
     "FAULT_COMMIT_PAUSE_SECONDS": float(os.environ.get("HAMI_FAULT_COMMIT_PAUSE_SECONDS", "0")),
     # Kubernetes integration (kube, docs/kubernetes.md).

@@ -10,6 +10,7 @@ gang's figures are known when its members are queued), and, in its own loop (wat
   patch; `Binder.repair`);
 - binds pods a cycle has placed (status `scheduled`) that Kubernetes still shows unbound,
   with back-off per pod after a failed Binding, a gang's members back to back;
+- evicts the Kubernetes pods a cycle chose as victims of a preemption (`Evictor`);
 - writes `FailedScheduling` events for pods that wait, `Scheduled` after a binding, and the
   PodGroup objects' status;
 - hands the informers' caches to their handlers every `resync_seconds` (node heartbeats,
@@ -38,6 +39,7 @@ from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .binder import BIND_COMPLETED, BOUND, FAILED, GONE, UNAVAILABLE, Binder, half_done
 from .events import MAX_MESSAGE, EventRecorder, PodRef
+from .evictor import Evictor
 from .groups import KINDS, GroupKind, GroupSync
 from .informer import Backoff, Informer
 from .leader import LeaderElector
@@ -84,6 +86,15 @@ class KubeAgent:
         name = self.options.scheduler_name
         self.events = EventRecorder(api, name, identity, self.options.event_refresh_seconds)
         self.binder = Binder(api, complete_phase=self.options.complete_bind_phase)
+        self.evictor = Evictor(
+            api,
+            self.events,
+            self.is_leader,
+            lookup=lambda namespace, name: self.pods.get(namespace, name) if self.pods else None,
+            backoff_base=self.options.api_backoff_base,
+            backoff_cap=self.options.api_backoff_cap,
+            clock=clock,
+        )
         # Extender mode writes no Kubernetes Events (kube-scheduler does; no grant for them).
         writes_events = None if self.options.extender else self.events
         self.pod_sync = PodSync(
@@ -274,7 +285,7 @@ class KubeAgent:
 
     def reconcile(self) -> None:
         """One pass: resync when due, repair half-done binds (first pass of a term, then with
-        each resync), bind placed pods, report waiting ones."""
+        each resync), bind placed pods, evict chosen victims, report waiting ones."""
         close_old_connections()
         now = self.clock()
         if now - self._resynced_at >= self.options.resync_seconds:
@@ -292,6 +303,7 @@ class KubeAgent:
         if self._repair_due:
             self._repair_due = not self.repair_binds()
         self.bind_placed()
+        self.evictor.run_once()
         if now - self._events_at >= self.options.event_seconds:
             self._events_at = now
             self.report_waiting()

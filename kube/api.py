@@ -145,6 +145,25 @@ class KubeApi:
         )
         self._call(self.core.create_namespaced_pod_binding, name, namespace, body)
 
+    @needs(("", "pods/eviction", "create"))
+    def evict_pod(
+        self, namespace: str, name: str, uid: str = "", grace_period_seconds: int | None = None
+    ) -> None:
+        """POST pods/{name}/eviction (policy/v1): Kubernetes deletes the pod unless a
+        PodDisruptionBudget forbids it (429). `uid`: only that incarnation (409 otherwise).
+        The answer, a Status, is not used."""
+        options = client.V1DeleteOptions(
+            grace_period_seconds=grace_period_seconds,
+            preconditions=client.V1Preconditions(uid=uid) if uid else None,
+        )
+        body = client.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            delete_options=options,
+        )
+        self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)
+
     # -- nodes --------------------------------------------------------------------------
 
     @needs(("", "nodes", "list"))
@@ -313,6 +332,7 @@ WATCHER_AGENT_CALLS = (
     KubeApi.get_pod,
     KubeApi.patch_pod,
     KubeApi.bind_pod,
+    KubeApi.evict_pod,
     KubeApi.list_nodes,
     KubeApi.watch_nodes,
     KubeApi.get_node,

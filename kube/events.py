@@ -74,6 +74,23 @@ class EventRecorder:
             text += f" with cards {', '.join(cards)}"
         return self.record(pod, "Normal", "Scheduled", text)
 
+    def preempted(self, victim: PodRef, preemptor: str, cards: list[str], why: str) -> bool:
+        """On the victim, once Kubernetes accepted its eviction: who took its place, on which cards."""
+        text = f"Preempted by {preemptor} on card {', '.join(cards) or 'none'}"
+        return self.record(victim, "Warning", "Preempted", f"{text}: {why}" if why else text)
+
+    def preempting(self, preemptor: PodRef, victim: str, node: str, cards: list[str]) -> bool:
+        text = f"Preempting {victim} on {node}"
+        if cards:
+            text += f" for cards {', '.join(cards)}"
+        return self.record(preemptor, "Normal", "Preempting", text)
+
+    def preemption_refused(self, preemptor: PodRef, victim: str, message: str) -> bool:
+        """On the preemptor: Kubernetes (a PodDisruptionBudget) kept the victim; it plans again."""
+        return self.record(
+            preemptor, "Warning", "PreemptionRefused", f"evicting {victim} was refused: {message}"
+        )
+
     def forget(self, uid: str) -> None:
         """The pod is gone or placed: drop what we remember of its events."""
         with self.lock:

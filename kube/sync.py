@@ -11,7 +11,7 @@ when the agent writes events, a log line once per distinct reason.
 
 The watch thread, the resync and the binder may act on the same pod at once. No lock in
 this process orders them: every write names the incarnation it means (`expected_uid`),
-and `submit_pod` itself releases an earlier incarnation's cards when a new uid arrives, so
+and a submission itself releases an earlier incarnation's cards when a new uid arrives, so
 each write is checked against the row as locked in the database.
 """
 
@@ -25,6 +25,7 @@ from django.db import DataError
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.models import Event, Pod, record_event
+from scheduling.services.pods import REFUSED
 from scheduling.storable import printable, why_unstorable
 
 from . import nodes as node_objects
@@ -36,6 +37,8 @@ from .informer import Handler
 log = logging.getLogger("hamiadmin.kube.sync")
 
 ACTIVE = (Pod.PENDING, Pod.SCHEDULED, Pod.RUNNING, Pod.REJECTED)
+#: Pods a resync queues per transaction (`services.submit_pods`).
+QUEUE_BATCH = 500
 #: `Event.reason` (and the Kubernetes Warning's reason) of a refused pod / node.
 POD_REFUSED, NODE_REFUSED = "PodInvalid", "InventoryInvalid"
 #: Node fields whose fault leaves no row to mark not ready: its name, or annotations that are
@@ -121,15 +124,21 @@ class PodSync(Handler):
             ).values_list("namespace", "name", "uid", "spec_hash", "status", "node__name")
         }
         seen = set()
+        waiting = []
         for obj in objects:
             key = pod_objects.key_of(obj)
             try:
                 seen.add(key)
                 if self.up_to_date(obj, active.get(key)):
                     continue
+                if self.to_queue(obj):
+                    waiting.append(obj)
+                    continue
                 self.apply(obj)
             except Exception:  # noqa: BLE001 - one pod must not stop the others
                 log.exception("pod %s could not be applied", pod_objects.subject_of(obj))
+        for start in range(0, len(waiting), QUEUE_BATCH):
+            self.queue_batch(waiting[start : start + QUEUE_BATCH])
         if listed:
             self.release_vanished(seen)
 
@@ -172,6 +181,15 @@ class PodSync(Handler):
             return None
         return row
 
+    def to_queue(self, obj: dict) -> bool:
+        """Whether `apply` would queue the pod: not ended, no node yet, asking for our scheduler."""
+        return (
+            not pod_objects.final_status(obj)
+            and not pod_objects.node_of(obj)
+            and self.queue_pods
+            and pod_objects.scheduler_of(obj) == self.scheduler_name
+        )
+
     def apply(self, obj: dict) -> None:
         ended = pod_objects.final_status(obj)
         if ended:
@@ -179,7 +197,7 @@ class PodSync(Handler):
             return
         node = pod_objects.node_of(obj)
         if not node:
-            if self.queue_pods and pod_objects.scheduler_of(obj) == self.scheduler_name:
+            if self.to_queue(obj):
                 self.queue(obj)
             return
         row = self.row_for(obj)
@@ -198,34 +216,53 @@ class PodSync(Handler):
             self._release_row(row, Pod.FAILED)
 
     def queue(self, obj: dict) -> None:
-        """Queue (or update) the pod, or record it refused (`refuse`). A row holding another
-        uid is an earlier pod of this name, deleted unseen: `submit_pod` releases its cards as
-        it starts the new incarnation."""
+        """Queue (or update) the pod, or record it refused (`queue_many`)."""
+        self.queue_many([obj])
+
+    def queue_batch(self, objs: list[dict]) -> None:
+        """`queue_many`, and should the batch fail as a whole (what no refusal covers), each
+        pod alone, so one pod never keeps the others out."""
         try:
-            arguments = pod_objects.submission(obj)
-        except PodInvalid as exc:
-            self.refuse(obj, str(exc))
+            self.queue_many(objs)
+        except Exception:  # noqa: BLE001 - one pod must not stop the others
+            log.exception("a batch of %d pods could not be queued; queueing them one by one", len(objs))
+            for obj in objs:
+                try:
+                    self.queue(obj)
+                except Exception:  # noqa: BLE001
+                    log.exception("pod %s could not be applied", pod_objects.subject_of(obj))
+
+    def queue_many(self, objs: list[dict]) -> None:
+        """Queue (or update) these pods in one transaction (`services.submit_pods`), each
+        refused on its own (`refuse`) when it cannot be read or stored. A row holding another
+        uid is an earlier pod of that name, deleted unseen: the submission releases its cards
+        as it starts the new incarnation, and `on_release` hears of the earlier uid."""
+        arguments, read = [], []
+        for obj in objs:
+            try:
+                arguments.append(pod_objects.submission(obj))
+            except PodInvalid as exc:
+                self.refuse(obj, str(exc))
+                continue
+            read.append(obj)
+        if not arguments:
             return
-        namespace, name, uid = arguments["namespace"], arguments["name"], arguments["uid"]
-        earlier = Pod.objects.filter(namespace=namespace, name=name).values_list("uid", flat=True).first()
-        try:
-            services.submit_pod(**arguments, validate=False, origin=Pod.KUBERNETES)
-        except PodInvalid as exc:
-            self.refuse(obj, str(exc))
-            return
-        except DataError as exc:  # what the reader missed: said out loud all the same
-            self.refuse(obj, f"the database refused the pod: {exc}")
-            return
-        self.refusals.accepted(pod_objects.subject_of(obj))
-        if earlier and uid and earlier != uid:
-            log.info(
-                "pod %s/%s: uid %s replaced by %s; the earlier one's cards are released",
-                namespace,
-                name,
-                earlier,
-                uid,
-            )
-            self.on_release(earlier)
+        results = services.submit_pods(arguments, validate=False, origin=Pod.KUBERNETES)
+        for obj, asked, done in zip(read, arguments, results, strict=True):
+            if done.outcome == REFUSED:
+                self.refuse(obj, str(done.error))
+                continue
+            self.refusals.accepted(pod_objects.subject_of(obj))
+            earlier, uid = done.previous_uid, asked["uid"]
+            if earlier and uid and earlier != uid:
+                log.info(
+                    "pod %s/%s: uid %s replaced by %s; the earlier one's cards are released",
+                    asked["namespace"],
+                    asked["name"],
+                    earlier,
+                    uid,
+                )
+                self.on_release(earlier)
 
     def refuse(self, obj: dict, message: str) -> None:
         """The pod cannot be queued as it is: say so until it changes (it is tried again on

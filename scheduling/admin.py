@@ -17,6 +17,7 @@ from django.forms import ModelForm
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -30,8 +31,10 @@ from .models import (
     Cycle,
     Decision,
     Event,
+    Eviction,
     NamespaceQuota,
     Node,
+    Nomination,
     Pod,
     PodGroup,
     Queue,
@@ -496,6 +499,104 @@ class EventAdmin(WrittenByServices, admin.ModelAdmin):
     @admin.display(description="message")
     def short_message(self, event):
         return event.message if len(event.message) <= 120 else event.message[:119] + "…"
+
+
+# --- Preemption ------------------------------------------------------------------------
+
+
+def pod_link(pod: Pod | None):
+    """The pod's dashboard page (where its Preemption panel is), or a dash once deleted."""
+    if pod is None:
+        return "—"
+    return format_html('<a href="{}">{}</a>', reverse("pod", args=[pod.namespace, pod.name]), pod.key)
+
+
+@admin.register(Eviction)
+class EvictionAdmin(WrittenByServices, admin.ModelAdmin):
+    """Evictions the scheduler chose, one per victim: read-only (the cycle writes them, the
+    services and the kube agent carry them out)."""
+
+    list_display = (
+        "id",
+        "created_at",
+        "victim_link",
+        "preemptor_link",
+        "kind",
+        "state",
+        "node",
+        "short_reason",
+    )
+    list_filter = ("state", "kind")
+    search_fields = ("victim__namespace", "victim__name", "preemptor__namespace", "preemptor__name", "node")
+    list_select_related = ("victim", "preemptor")
+    date_hierarchy = "created_at"
+    fields = (
+        "victim_link",
+        "preemptor_link",
+        "decision",
+        "kind",
+        "node",
+        "cards",
+        "reason",
+        "state",
+        "message",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    )
+    readonly_fields = ("victim_link", "preemptor_link")
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="victim", ordering="victim__name")
+    def victim_link(self, eviction):
+        return pod_link(eviction.victim)
+
+    @admin.display(description="preemptor", ordering="preemptor__name")
+    def preemptor_link(self, eviction):
+        return pod_link(eviction.preemptor)
+
+    @admin.display(description="reason")
+    def short_reason(self, eviction):
+        return eviction.reason if len(eviction.reason) <= 120 else eviction.reason[:119] + "…"
+
+
+class ActiveNominationFilter(admin.SimpleListFilter):
+    """Nominations hold their card until they expire; expired ones wait for the housekeeping."""
+
+    title = "state"
+    parameter_name = "active"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "active"), ("no", "expired")]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "yes":
+            return queryset.filter(expires_at__gt=now)
+        if self.value() == "no":
+            return queryset.filter(expires_at__lte=now)
+        return queryset
+
+
+@admin.register(Nomination)
+class NominationAdmin(WrittenByServices, admin.ModelAdmin):
+    """The vGPUs preemptors hold on freed cards while their victims leave: read-only."""
+
+    list_display = ("pod_link", "card", "memory", "cores", "created_at", "expires_at")
+    list_filter = (ActiveNominationFilter, "card__node")
+    search_fields = ("pod__namespace", "pod__name", "card__uuid")
+    list_select_related = ("pod", "card")
+    fields = ("pod_link", "card", "memory", "cores", "created_at", "expires_at")
+    readonly_fields = ("pod_link",)
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="pod", ordering="pod__name")
+    def pod_link(self, nomination):
+        return pod_link(nomination.pod)
 
 
 # --- Cluster config --------------------------------------------------------------------

@@ -10,7 +10,8 @@ class SchedulingConfig(AppConfig):
         """The Celery app (broker from settings) exists before anything sends a task:
         `shared_task` sends through the current app, and hamiadmin no longer loads it on import.
         Refused sign-in forms count towards the client's failed credentials (hamiadmin/auth_failures.py).
-        The queue gauges join the scrape's cluster state here: their reader is a service, above ops."""
+        The queue gauges join the scrape's cluster state here: their reader is a service, above ops.
+        The pipeline's preemption hooks are the eviction services' (the pipeline imports no service)."""
         from django.contrib.auth.signals import user_login_failed
 
         import hamiadmin.celery  # noqa: F401
@@ -22,3 +23,9 @@ class SchedulingConfig(AppConfig):
         from scheduling.services.batch import register_queue_metrics
 
         register_queue_metrics(CLUSTER_STATE)
+
+        from scheduling.pipeline.preemption import hooks
+        from scheduling.services.evictions import carry_out_local, settle_evictions
+
+        hooks.settle = settle_evictions
+        hooks.carry_out = carry_out_local

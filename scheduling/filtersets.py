@@ -12,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from .engine.batch import DEFAULT_QUEUE
-from .models import Allocation, Card, Cycle, Decision, Event, Node, Pod, PodGroup, Queue
+from .models import Allocation, Card, Cycle, Decision, Event, Eviction, Node, Pod, PodGroup, Queue
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
@@ -86,6 +86,24 @@ class PodKeyFilter(filters.CharFilter):
         return qs.filter(**{f"{self.field_name}__namespace": namespace, f"{self.field_name}__name": name})
 
 
+#: The largest primary key (a BigAutoField); a bigger number names no row.
+BIGINT_MAX = 2**63 - 1
+
+
+class PodRefFilter(filters.CharFilter):
+    """A pod by ``NAMESPACE/NAME``, by a bare NAME (namespace ``default``), or by its id (a
+    bare number: give ``default/123`` for a pod whose name is a number)."""
+
+    def filter(self, qs, value):
+        if not value:
+            return qs
+        if value.isascii() and value.isdigit():
+            number = int(value)
+            return qs.filter(**{f"{self.field_name}_id": number}) if number <= BIGINT_MAX else qs.none()
+        namespace, name = Pod.split_key(value)
+        return qs.filter(**{f"{self.field_name}__namespace": namespace, f"{self.field_name}__name": name})
+
+
 class DecisionFilterSet(filters.FilterSet):
     pod = PodKeyFilter(field_name="pod", help_text="NAMESPACE/NAME")
     outcome = filters.MultipleChoiceFilter(choices=Decision.OUTCOMES)
@@ -119,6 +137,22 @@ class PendingFilterSet(filters.FilterSet):
 
     def with_reason(self, qs, name, value):
         return qs.filter(Q(reason__contains=value) | Q(error__contains=value)) if value else qs
+
+
+class EvictionFilterSet(filters.FilterSet):
+    """Evictions by how far they got, why (preempt or reclaim), who gave way, for whom, where."""
+
+    state = filters.MultipleChoiceFilter(choices=Eviction.STATES, help_text="one or more states")
+    kind = filters.MultipleChoiceFilter(choices=Eviction.KINDS, help_text="preempt or reclaim")
+    victim = PodRefFilter(field_name="victim", help_text="the evicted pod: NAMESPACE/NAME or its id")
+    preemptor = PodRefFilter(
+        field_name="preemptor", help_text="the pod it gave way to: NAMESPACE/NAME or its id"
+    )
+    node = filters.CharFilter(help_text="node name")
+
+    class Meta:
+        model = Eviction
+        fields = ["state", "kind", "victim", "preemptor", "node"]
 
 
 class UtcIsoDateTimeField(IsoDateTimeField):

@@ -16,6 +16,7 @@ router.register("cards", views.CardViewSet, basename="card")
 router.register("decisions", views.DecisionViewSet, basename="decision")
 router.register("allocations", views.AllocationViewSet, basename="allocation")
 router.register("cycles", views.CycleViewSet, basename="cycle")
+router.register("evictions", views.EvictionViewSet, basename="eviction")
 
 pods = views.PodViewSet.as_view({"get": "list", "post": "create"})
 pod = views.PodViewSet.as_view({"get": "retrieve", "delete": "destroy"})
@@ -28,6 +29,7 @@ api = [
     path("", ApiRootView.as_view(), name="root"),
     path("agents/report/", views.AgentReportView.as_view(), name="agent-report"),
     path("pods/", pods, name="pod-list"),
+    path("pods/bulk/", include("scheduling.api.views.bulk")),
     path(f"pods/{NAMESPACE}/{NAME}/", pod, name="pod-detail"),
     path(f"pods/{NAMESPACE}/{NAME}/complete/", pod_complete, name="pod-complete"),
     path(f"pods/{NAMESPACE}/{NAME}/decision/", views.PodDecisionView.as_view(), name="pod-decision"),

@@ -346,7 +346,8 @@ class Statement:
         self.scheduler = scheduler
         self.book = book
         self.namespaces = namespaces
-        self.log: list[tuple[Decision, str | None, Usage, str]] = []
+        #: placements as (decision, queue, usage, gang); evictions as (None, preemptor, tenant, "")
+        self.log: list[tuple] = []
 
     def mark(self) -> Mark:
         return Mark(len(self.log))
@@ -371,6 +372,9 @@ class Statement:
         undone = []
         while len(self.log) > mark.at:
             decision, queue, used, gang = self.log.pop()
+            if decision is None:
+                self._give_back(queue, used, gang)
+                continue
             if gang:
                 self._mark(decision, gang, -1)
             self.scheduler.unassume(decision)
@@ -381,6 +385,49 @@ class Statement:
             undone.append(decision)
         undone.reverse()
         return undone
+
+    def evict(self, tenant, preemptor) -> None:
+        """Take a running tenant (`preempt.Tenant`) off its cards, its queue and namespace, and
+        out of the preemptor's tenants, so later members see the freed cards."""
+        unmarked = self._holdings(tenant, -1, ())
+        preemptor.tenants.remove(tenant)
+        self.log.append((None, preemptor, tenant, unmarked))
+
+    def evicted(self, since: Mark | None = None) -> list:
+        """The tenants evicted (after `since`), oldest first."""
+        return [entry[2] for entry in self.log[since.at if since else 0 :] if entry[0] is None]
+
+    def _give_back(self, preemptor, tenant, unmarked) -> None:
+        self._holdings(tenant, 1, unmarked)
+        preemptor.tenants.add(tenant)
+
+    def _holdings(self, tenant, sign: int, unmarked) -> tuple[str, ...]:
+        """Move a tenant's holdings off (-1) or back on (+1) its cards; its gang's `gang-spread`
+        marks go with them (the cards unmarked on the way off are marked again on the way back)."""
+        node = self.scheduler.cluster.node(tenant.node)
+        by_uuid = {card.uuid: card for card in node.cards}
+        removed = []
+        for uuid, memory, cores in tenant.holdings:
+            card = by_uuid.get(uuid)
+            if card is None:
+                continue
+            card.used_slots += sign
+            card.used_memory += sign * memory
+            card.used_cores += sign * cores
+            if sign < 0 and tenant.gang and tenant.gang in card.gangs:
+                held = list(card.gangs)
+                held.remove(tenant.gang)
+                card.gangs = tuple(held)
+                removed.append(uuid)
+        for uuid in unmarked if sign > 0 else ():
+            by_uuid[uuid].gangs = (*by_uuid[uuid].gangs, tenant.gang)
+        node.touch()
+        used = tenant.usage
+        if self.book is not None:
+            self.book.add(tenant.queue, used, sign)
+        if self.namespaces is not None:
+            self.namespaces.add(tenant.namespace, used, sign)
+        return tuple(removed)
 
     def _mark(self, decision: Decision, gang: str, sign: int) -> None:
         node = self.scheduler.cluster.node(decision.node)

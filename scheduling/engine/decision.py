@@ -116,6 +116,9 @@ class Decision:
     #: Why a batch rule (gang, queue limit, namespace quota) kept the pod pending: `reason`
     #: (a code: `GangUnschedulable`, `QueueLimitExceeded`, ...), `message`, `would_fit_on`.
     batch: dict | None = None
+    #: Evictions this pod caused (`preempt.Preemptor.explain`: node, victims, cards, grants,
+    #: alternatives), or, when it tried and nothing helped, `{"tried": True, "why": ...}`.
+    preemption: dict | None = None
 
     @property
     def unschedulable(self) -> bool:
@@ -160,6 +163,11 @@ class Decision:
             return f"scheduled on {self.node}"
         if self.batch is not None:
             return f"{self.batch['reason']}: {self.batch['message']}"
+        if self.preemption is not None and self.preemption.get("why") and self.preemption.get("say", True):
+            return f"{self._failure_text()}; {self.preemption['why']}"
+        return self._failure_text()
+
+    def _failure_text(self) -> str:
         total = len(self.node_failures)
         if not total:
             return "0/0 nodes are available: no GPU nodes"
@@ -215,4 +223,6 @@ class Decision:
         }
         if self.batch is not None:
             out["batch"] = dict(self.batch)
+        if self.preemption is not None:
+            out["preemption"] = dict(self.preemption)
         return out

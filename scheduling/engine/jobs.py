@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .batch import NamespaceBook, QueueBook, Statement, Usage, decision_usage, hold_back
+from .batch import NamespaceBook, QueueBook, Statement, Usage, decision_usage, hold_back, zero
+from .consolidate import CONSOLIDATING, Consolidation, Consolidator
 from .decision import PENDING, SCHEDULED, Decision
 from .model import PodSpec
 from .pod import ParsedPod, describe_policy
+from .preempt import NO_LOWER_PRIORITY, NO_TENANTS, NOMINATED, PREEMPTING, Plan, Preemptor, Tenant, grants_of
+
+#: Preemption misses too common to repeat on a pending pod's reason line.
+QUIET_MISSES = frozenset({NO_TENANTS, NO_LOWER_PRIORITY})
 
 NOT_ENOUGH_PODS = "NotEnoughPods"
 GANG_UNSCHEDULABLE = "GangUnschedulable"
@@ -77,6 +82,42 @@ class Outcome:
     decision: Decision
     parsed: ParsedPod | None
     gang_needed: int = 0
+    #: The tenants this member evicts (its decision's `preemption` says why and where).
+    victims: list[Tenant] = field(default_factory=list)
+
+
+@dataclass
+class Nominated:
+    """A pod that evicted tenants and holds their cards until they are gone: `grants` are the
+    (card uuid, MiB, cores) it will take on `node`; `waiting` the victims still holding cards."""
+
+    node: str
+    grants: list[tuple[str, int, int]]
+    waiting: int = 0
+    since_seconds: float = 0.0
+    grace_seconds: float = 0.0
+
+    def message(self) -> str:
+        cards = ", ".join(sorted({uuid for uuid, _, _ in self.grants}))
+        text = f"nominated to {self.node} ({cards})"
+        if self.waiting:
+            text += f"; waiting for {self.waiting} victim{'s' if self.waiting != 1 else ''} to release"
+        return text + f" ({self.since_seconds:.0f} s of {self.grace_seconds:.0f} s grace)"
+
+
+def ask_usage(parsed: ParsedPod | None) -> Usage:
+    """What a pod asks in vGPU units before it is placed (percentage memory counts 0 MiB: it
+    is only known per card)."""
+    used = zero()
+    for ask in parsed.apps if parsed is not None else ():
+        if ask is None:
+            continue
+        used["vgpus"] += ask.count
+        used["gpumem"] += ask.count * (ask.memory or 0)
+        used["gpucores"] += ask.count * ask.cores
+    if used["gpumem"] == 0 and used["vgpus"]:
+        used["gpumem"] = 1  # asks memory: a share of a card still counts on the memory axis
+    return used
 
 
 def held_decision(spec: PodSpec, config, reason: str, message: str, **figures) -> Decision:
@@ -103,6 +144,9 @@ class JobRunner:
         namespaces: NamespaceBook | None = None,
         reserve_after_seconds: float | None = None,
         decide: Decide | None = None,
+        preemptor: Preemptor | None = None,
+        nominations: dict[str, Nominated] | None = None,
+        consolidator: Consolidator | None = None,
     ):
         self.scheduler = scheduler
         self.book = book
@@ -111,6 +155,28 @@ class JobRunner:
         self.reserve_after = reserve_after_seconds
         self.decide = decide or scheduler.decide_parsed
         self.reserved: dict[str, str] = {}  # node -> the job holding it this cycle
+        self.preemptor = preemptor
+        self.consolidator = consolidator
+        self.nominations = nominations or {}
+        self._hold_nominations(1)
+
+    def _hold_nominations(self, sign: int, only: str | None = None) -> None:
+        """Put nominated cards' grants on the snapshot (+1) or take them off (-1), so no other
+        job takes what a preemptor's victims free; `only` one pod's."""
+        for key, nominated in self.nominations.items():
+            if only is not None and key != only:
+                continue
+            node = self.scheduler.cluster.by_name.get(nominated.node)
+            if node is None:
+                continue
+            by_uuid = {card.uuid: card for card in node.cards}
+            for uuid, memory, cores in nominated.grants:
+                card = by_uuid.get(uuid)
+                if card is not None:
+                    card.used_slots += sign
+                    card.used_memory += sign * memory
+                    card.used_cores += sign * cores
+            node.touch()
 
     def run(self, jobs: list[Job]) -> list[Outcome]:
         queues: dict[str, deque[Job]] = {}
@@ -139,7 +205,7 @@ class JobRunner:
         outcomes, placed = [], []
         first_miss: tuple[Member, Decision] | None = None
         for member in job.members:
-            decision, parsed = self.decide(member.spec)
+            decision, parsed, plan, before = self._decide_member(job, member)
             if decision.status == SCHEDULED:
                 used = decision_usage(decision)
                 why = self.book.over_limit(job.queue, used)
@@ -147,15 +213,38 @@ class JobRunner:
                 if why is None:
                     why, code = self.namespaces.over(member.spec.namespace, used), NAMESPACE_QUOTA
                 if why is not None:
+                    if before is not None:
+                        self.statement.rollback(before)  # its evictions go with it
+                        plan = None
                     hold_back(decision, code, why, queue=job.queue)
                 else:
-                    self.statement.assume(decision, job.queue, gang.key if gang is not None else "")
-                    placed.append(decision)
-            if decision.status != SCHEDULED and first_miss is None:
+                    gang_key = gang.key if gang is not None else ""
+                    if plan is not None:  # holds the freed cards this cycle, placed once they are free
+                        assumed = replace(decision)
+                        self.statement.assume(assumed, job.queue, gang_key)
+                        assert self.preemptor is not None
+                        if isinstance(plan, Consolidation):
+                            assert self.consolidator is not None
+                            plan = self.consolidator.explain(
+                                decision, plan.moves, plan.node, grants_of(assumed)
+                            )
+                        else:
+                            self.preemptor.explain(decision, plan, grants_of(assumed))
+                        if self.preemptor.rules.dry_run:
+                            assert before is not None
+                            self.statement.rollback(before)
+                        else:
+                            placed.append(assumed)
+                    else:
+                        self.statement.assume(decision, job.queue, gang_key)
+                        placed.append(decision)
+            real = plan is not None and decision.preemption and not decision.preemption.get("dry_run")
+            victims = [v.tenant for v in plan.victims] if real and plan is not None else []
+            if decision.status != SCHEDULED and not victims and first_miss is None:
                 first_miss = (member, decision)
             if self.reserved and decision.status in (SCHEDULED, PENDING):
                 decision.warnings.append(self._reserved_warning())
-            outcomes.append(Outcome(member, job, decision, parsed))
+            outcomes.append(Outcome(member, job, decision, parsed, victims=victims))
         if gang is not None:
             needed = max(0, gang.min_member - gang.placed)
             if len(placed) < needed:
@@ -165,7 +254,12 @@ class JobRunner:
                     decision = outcome.decision
                     if decision.status == SCHEDULED:
                         hold_back(decision, GANG_UNSCHEDULABLE, message, group=gang.key)
-                    elif decision.status == PENDING and decision.batch is None:
+                    elif decision.status == PENDING and (
+                        decision.batch is None or decision.batch.get("reason") in (PREEMPTING, CONSOLIDATING)
+                    ):
+                        if outcome.victims:
+                            decision.preemption = {"tried": True, "why": f"gang rolled back: {message}"}
+                            outcome.victims = []
                         decision.batch = {
                             "reason": GANG_UNSCHEDULABLE,
                             "message": message,
@@ -179,6 +273,82 @@ class JobRunner:
         if not placed and self.reserve_after is not None and job.waited_seconds >= self.reserve_after:
             self._reserve(job, outcomes)
         return outcomes
+
+    def _decide_member(self, job: Job, member: Member):
+        """(decision, parsed, plan, mark): the member decided, taking its own nomination off the
+        snapshot first; when it does not fit and may preempt, decided again after the cheapest
+        evictions (`plan`), which the Statement holds from `mark` on."""
+        key = member.spec.key
+        nominated = self.nominations.get(key)
+        if nominated is not None:
+            self._hold_nominations(-1, key)
+        decision, parsed = self.decide(member.spec)
+        if nominated is not None:
+            if decision.status == SCHEDULED:
+                del self.nominations[key]  # used: the placement takes its cards
+            else:
+                self._hold_nominations(1, key)
+                if decision.batch is None:
+                    decision.batch = {
+                        "reason": NOMINATED,
+                        "message": nominated.message(),
+                        "would_fit_on": nominated.node,
+                    }
+            return decision, parsed, None, None
+        if not self._may_preempt(decision, parsed):
+            return decision, parsed, None, None
+        assert self.preemptor is not None and parsed is not None
+        plan: Plan | None
+        plan, why, misses = self.preemptor.plan(parsed, decision, job.priority, job.queue, ask_usage(parsed))
+        if plan is None and self.consolidator is not None:
+            moved = self._consolidate(member, decision, parsed)
+            if moved is not None:
+                return moved
+        if plan is None:
+            # The reason line says why only when some tenant could have given way but was
+            # protected or not enough; "nothing of lower priority runs" stays in the payload.
+            say = bool(set(misses) - QUIET_MISSES)
+            decision.preemption = {"tried": True, "why": why, "misses": dict(misses), "say": say}
+            return decision, parsed, None, None
+        before = self.statement.mark()
+        self.preemptor.evict(self.statement, plan)
+        again, parsed_again = self.decide(member.spec)
+        if again.status != SCHEDULED or again.node != plan.node:
+            self.statement.rollback(before)
+            decision.preemption = {
+                "tried": True,
+                "why": f"evicting on {plan.node} did not place the pod there",
+            }
+            return decision, parsed, None, None
+        again.warnings.extend(decision.warnings[len(again.warnings) :])
+        return again, parsed_again, plan, before
+
+    def _consolidate(self, member: Member, decision: Decision, parsed: ParsedPod):
+        """(decision, parsed, Consolidation, mark) when moving one or two tenants elsewhere lets
+        the member fit where they were; None (nothing changed) otherwise."""
+        assert self.consolidator is not None
+        before = self.statement.mark()
+        found = self.consolidator.plan(parsed, decision, self.statement)
+        if found is None:
+            return None
+        moves, node = found
+        again, parsed_again = self.decide(member.spec)
+        if again.status != SCHEDULED or again.node != node:
+            self.statement.rollback(before)
+            return None
+        again.warnings.extend(decision.warnings[len(again.warnings) :])
+        return again, parsed_again, Consolidation(node, moves), before
+
+    def _may_preempt(self, decision: Decision, parsed: ParsedPod | None) -> bool:
+        return (
+            self.preemptor is not None
+            and self.preemptor.rules.enabled
+            and parsed is not None
+            and decision.status == PENDING
+            and decision.batch is None
+            and decision.never is None
+            and bool(decision.node_failures)
+        )
 
     def _gate(self, job: Job, gang: Gang) -> tuple[str, str] | None:
         if gang.known < gang.min_member:

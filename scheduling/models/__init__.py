@@ -10,6 +10,7 @@ from .config import SchedulerConfig
 from .events import Event, record_event
 from .history import Cycle, Decision
 from .pods import Allocation, Pod
+from .preemption import Eviction, Nomination
 from .samples import UsageSample, apply_retention, take_sample
 
 __all__ = [
@@ -20,7 +21,9 @@ __all__ = [
     "Cycle",
     "Decision",
     "Event",
+    "Eviction",
     "NamespaceQuota",
+    "Nomination",
     "Node",
     "Pod",
     "PodGroup",

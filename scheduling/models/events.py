@@ -13,7 +13,7 @@ class Event(models.Model):
     """An audited happening that is not a scheduling decision: a card claim refused, an
     object from Kubernetes that could not enter, a card left over capacity by a shrinking
     report, a card reassigned by an operator, a half-done bind repaired, an operator's
-    dashboard action, consistency drift found or repaired."""
+    dashboard action, consistency drift found or repaired, a preemption carried out or refused."""
 
     CARD_CLAIM_REFUSED = "card_claim_refused"
     CARD_OVERCOMMITTED = "card_overcommitted"
@@ -22,6 +22,7 @@ class Event(models.Model):
     BIND_REPAIRED = "bind_repaired"
     OPERATOR_ACTION = "operator_action"
     CONSISTENCY = "consistency"
+    PREEMPTION = "preemption"
     KINDS = [
         (CARD_CLAIM_REFUSED, "card claim refused"),
         (CARD_OVERCOMMITTED, "card over capacity under its tenants"),
@@ -30,6 +31,7 @@ class Event(models.Model):
         (BIND_REPAIRED, "half-done bind repaired"),
         (OPERATOR_ACTION, "operator action from the dashboard"),
         (CONSISTENCY, "consistency drift found or repaired"),
+        (PREEMPTION, "a pod evicted for another, or an eviction refused"),
     ]
     WARNING, NORMAL = "Warning", "Normal"
 

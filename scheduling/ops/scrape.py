@@ -12,12 +12,13 @@ import logging
 
 from django.conf import settings
 from django.db import DatabaseError
+from django.db.models import Count
 from django.http import HttpResponse, HttpResponseNotAllowed
 from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from scheduling.models import Card, Node, Pod
+from scheduling.models import Card, Eviction, Node, Nomination, Pod
 
 from .metrics import CONTENT_TYPE, MIB
 
@@ -27,7 +28,7 @@ log = logging.getLogger("scheduling.ops.metrics")
 
 
 class ClusterStateCollector:
-    """Gauges computed from the database on each scrape of `/metrics` (four queries).
+    """Gauges computed from the database on each scrape of `/metrics` (seven queries).
 
     A database error does not fail the scrape: the event series are still served and
     `hamiadmin_cluster_state_up` says 0.
@@ -111,7 +112,37 @@ class ClusterStateCollector:
             "Cards whose latest report is smaller than what their tenants hold (Card.over_capacity).",
         )
         over.add_metric([], Card.objects.exclude(over_capacity="").count())
-        return [pending, *card_families.values(), age, ready, over, *_measured_families()]
+        return [
+            pending,
+            *card_families.values(),
+            age,
+            ready,
+            over,
+            *_measured_families(),
+            *_preemption_families(now),
+        ]
+
+
+def _preemption_families(now) -> list:
+    """Evictions by kind and state (every pair, 0 included, so a rate or an alert never meets a
+    missing series), and the nominations still holding cards for a preemptor (two queries)."""
+    evictions = GaugeMetricFamily(
+        "hamiadmin_evictions",
+        "Evictions recorded, by kind (preempt, reclaim) and state (requested ... cancelled).",
+        labels=["kind", "state"],
+    )
+    counted = {
+        (row["kind"], row["state"]): row["n"]
+        for row in Eviction.objects.order_by().values("kind", "state").annotate(n=Count("id"))
+    }
+    for kind, _ in Eviction.KINDS:
+        for state, _ in Eviction.STATES:
+            evictions.add_metric([kind, state], counted.get((kind, state), 0))
+    nominations = GaugeMetricFamily(
+        "hamiadmin_nominations", "vGPUs preemptors hold on cards while their victims leave (unexpired)."
+    )
+    nominations.add_metric([], Nomination.objects.filter(expires_at__gt=now).count())
+    return [evictions, nominations]
 
 
 def _measured_families() -> list:

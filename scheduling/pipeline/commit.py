@@ -10,6 +10,14 @@ placement is re-checked in queue order with the engine's own `check_card` agains
 locked counters plus what this commit already added: the rules are the engine's, the
 numbers are the database's. A placement that no longer fits is not written; its pod
 stays pending with a `conflict` decision and is tried again in the next cycle.
+
+Preemption (docs/preemption.md): a pod that evicts tenants is re-checked the same way on the
+cards it is nominated to, with its victims' holdings taken off (their pods are locked with
+the others, so their allocations cannot change meanwhile) and every other pod's unexpired
+nominations counted as held. Then its `Eviction` rows (one per victim, `requested`) and
+`Nomination` rows are written; the cards' counters are not touched until it is placed. An
+ordinary placement counts other pods' nominations as held too, so nothing is placed on the
+cards a victim frees for its preemptor.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
@@ -31,7 +39,8 @@ from scheduling.engine.jobs import GANG_TIMED_OUT
 from scheduling.engine.model import cordoned_uuids
 
 from ..dbretry import retry_on_conflict
-from ..models import Allocation, Card, Cycle, Decision, Pod, PodGroup
+from ..models import Allocation, Card, Cycle, Decision, Eviction, Nomination, Pod, PodGroup
+from . import preemption
 from .observe import record_commit
 from .options import option
 from .plan import Attempt, CyclePlan, CycleReport
@@ -90,36 +99,113 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
     return cards
 
 
-def recheck(attempt: Attempt, cards: dict[str, LockedCard], added: dict[int, list[int]]):
+@dataclass
+class Held:
+    """What the counters do not show: each card's unexpired nominations by pod (held for
+    their preemptors), the victims' holdings a preemption takes off, and the nominations
+    this commit adds."""
+
+    nominated: dict[int, list[tuple[int, int, int]]]  # card pk -> (pod id, MiB, cores)
+    victims: dict[int, list[tuple[str, int, int, int]]]  # victim pod -> (card uuid, pk, MiB, cores)
+    added: dict[int, list[int]]
+
+    @classmethod
+    def empty(cls) -> Held:
+        return cls({}, {}, {})
+
+    def on(self, pk: int, pod_id: int, freed: dict[int, list[int]] | None = None) -> tuple[int, int, int]:
+        """(slots, MiB, cores) held on card `pk` for others than `pod_id`, less `freed`."""
+        slots = memory = cores = 0
+        for holder, mem, core in self.nominated.get(pk, ()):
+            if holder != pod_id:
+                slots, memory, cores = slots + 1, memory + mem, cores + core
+        extra = self.added.get(pk, (0, 0, 0))
+        gone = (freed or {}).get(pk, (0, 0, 0))
+        return slots + extra[0] - gone[0], memory + extra[1] - gone[1], cores + extra[2] - gone[2]
+
+
+def recheck(
+    attempt: Attempt, cards: dict[str, LockedCard], added: dict[int, list[int]], held: Held | None = None
+):
     """This attempt's usage per card pk if it still fits, else (None, why)."""
     decision, parsed = attempt.decision, attempt.parsed
     if parsed is None:  # only a scheduled decision is re-checked, and the engine parsed its pod
         return None, "the pod was not parsed"
-    mine: dict[int, list[int]] = {}
-    for ask, container in zip(parsed.apps, decision.containers, strict=True):
-        if ask is None:
-            continue
-        for device in container.devices:
-            card = cards.get(device.uuid)
-            if card is None or not card.present:
-                return None, f"{device.uuid} is no longer reported"
-            if card.node != decision.node:
-                return None, f"{device.uuid} is now on {card.node}"
-            if not card.node_ready:
-                return None, f"{card.node} NodeNotReady"
+    grants = [
+        (device.uuid, device.memory, device.cores)
+        for ask, container in zip(parsed.apps, decision.containers, strict=True)
+        if ask is not None
+        for device in container.devices
+    ]
+    return _fits(attempt, decision.node, grants, cards, added, held or Held.empty(), None)
+
+
+def recheck_nomination(
+    attempt: Attempt, cards: dict[str, LockedCard], added: dict[int, list[int]], held: Held
+):
+    """A preemption's grants per card pk if they fit once its victims are gone, else (None, why).
+    The victims must still hold, unevicted, what the plan saw on the cards it saw."""
+    preemption = attempt.decision.preemption or {}
+    freed: dict[int, list[int]] = {}
+    for victim_id, _kind, _why, _node, planned in attempt.victims:
+        holdings = held.victims.get(victim_id)
+        if not holdings:
+            return None, f"victim {victim_id} no longer holds cards, or is being evicted already"
+        if {uuid for uuid, _, _, _ in holdings} != set(planned):
+            return None, f"victim {victim_id} moved since the snapshot"
+        for _, pk, memory, cores in holdings:
+            total = freed.setdefault(pk, [0, 0, 0])
+            total[0], total[1], total[2] = total[0] + 1, total[1] + memory, total[2] + cores
+    grants = [tuple(grant) for grant in preemption.get("grants", ())]
+    mine, why = _fits(attempt, preemption.get("node"), grants, cards, added, held, freed)
+    if mine is None or not attempt.moves:
+        return mine, why
+    for victim_id, home in attempt.moves:  # each moved tenant's new home, held before it moves
+        for uuid, memory, cores in home:
+            card = cards.get(uuid)
+            if card is None or not card.present or not card.node_ready or card.engine.cordoned:
+                return None, f"the new home of victim {victim_id} ({uuid}) is gone"
             before = added.get(card.pk, (0, 0, 0))
+            other = held.on(card.pk, victim_id, freed)
             own = mine.setdefault(card.pk, [0, 0, 0])
-            used = (
-                card.used[0] + before[0] + own[0],
-                card.used[1] + before[1] + own[1],
-                card.used[2] + before[2] + own[2],
-            )
-            failed = check_card(card.engine, ask, device.memory, parsed.policy, used)
-            if failed is not None:
-                return None, f"{device.uuid} {failed[0]}"
-            own[0] += 1
-            own[1] += device.memory
-            own[2] += device.cores
+            used = [card.used[i] + before[i] + other[i] + own[i] for i in range(3)]
+            if (
+                used[0] + 1 > card.engine.slots
+                or used[1] + memory > card.engine.memory
+                or used[2] + cores > card.engine.cores
+            ):
+                return None, f"the new home of victim {victim_id} ({uuid}) is taken"
+            own[0], own[1], own[2] = own[0] + 1, own[1] + memory, own[2] + cores
+    return mine, ""
+
+
+def _fits(attempt: Attempt, node, grants, cards, added, held: Held, freed):
+    """The grants' usage per card pk if each card still takes them (`check_card` on the
+    locked counters plus what is held), else (None, why)."""
+    parsed = attempt.parsed
+    assert parsed is not None
+    asks = [ask for ask in parsed.apps if ask is not None for _ in range(ask.count)]
+    if len(asks) != len(grants):
+        return None, "the grants do not match the pod's asks"
+    mine: dict[int, list[int]] = {}
+    for ask, (uuid, memory, cores) in zip(asks, grants, strict=True):
+        card = cards.get(uuid)
+        if card is None or not card.present:
+            return None, f"{uuid} is no longer reported"
+        if card.node != node:
+            return None, f"{uuid} is now on {card.node}"
+        if not card.node_ready:
+            return None, f"{card.node} NodeNotReady"
+        before = added.get(card.pk, (0, 0, 0))
+        other = held.on(card.pk, attempt.pod_id, freed)
+        own = mine.setdefault(card.pk, [0, 0, 0])
+        used = tuple(card.used[i] + before[i] + other[i] + own[i] for i in range(3))
+        failed = check_card(card.engine, ask, memory, parsed.policy, used)
+        if failed is not None:
+            return None, f"{uuid} {failed[0]}"
+        own[0] += 1
+        own[1] += memory
+        own[2] += cores
     return mine, ""
 
 
@@ -195,14 +281,16 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
     if snapshot is None:  # a plan with attempts was planned on a snapshot (plan_cycle, plan_one)
         raise ValueError("a plan with attempts needs its snapshot")
     node_ids = snapshot.node_ids
+    victim_ids = {victim[0] for a in plan.attempts for victim in a.victims}
     with transaction.atomic():
         locked = {
             pk: (status, parked, revision, attempts)
             for pk, status, parked, revision, attempts in Pod.objects.select_for_update(no_key=True)
-            .filter(pk__in=sorted(a.pod_id for a in plan.attempts))
+            .filter(pk__in=sorted({a.pod_id for a in plan.attempts} | victim_ids))
             .order_by("pk")
             .values_list("pk", "status", "parked", "revision", "attempts")
         }
+        victims = {pk: locked.pop(pk) for pk in victim_ids if pk in locked}
         fresh: list[Attempt] = []
         for attempt in plan.attempts:
             row = locked.get(attempt.pod_id)
@@ -221,10 +309,25 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 for container in attempt.decision.containers
                 for device in container.devices
             }
+            | {
+                card_ids[grant[0]]
+                for attempt in fresh
+                if attempt.victims
+                for grant in (attempt.decision.preemption or {}).get("grants", ())
+                if grant[0] in card_ids
+            }
+            | {
+                card_ids[grant[0]]
+                for attempt in fresh
+                for _, home in attempt.moves
+                for grant in home
+                if grant[0] in card_ids
+            }
         )
         cards = lock_cards(wanted)
+        held = Held(preemption.nominated_usage(wanted, now), victim_holdings(victims, now), {})
         added: dict[int, list[int]] = {}
-        verdicts = recheck_all(fresh, cards, added)
+        verdicts = recheck_all(fresh, cards, added, held)
         outcomes: list[tuple[Attempt, str, str]] = [(a, *verdicts[id(a)]) for a in fresh]
 
         conflicted = any(outcome == Decision.CONFLICT for _, outcome, _ in outcomes)
@@ -332,6 +435,8 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         update_rows(Card, COUNTERS, counters)
         update_rows(Pod, POD_FIELDS, pods)
         insert_rows(Decision, decisions)
+        report.evictions = write_preemptions(cycle.pk, outcomes, cards, now)
+        forget_nominations(plan, outcomes, now)
         gang_waits = write_gang_phases(plan, outcomes, now)
         report.commit_ms = (time.perf_counter() - commit_started) * 1000
         report.duration_ms = (time.perf_counter() - plan.started) * 1000
@@ -344,44 +449,56 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
     return report
 
 
-def recheck_all(fresh: list[Attempt], cards: dict[str, LockedCard], added: dict[int, list[int]]) -> dict:
+#: The verdict text of a preemption kept by the commit: its evictions and nominations are written.
+PREEMPTS = "preempts"
+
+
+def recheck_all(
+    fresh: list[Attempt], cards: dict[str, LockedCard], added: dict[int, list[int]], held: Held | None = None
+) -> dict:
     """Each attempt's (outcome, conflict text), re-checked in queue order; `added` grows by what
-    is kept. A gang's placements are checked together and kept only if at least `gang_needed`
-    of them still fit; otherwise none of them is, and each says which member and card failed."""
+    is placed, `held.added` by what is nominated. A gang's placements and preemptions are
+    checked together and kept only if at least `gang_needed` of them still fit; otherwise none
+    of them is, and each says which member and card failed. A kept preemption is
+    (PENDING, PREEMPTS)."""
+    held = held or Held.empty()
     verdicts: dict[int, tuple[str, str]] = {}
     gangs: dict[int, list[Attempt]] = {}
     for attempt in fresh:
-        if attempt.decision.status == SCHEDULED and attempt.group_id is not None and attempt.gang_needed:
+        if _claims(attempt) and attempt.group_id is not None and attempt.gang_needed:
             gangs.setdefault(attempt.group_id, []).append(attempt)
     for attempt in fresh:
         if id(attempt) in verdicts:
             continue
-        if attempt.decision.status != SCHEDULED:
+        if not _claims(attempt):
             verdicts[id(attempt)] = (attempt.decision.status, "")
             continue
         members = gangs.get(attempt.group_id) if attempt.group_id is not None else None
         if not members:
-            mine, why = recheck(attempt, cards, added)
+            mine, why = _recheck_one(attempt, cards, added, held)
             if mine is None:
                 verdicts[id(attempt)] = (Decision.CONFLICT, why)
             else:
-                _add(added, mine)
-                verdicts[id(attempt)] = (SCHEDULED, "")
+                _add(held.added if attempt.victims else added, mine)
+                verdicts[id(attempt)] = _kept(attempt)
             continue
         trial = {pk: list(used) for pk, used in added.items()}
+        trial_held = Held(held.nominated, held.victims, {pk: list(used) for pk, used in held.added.items()})
         kept, missed = [], []
         for member in members:
-            mine, why = recheck(member, cards, trial)
+            mine, why = _recheck_one(member, cards, trial, trial_held)
             if mine is None:
                 missed.append((member, why))
             else:
-                _add(trial, mine)
+                _add(trial_held.added if member.victims else trial, mine)
                 kept.append(member)
         needed = members[0].gang_needed
         if len(kept) >= needed:
             added.clear()
             added.update(trial)
-            verdicts.update({id(m): (SCHEDULED, "") for m in kept})
+            held.added.clear()
+            held.added.update(trial_held.added)
+            verdicts.update({id(m): _kept(m) for m in kept})
             verdicts.update({id(m): (Decision.CONFLICT, why) for m, why in missed})
         else:
             if missed:
@@ -391,6 +508,102 @@ def recheck_all(fresh: list[Attempt], cards: dict[str, LockedCard], added: dict[
                 text = f"gang: {len(kept)}/{needed} placements left; the other members changed since the snapshot"
             verdicts.update({id(m): (Decision.CONFLICT, text) for m in members})
     return verdicts
+
+
+def _claims(attempt: Attempt) -> bool:
+    """Whether the attempt takes cards: a placement, or a preemption that evicts."""
+    return attempt.decision.status == SCHEDULED or bool(attempt.victims)
+
+
+def _recheck_one(attempt: Attempt, cards, added, held: Held):
+    if attempt.victims:
+        return recheck_nomination(attempt, cards, added, held)
+    return recheck(attempt, cards, added, held)
+
+
+def _kept(attempt: Attempt) -> tuple[str, str]:
+    return (PENDING, PREEMPTS) if attempt.victims else (SCHEDULED, "")
+
+
+def victim_holdings(victims: dict[int, tuple], now) -> dict[int, list[tuple[str, int, int, int]]]:
+    """Each locked victim that is still placed and not being evicted already: its active
+    allocations as (card uuid, card pk, MiB, cores)."""
+    placed = [pk for pk, (status, *_rest) in victims.items() if status in Pod.BOUND]
+    if not placed:
+        return {}
+    going = set(
+        Eviction.objects.filter(victim_id__in=placed, state__in=Eviction.ACTIVE).values_list(
+            "victim_id", flat=True
+        )
+    )
+    out: dict[int, list[tuple[str, int, int, int]]] = {}
+    for pod_id, uuid, pk, memory, cores in Allocation.objects.filter(
+        pod_id__in=[pk for pk in placed if pk not in going], active=True
+    ).values_list("pod_id", "card__uuid", "card_id", "memory", "cores"):
+        out.setdefault(pod_id, []).append((uuid, pk, memory, cores))
+    return out
+
+
+def write_preemptions(cycle_id: int, outcomes, cards: dict[str, LockedCard], now) -> list[int]:
+    """The kept preemptions' `Eviction` rows (one per victim, `requested`) and `Nomination`
+    rows (one per granted vGPU, replacing any older ones of the pod). The eviction ids."""
+    kept = [attempt for attempt, outcome, why in outcomes if why == PREEMPTS]
+    if not kept:
+        return []
+    decision_ids = dict(
+        Decision.objects.filter(cycle_id=cycle_id, pod_id__in=[a.pod_id for a in kept]).values_list(
+            "pod_id", "pk"
+        )
+    )
+    expires = now + timedelta(seconds=option("PREEMPT_GRACE_SECONDS"))
+    evictions, nominations = [], []
+    for attempt in kept:
+        for victim_id, kind, why, node, planned in attempt.victims:
+            evictions.append(
+                Eviction(
+                    victim_id=victim_id,
+                    preemptor_id=attempt.pod_id,
+                    decision_id=decision_ids.get(attempt.pod_id),
+                    kind=kind,
+                    node=node,
+                    cards=list(planned),
+                    reason=why,
+                    state=Eviction.REQUESTED,
+                    created_at=now,
+                )
+            )
+        holders = [(attempt.pod_id, (attempt.decision.preemption or {}).get("grants", ())), *attempt.moves]
+        for pod_id, grants in holders:
+            for uuid, memory, cores in grants:
+                nominations.append(
+                    Nomination(
+                        pod_id=pod_id,
+                        card_id=cards[uuid].pk,
+                        memory=memory,
+                        cores=cores,
+                        created_at=now,
+                        expires_at=expires,
+                    )
+                )
+    Nomination.objects.filter(
+        pod_id__in=[a.pod_id for a in kept] + [pod_id for a in kept for pod_id, _ in a.moves]
+    ).delete()
+    Eviction.objects.bulk_create(evictions)
+    Nomination.objects.bulk_create(nominations)
+    return [eviction.pk for eviction in evictions]
+
+
+def forget_nominations(plan: CyclePlan, outcomes, now) -> None:
+    """A nominated pod placed now holds its cards as allocations: its nominations go, and the
+    evictions it asked for whose victims still run are cancelled (the others are settled done)."""
+    placed = [a.pod_id for a, outcome, _ in outcomes if outcome == SCHEDULED and a.key in plan.nominated]
+    if not placed:
+        return
+    Nomination.objects.filter(pod_id__in=placed).delete()
+    holding = Allocation.objects.filter(pod_id=OuterRef("victim_id"), active=True)
+    Eviction.objects.filter(preemptor_id__in=placed, state=Eviction.REQUESTED).filter(Exists(holding)).update(
+        state=Eviction.CANCELLED, message="the preemptor was placed first", finished_at=now, updated_at=now
+    )
 
 
 def _add(into: dict[int, list[int]], more: dict[int, list[int]]) -> None:

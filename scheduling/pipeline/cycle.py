@@ -18,6 +18,7 @@ from scheduling.engine import Decision as EngineDecision
 from scheduling.engine import Node as EngineNode
 from scheduling.engine.annotations import GPU_POLICY
 from scheduling.engine.batch import DEFAULT_QUEUE, QueueBook, group_ref, queue_ref
+from scheduling.engine.consolidate import Consolidator
 from scheduling.engine.decision import REJECTED
 from scheduling.engine.jobs import (
     GANG_TIMED_OUT,
@@ -33,8 +34,10 @@ from scheduling.engine.jobs import (
     held_decision,
 )
 from scheduling.engine.pod import describe_policy
+from scheduling.engine.preempt import Preemptor
 from scheduling.models import PodGroup
 
+from . import preemption
 from .batch import GangState, load_book, load_gangs, load_namespace_book
 from .options import option
 from .plan import Attempt, CyclePlan, worker_name
@@ -92,12 +95,26 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
             return unexpected_failure(spec, snapshot.config, exc), None
 
     reserve_after = option("RESERVE_AFTER_SECONDS")
+    rules = preemption.rules()
+    preemptor = (
+        Preemptor(scheduler, book, lambda: preemption.load_tenants(now), rules) if rules.enabled else None
+    )
+    consolidator = (
+        Consolidator(preemptor, decide, preemption.movable_specs())
+        if preemptor is not None and option("CONSOLIDATION")
+        else None
+    )
+    nominations = preemption.load_nominations(now)
+    nominated = frozenset(nominations)
     runner = JobRunner(
         scheduler,
         book,
         namespaces,
         reserve_after_seconds=reserve_after if reserve_after and reserve_after > 0 else None,
         decide=decide,
+        preemptor=preemptor,
+        nominations=nominations,
+        consolidator=consolidator,
     )
     attempts = [attempt_of(row, decision, None, None) for row, decision in held]
     for outcome in runner.run(jobs):
@@ -112,6 +129,12 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
                 outcome.gang_needed,
             )
         )
+        attempts[-1].victims = [
+            (t.ref, v["kind"], v["why"], t.node, v["cards"]) for t, v in victims_of(outcome)
+        ]
+        attempts[-1].moves = moves_of(outcome)
+        if rules.dry_run and (outcome.decision.preemption or {}).get("dry_run"):
+            log.info("dry run: %s %s", outcome.member.spec.key, outcome.decision.preemption["message"])
     groups_changed.update(gang_verdicts(gangs, attempts))
     decided = time.perf_counter()
     return CyclePlan(
@@ -125,10 +148,30 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
         decide_ms=(decided - snapshot_done) * 1000,
         full=full,
         groups=groups_changed,
+        nominated=nominated,
     )
 
 
 COL = {name: i for i, name in enumerate(POD_COLUMNS)}
+
+
+def victims_of(outcome):
+    """(tenant, its entry in the decision's `preemption.victims`) per victim of an outcome."""
+    if not outcome.victims:
+        return []
+    entries = {entry["pod"]: entry for entry in outcome.decision.preemption["victims"]}
+    return [(tenant, entries[tenant.key]) for tenant in outcome.victims]
+
+
+def moves_of(outcome) -> list[tuple[int, list[tuple[str, int, int]]]]:
+    """(pod id, grants at its new home) per tenant an outcome moves (consolidation)."""
+    if not outcome.victims:
+        return []
+    refs = {tenant.key: tenant.ref for tenant in outcome.victims}
+    return [
+        (refs[move["pod"]], [tuple(grant) for grant in move["grants"]])
+        for move in outcome.decision.preemption.get("moves", ())
+    ]
 
 
 def uses_gang_spread(rows, config) -> bool:

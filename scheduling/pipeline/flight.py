@@ -13,21 +13,29 @@ from __future__ import annotations
 import logging
 import time
 
-from . import triggers
+from . import preemption, triggers
 from .commit import commit_plan
 from .cycle import plan_cycle
 from .locks import cycle_lock
+from .options import option
 from .plan import CycleReport, worker_name
 
 log = logging.getLogger(__name__)
 
 
 def run_cycle(trigger: str = "", worker: str = "", limit: int | None = None) -> CycleReport:
-    """Plan and commit one cycle. Cheap (one query) when nothing is due."""
+    """Plan and commit one cycle. Cheap (one query) when nothing is due. After a commit, the
+    victims it chose that hamiadmin runs itself are evicted, and evictions that ended are
+    settled (housekeeping settles too, so a timed-out victim is noticed when all is idle)."""
     plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
     if not plan.attempts:
         return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
-    return commit_plan(plan)
+    report = commit_plan(plan)
+    if report.evictions and preemption.hooks.carry_out is not None:
+        preemption.hooks.carry_out(report.evictions)
+    if preemption.hooks.settle is not None and option("PREEMPTION"):
+        preemption.hooks.settle()
+    return report
 
 
 def run_requested_cycles(

@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from ..models import Cycle, Decision, Node, Pod, apply_retention, take_sample
-from . import consistency
+from . import consistency, preemption
 from .options import option
 
 
@@ -77,6 +77,7 @@ def housekeeping(now=None) -> dict[str, int]:
     `samples_folded` when the usage history was downsampled."""
     found = check_consistency()
     folded = sample_usage(now)
+    settled = preemption.hooks.settle() if preemption.hooks.settle is not None else {}
     return {
         "nodes_not_ready": mark_silent_nodes_not_ready(now),
         "decisions_pruned": prune_decisions(),
@@ -84,4 +85,5 @@ def housekeeping(now=None) -> dict[str, int]:
         "pods_pruned": prune_finished_pods(now),
         **{f"drift_{kind}": count for kind, count in found.counts().items() if count},
         **({"samples_folded": folded} if folded else {}),
+        **{f"evictions_{what}": n for what, n in (settled or {}).items() if n},
     }

@@ -25,6 +25,15 @@ DEFAULTS = {
     # A job still unplaced after this long holds the nodes it came closest on, per cycle
     # (engine.jobs); empty or negative: never.
     "RESERVE_AFTER_SECONDS": 300.0,
+    # Preemption and reclaim (engine.preempt, docs/preemption.md).
+    "PREEMPTION": True,
+    "RECLAIM": True,
+    "PREEMPT_DRY_RUN": False,
+    "PREEMPT_MIN_RUNTIME_SECONDS": 0.0,
+    "PREEMPT_PROTECT_PRIORITY": 2_000_000_000,
+    "PREEMPT_MAX_CARDS_PER_CYCLE": 64,
+    "PREEMPT_GRACE_SECONDS": 120.0,
+    "CONSOLIDATION": False,
 }
 
 

@@ -30,6 +30,11 @@ class Attempt:
     group_id: int | None = None
     gang_needed: int = 0
     queue_id: int | None = None  # the leaf queue it was admitted to
+    #: The tenants it evicts: (victim pod id, kind, why, node, card uuids); its decision is
+    #: pending (`Preempting`) and `decision.preemption["grants"]` are the cards it is nominated to.
+    victims: list[tuple[int, str, str, str, list[str]]] = field(default_factory=list)
+    #: Tenants it moves (consolidation): (pod id, [(card uuid, MiB, cores)] at the new home).
+    moves: list[tuple[int, list[tuple[str, int, int]]]] = field(default_factory=list)
 
 
 @dataclass
@@ -47,6 +52,8 @@ class CyclePlan:
     full: bool = False  # the queue had at least `limit` due pods: more may be waiting
     #: Pod groups whose phase this cycle's planning changed (pk -> (phase, reason, message)).
     groups: dict[int, tuple[str, str, str]] = field(default_factory=dict)
+    #: Keys of the pods nominated to cards when the cycle planned (their nominations go once placed).
+    nominated: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -59,6 +66,7 @@ class CycleReport:
     pending: list[tuple[str, str]] = field(default_factory=list)  # (pod, reason)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (pod, error)
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
+    evictions: list[int] = field(default_factory=list)  # Eviction rows written
     skipped: list[str] = field(default_factory=list)  # changed since the snapshot
     more: bool = False  # worth running another cycle now
     snapshot_ms: float = 0.0

@@ -41,6 +41,7 @@ from .pods import (
     requeue_pod,
     spec_hash,
     submit_pod,
+    submit_pods,
     wake_pending_pods,
 )
 
@@ -75,6 +76,7 @@ __all__ = [
     "set_config",
     "spec_hash",
     "submit_pod",
+    "submit_pods",
     "update_pod_group",
     "update_queue",
     "validate_config",

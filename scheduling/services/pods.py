@@ -1,5 +1,6 @@
-"""Pods: submission, release, binding marks and requeues, and what follows a change of
-capacity (`capacity_changed`: wake the backed-off pods after the commit, ask for a cycle).
+"""Pods: submission (one, or many in one transaction: `submit_pods`), release, binding marks
+and requeues, and what follows a change of capacity (`capacity_changed`: wake the
+backed-off pods after the commit, ask for a cycle).
 Locks the pod first, then the cards its allocations hold, by primary key
 (docs/architecture.md, "Lock order").
 """
@@ -8,16 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 
-from django.db import IntegrityError, transaction
+from django.db import DataError, IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
-from scheduling.engine import PodInvalid, PodSpec
+from scheduling.engine import ClusterConfig, PodInvalid, PodSpec
 from scheduling.engine.batch import GroupRef, group_ref, queue_ref
-from scheduling.engine.pod import parse_pod
+from scheduling.engine.pod import ParsedPod, parse_pod
 from scheduling.models import INT32_MAX, Allocation, Card, Pod, PodGroup, Queue, SchedulerConfig
 from scheduling.models.cluster import over_capacity_text
 from scheduling.pipeline.triggers import request_cycle
@@ -87,6 +92,129 @@ def _check_envelope(namespace, name, annotations, containers, init_containers, p
         raise PodInvalid("containers", f"must be plain JSON: {exc}") from None
 
 
+#: What became of one submission (`Submitted.outcome`).
+CREATED, UPDATED, UNCHANGED, REFUSED = "created", "updated", "unchanged", "refused"
+#: The keys an item of `submit_pods` may have: `submit_pod`'s arguments of one pod.
+SUBMISSION_KEYS = (
+    "namespace",
+    "name",
+    "annotations",
+    "containers",
+    "init_containers",
+    "priority",
+    "uid",
+    "labels",
+)
+#: The columns a pod that waits again rewrites: all but its key (`Pod.save()` writes the same).
+REQUEUED_FIELDS = tuple(
+    f.name for f in Pod._meta.concrete_fields if f.name not in ("id", "namespace", "name")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One pod as asked, checked and digested: what `submit_pod` and `submit_pods` write.
+    `parsed` is the engine's reading (its warnings), None when not validated."""
+
+    namespace: str
+    name: str
+    uid: str
+    origin: str
+    annotations: dict
+    labels: dict
+    containers: list
+    init_containers: list
+    priority: int
+    digest: str
+    group: GroupRef | None
+    queue: str | None
+    parsed: ParsedPod | None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+
+@dataclass(slots=True)
+class Submitted:
+    """What became of item `index` of `submit_pods`: CREATED (a new row, or a finished pod's
+    new incarnation), UPDATED, UNCHANGED or REFUSED (`error` names the field). `previous_uid`
+    is the row's uid before this write ("" for a new row)."""
+
+    index: int
+    outcome: str
+    pod: Pod | None = None
+    error: PodInvalid | None = None
+    previous_uid: str = ""
+    submission: Submission | None = None
+
+    @property
+    def warnings(self) -> dict[str, list[str]]:
+        """What the engine accepted but ignores (unknown chain names...), by field."""
+        parsed = self.submission.parsed if self.submission is not None else None
+        return parsed.warnings() if parsed is not None and self.outcome != REFUSED else {}
+
+
+def _checked(
+    namespace,
+    name,
+    annotations=None,
+    containers=None,
+    init_containers=None,
+    priority=0,
+    uid="",
+    *,
+    validate: bool,
+    origin: str,
+    labels=None,
+    config: ClusterConfig | None = None,
+) -> Submission:
+    """`submit_pod`'s checks of one pod, before anything is written: raises PodInvalid naming
+    the field (ValueError for an unknown `origin`). `config` is read once per batch."""
+    annotations = {} if annotations is None else annotations
+    containers = [] if containers is None else containers
+    init_containers = [] if init_containers is None else init_containers
+    labels = {} if labels is None else labels
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise PodInvalid("labels", "must be an object of string values")
+    if origin not in ORIGIN_VALUES:
+        raise ValueError(f"origin must be one of {', '.join(ORIGIN_VALUES)}, got {origin!r}")
+    _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid)
+    spec = PodSpec(
+        name=name,
+        namespace=namespace,
+        annotations=annotations,
+        containers=containers,
+        init_containers=init_containers,
+        uid=uid,
+    )
+    parsed = parse_pod(spec, config or SchedulerConfig.current()) if validate else None
+    try:
+        ref = group_ref(annotations, labels)
+        named_queue = queue_ref(annotations, labels)
+    except PodInvalid:
+        if validate:
+            raise
+        ref = named_queue = None  # stored as written: the cycle rejects it naming the field
+    return Submission(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        origin=origin,
+        annotations=annotations,
+        labels=labels,
+        containers=containers,
+        init_containers=init_containers,
+        priority=priority,
+        digest=spec_hash(annotations, containers, init_containers, priority, labels),
+        group=ref,
+        queue=named_queue,
+        parsed=parsed,
+    )
+
+
 @retry_on_conflict
 def submit_pod(
     namespace: str,
@@ -119,100 +247,335 @@ def submit_pod(
     `labels` (and annotations) may name a pod group (`engine.batch.group_ref`), created here
     when it is new, and a queue (`engine.batch.queue_ref`); a group's queue wins. A name the
     cycle cannot use (an unknown queue) is stored, and the cycle says so.
+
+    `submit_pods` is the same for many pods in one transaction.
     """
-    annotations = {} if annotations is None else annotations
-    containers = [] if containers is None else containers
-    init_containers = [] if init_containers is None else init_containers
-    labels = {} if labels is None else labels
-    if not isinstance(labels, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-    ):
-        raise PodInvalid("labels", "must be an object of string values")
+    submission = _checked(
+        namespace,
+        name,
+        annotations,
+        containers,
+        init_containers,
+        priority,
+        uid,
+        validate=validate,
+        origin=origin,
+        labels=labels,
+    )
+    (done,) = _write_atomically([(0, submission)])
+    if done.error is not None:
+        raise done.error  # judged before anything was written: no group was made for it
+    return done.pod
+
+
+def submit_pods(items: Iterable, *, validate: bool = True, origin: str = Pod.API) -> list[Submitted]:
+    """`submit_pod` for many pods: one result per item, in order, and every accepted pod
+    written in one transaction (bulk inserts and updates, one cycle asked for).
+
+    Each item is an object of `submit_pod`'s arguments for one pod (`SUBMISSION_KEYS`),
+    checked as `submit_pod` checks it, and ends as `submit_pod` would leave it, one item
+    after another. A bad item is REFUSED with the PodInvalid naming its field and never
+    keeps the others out: an unknown key, a pod an earlier item named already (whatever
+    became of that one: naming `name`), new containers for a placed pod. Should the
+    database refuse the batch (what the checks missed, a DataError), each pod is written
+    alone and the one it refuses is REFUSED naming `pod`."""
     if origin not in ORIGIN_VALUES:
         raise ValueError(f"origin must be one of {', '.join(ORIGIN_VALUES)}, got {origin!r}")
-    _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid)
-    spec = PodSpec(
-        name=name,
-        namespace=namespace,
-        annotations=annotations,
-        containers=containers,
-        init_containers=init_containers,
-        uid=uid,
-    )
-    if validate:
-        parse_pod(spec, SchedulerConfig.current())
+    config = SchedulerConfig.current() if validate else None
+    items = list(items)
+    again = named_again(items)
+    results: list[Submitted | None] = []
+    accepted: list[tuple[int, Submission]] = []
+    for index, item in enumerate(items):
+        try:
+            submission = _checked(**_arguments(item), validate=validate, origin=origin, config=config)
+            if index in again:
+                raise again[index]
+        except PodInvalid as exc:
+            results.append(Submitted(index, REFUSED, error=exc))
+            continue
+        results.append(None)
+        accepted.append((index, submission))
+    for done in _write_apart_if_refused(accepted):
+        results[done.index] = done
+    return [done for done in results if done is not None]
+
+
+def named_again(items: list) -> dict[int, PodInvalid]:
+    """The items (by index) naming a pod that an earlier item named, whatever became of that
+    one: `submit_pods` refuses them naming `name`. An item names a pod by its string
+    `namespace` and `name`."""
+    first_of: dict[tuple[str, str], int] = {}
+    again = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        key = item.get("namespace"), item.get("name")
+        if not all(isinstance(part, str) for part in key):
+            continue
+        first = first_of.setdefault(key, index)
+        if first != index:
+            again[index] = PodInvalid("name", f"{'/'.join(key)} is item {first} of this batch already")
+    return again
+
+
+def _arguments(item) -> dict:
+    """An item of `submit_pods` as `_checked`'s arguments; PodInvalid naming a stray key."""
+    if not isinstance(item, dict):
+        raise PodInvalid("pod", f"must be an object of {', '.join(SUBMISSION_KEYS)}")
+    for key in item:
+        if key not in SUBMISSION_KEYS:
+            raise PodInvalid(str(key), f"unknown field; an item takes {', '.join(SUBMISSION_KEYS)}")
+    return {"namespace": None, "name": None, **item}
+
+
+def _write_apart_if_refused(accepted: list[tuple[int, Submission]]) -> list[Submitted]:
+    """All in one transaction; if the database refuses it (DataError), each pod alone."""
+    if not accepted:
+        return []
     try:
-        ref = group_ref(annotations, labels)
-        named_queue = queue_ref(annotations, labels)
-    except PodInvalid:
-        if validate:
-            raise
-        ref = named_queue = None  # stored as written: the cycle rejects it naming the field
-    digest = spec_hash(annotations, containers, init_containers, priority, labels)
-    now = timezone.now()
-    with transaction.atomic():
-        group = _group_for(namespace, ref, named_queue)
-        queue = _queue_named(group.queue.name if group and group.queue else named_queue)
-        row = Pod.objects.select_for_update(no_key=True).filter(namespace=namespace, name=name)
-        pod = row.first()
+        return _write_together(accepted)
+    except DataError:
+        return [_write_alone(index, submission) for index, submission in accepted]
+
+
+def _write_alone(index: int, submission: Submission) -> Submitted:
+    try:
+        return _write_together([(index, submission)])[0]
+    except DataError as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return Submitted(
+            index,
+            REFUSED,
+            error=PodInvalid("pod", f"the database refused the pod: {why}"),
+            submission=submission,
+        )
+
+
+class _Raced(Exception):
+    """A concurrent submission inserted one of the pods after `_write` found no row for it."""
+
+
+#: How many times `_write_atomically` starts again after losing an insert race.
+RACE_ATTEMPTS = 5
+
+
+def _write_atomically(accepted: list[tuple[int, Submission]]) -> list[Submitted]:
+    """`_write` in a transaction (a savepoint inside the caller's), started again from the
+    top when a concurrent submission inserted one of the pods first: what was written is
+    undone (groups, released cards) and the rows, now there, are judged as resubmissions."""
+    for attempt in range(RACE_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                return _write(accepted, timezone.now())
+        except _Raced:
+            if attempt == RACE_ATTEMPTS - 1:
+                raise IntegrityError("pods kept being created concurrently; gave up") from None
+    raise AssertionError("unreachable")
+
+
+_write_together = retry_on_conflict(_write_atomically)
+
+#: How a submission of a pod with a row is applied (`_judge`).
+KEEP, TAKE_UID, RELABEL, REQUEUE = "keep", "take uid", "relabel", "requeue"
+
+
+def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
+    """Write checked submissions of distinct pods in the caller's transaction, in the lock
+    order (docs/architecture.md): the existing rows locked by primary key and judged (a
+    placed pod asked for new containers is REFUSED, before anything is written), the cards
+    of replaced incarnations given back, then the groups (`_group_for`, as `release_pod`
+    and the commit write them last), then new rows inserted together and changed rows
+    updated together. One cycle is asked for after the commit. Raises _Raced."""
+    rows = _locked_rows([submission.key for _, submission in accepted])
+    done: dict[int, Submitted] = {}
+    judged: list[tuple[int, Submission, str]] = []
+    replaced: list[Pod] = []
+    for index, submission in accepted:
+        pod = rows.get(submission.key)
         if pod is None:
-            try:
-                with transaction.atomic():
-                    pod = Pod.objects.create(
-                        namespace=namespace,
-                        name=name,
-                        uid=uid,
-                        origin=origin,
-                        annotations=annotations,
-                        labels=labels,
-                        group=group,
-                        queue=queue,
-                        containers=containers,
-                        init_containers=init_containers,
-                        priority=priority,
-                        spec_hash=digest,
-                        submitted_at=now,
-                    )
-            except IntegrityError:  # a concurrent submission of this name created it first
-                pod = row.get()
-            else:
-                request_cycle("pod submitted")
-                return pod
-        replaced = bool(uid and pod.uid and uid != pod.uid)
-        new_incarnation = pod.status in Pod.FINISHED or replaced
-        if not new_incarnation and pod.spec_hash == digest:
-            if uid and not pod.uid:
-                pod.uid = uid
-                pod.save(update_fields=["uid", "updated_at"])
-            return pod
-        if not new_incarnation and pod.status in Pod.BOUND:
-            if (pod.containers, pod.init_containers, pod.priority) != (containers, init_containers, priority):
-                raise PodInvalid(
-                    "containers", f"the pod is placed on {pod.node}; its containers cannot change"
-                )
-            pod.annotations, pod.spec_hash, pod.revision = annotations, digest, pod.revision + 1
-            pod.labels = labels
-            pod.save(update_fields=["annotations", "labels", "spec_hash", "revision", "updated_at"])
-            return pod
-        freed = False
-        if new_incarnation:
-            if pod.status not in Pod.FINISHED:
-                freed = _release_allocations(pod, now)
-            pod.submitted_at, pod.attempts, pod.node, pod.origin = now, 0, None, origin
-            pod.scheduled_at = pod.bound_at = pod.finished_at = None
-            pod.allocated = ""
-        pod.uid = uid or pod.uid
-        pod.annotations, pod.containers, pod.init_containers = annotations, containers, init_containers
-        pod.labels, pod.group, pod.queue = labels, group, queue
-        pod.priority, pod.spec_hash = priority, digest
-        pod.status, pod.parked, pod.next_attempt_at = Pod.PENDING, False, None
-        pod.error = pod.error_field = pod.reason = ""
+            judged.append((index, submission, ""))
+            continue
+        try:
+            how, free = _judge(pod, submission)
+        except PodInvalid as exc:
+            done[index] = Submitted(index, REFUSED, pod, exc, pod.uid, submission)
+            continue
+        judged.append((index, submission, how))
+        if free:
+            replaced.append(pod)
+    freed = _release_allocations_of(replaced, now)
+    placements = _placements([(index, submission) for index, submission, _ in judged])
+    fresh = [(index, submission) for index, submission, how in judged if not how]
+    for result in _insert(fresh, placements, now):
+        done[result.index] = result
+    changed: dict[tuple[str, ...], list[Pod]] = {}
+    for index, submission, how in judged:
+        if not how:
+            continue
+        pod = rows[submission.key]
+        previous_uid = pod.uid
+        outcome, fields = _apply(pod, submission, how, *placements[index], now)
+        if fields:
+            changed.setdefault(fields, []).append(pod)
+        done[index] = Submitted(index, outcome, pod, None, previous_uid, submission)
+    _save(changed, now)
+    if freed:
+        transaction.on_commit(wake_pending_pods, robust=True)  # capacity changed: `capacity_changed`
+    inserted, requeued = len(fresh), len(changed.get(REQUEUED_FIELDS, ()))
+    if inserted or requeued:
+        request_cycle(_cycle_reason(inserted, requeued, replaced if freed else []))
+    return [done[index] for index, _ in accepted]
+
+
+def _judge(pod: Pod, asked: Submission) -> tuple[str, bool]:
+    """`submit_pod`'s rule for a pod that has a row: how it is applied (KEEP, TAKE_UID,
+    RELABEL, REQUEUE), and whether the replaced incarnation's cards are to be given back.
+    Raises PodInvalid for new containers of a placed pod."""
+    replaced = bool(asked.uid and pod.uid and asked.uid != pod.uid)
+    if pod.status in Pod.FINISHED or replaced:
+        return REQUEUE, pod.status not in Pod.FINISHED
+    if pod.spec_hash == asked.digest:
+        return (TAKE_UID if asked.uid and not pod.uid else KEEP), False
+    if pod.status in Pod.BOUND:
+        kept = (pod.containers, pod.init_containers, pod.priority)
+        if kept != (asked.containers, asked.init_containers, asked.priority):
+            raise PodInvalid("containers", f"the pod is placed on {pod.node}; its containers cannot change")
+        return RELABEL, False
+    return REQUEUE, False
+
+
+def _apply(
+    pod: Pod, asked: Submission, how: str, group: PodGroup | None, queue: Queue | None, now
+) -> tuple[str, tuple[str, ...]]:
+    """The judged submission applied to the locked row in memory: the outcome and the
+    columns to write."""
+    if how == KEEP:
+        return UNCHANGED, ()
+    if how == TAKE_UID:
+        pod.uid = asked.uid
+        return UPDATED, ("uid", "updated_at")
+    if how == RELABEL:
+        pod.annotations, pod.labels, pod.spec_hash = asked.annotations, asked.labels, asked.digest
         pod.revision += 1
-        pod.save()
-        if freed:
-            capacity_changed(f"released the replaced incarnation of {pod.key}")
-        request_cycle("pod updated")
-    return pod
+        return UPDATED, ("annotations", "labels", "spec_hash", "revision", "updated_at")
+    replaced = bool(asked.uid and pod.uid and asked.uid != pod.uid)
+    outcome = CREATED if pod.status in Pod.FINISHED else UPDATED
+    if pod.status in Pod.FINISHED or replaced:  # a new incarnation
+        pod.submitted_at, pod.attempts, pod.node, pod.origin = now, 0, None, asked.origin
+        pod.scheduled_at = pod.bound_at = pod.finished_at = None
+        pod.allocated = ""
+    pod.uid = asked.uid or pod.uid
+    pod.annotations, pod.labels = asked.annotations, asked.labels
+    pod.containers, pod.init_containers = asked.containers, asked.init_containers
+    pod.group, pod.queue = group, queue
+    pod.priority, pod.spec_hash = asked.priority, asked.digest
+    pod.status, pod.parked, pod.next_attempt_at = Pod.PENDING, False, None
+    pod.error = pod.error_field = pod.reason = ""
+    pod.revision += 1
+    return outcome, REQUEUED_FIELDS
+
+
+def _placements(accepted: list[tuple[int, Submission]]) -> dict[int, tuple[PodGroup | None, Queue | None]]:
+    """Each submission's group and queue, resolved in item order as `_group_for` would one
+    pod after another (an ask is applied again only when another ask of that group came in
+    between); a group's queue wins. Each queue name is read once."""
+    groups: dict[tuple, PodGroup | None] = {}
+    last_ask: dict[tuple[str, str], tuple] = {}
+    queues: dict[str | None, Queue | None] = {}
+    found = {}
+    for index, submission in accepted:
+        ask = (submission.namespace, submission.group, submission.queue)
+        named = (submission.namespace, submission.group.name) if submission.group else None
+        if ask not in groups or (named is not None and last_ask.get(named) != ask):
+            groups[ask] = _group_for(*ask)
+        if named is not None:
+            last_ask[named] = ask
+        group = groups[ask]
+        queue_name = group.queue.name if group and group.queue else submission.queue
+        if queue_name not in queues:
+            queues[queue_name] = _queue_named(queue_name)
+        found[index] = (group, queues[queue_name])
+    return found
+
+
+def _named(keys: list[tuple[str, str]]) -> Q:
+    """The pods of these (namespace, name) keys, as one filter."""
+    names: dict[str, list[str]] = defaultdict(list)
+    for namespace, name in keys:
+        names[namespace].append(name)
+    where = Q()
+    for namespace, in_namespace in names.items():
+        where |= Q(namespace=namespace, name__in=in_namespace)
+    return where
+
+
+def _locked_rows(keys: list[tuple[str, str]]) -> dict[tuple[str, str], Pod]:
+    """The existing rows of these pods, locked in primary-key order (the lock order)."""
+    if not keys:
+        return {}
+    rows = Pod.objects.select_for_update(no_key=True).filter(_named(keys)).order_by("pk")
+    return {(pod.namespace, pod.name): pod for pod in rows}
+
+
+def _insert(fresh: list[tuple[int, Submission]], placements, now) -> list[Submitted]:
+    """Insert the pods that had no row, together. Raises _Raced when a concurrent
+    submission created one of them meanwhile (the unique name)."""
+    if not fresh:
+        return []
+    pods = [_new_pod(submission, *placements[index], now) for index, submission in fresh]
+    try:
+        with transaction.atomic():
+            Pod.objects.bulk_create(pods)
+    except IntegrityError:
+        if Pod.objects.filter(_named([submission.key for _, submission in fresh])).exists():
+            raise _Raced from None
+        raise
+    return [
+        Submitted(index, CREATED, pod, submission=submission)
+        for (index, submission), pod in zip(fresh, pods, strict=True)
+    ]
+
+
+def _new_pod(submission: Submission, group: PodGroup | None, queue: Queue | None, now) -> Pod:
+    return Pod(
+        namespace=submission.namespace,
+        name=submission.name,
+        uid=submission.uid,
+        origin=submission.origin,
+        annotations=submission.annotations,
+        labels=submission.labels,
+        group=group,
+        queue=queue,
+        containers=submission.containers,
+        init_containers=submission.init_containers,
+        priority=submission.priority,
+        spec_hash=submission.digest,
+        submitted_at=now,
+    )
+
+
+def _save(changed: dict[tuple[str, ...], list[Pod]], now) -> None:
+    """Write the changed rows, one statement per set of columns (a lone row: its own save)."""
+    for fields, pods in changed.items():
+        if len(pods) == 1:
+            pods[0].save(update_fields=fields)
+            continue
+        for pod in pods:
+            pod.updated_at = now  # bulk_update does not apply auto_now
+        Pod.objects.bulk_update(pods, fields, batch_size=500)
+
+
+def _cycle_reason(inserted: int, requeued: int, replaced: list[Pod]) -> str:
+    if len(replaced) == 1 and (inserted, requeued) == (0, 1):
+        return f"released the replaced incarnation of {replaced[0].key}"
+    if (inserted, requeued) == (1, 0):
+        return "pod submitted"
+    if (inserted, requeued) == (0, 1):
+        return "pod updated"
+    return f"{inserted} pods submitted, {requeued} updated" + (
+        f", {len(replaced)} replaced incarnations released" if replaced else ""
+    )
 
 
 def _queue_named(name: str | None) -> Queue | None:
@@ -259,11 +622,18 @@ def _pod_for_update(pod) -> Pod:
 
 
 def _release_allocations(pod: Pod, now) -> bool:
-    """Give back the cards of `pod`'s active allocations: counters lowered, rows marked
-    released. The caller holds the pod row's lock (taken first); the cards are locked here,
-    in primary-key order, as every counter writer does. Whether anything was held."""
+    """Give back the cards of `pod`'s active allocations (`_release_allocations_of`)."""
+    return _release_allocations_of([pod], now)
+
+
+def _release_allocations_of(pods: list[Pod], now) -> bool:
+    """Give back the cards of these pods' active allocations: counters lowered, rows marked
+    released. The caller holds the pod rows' locks (taken first); the cards are locked here,
+    all together in primary-key order, as every counter writer does. Whether anything was held."""
+    if not pods:
+        return False
     held = list(
-        Allocation.objects.filter(pod=pod, active=True).values_list("pk", "card_id", "memory", "cores")
+        Allocation.objects.filter(pod__in=pods, active=True).values_list("pk", "card_id", "memory", "cores")
     )
     if not held:
         return False

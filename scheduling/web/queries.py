@@ -15,6 +15,7 @@ from django.contrib.staticfiles import finders
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q, Sum
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 
 from scheduling.engine import ScenarioError, explain
 from scheduling.engine.encoding import links_to_pairs
@@ -27,11 +28,12 @@ from scheduling.filtersets import (
     PendingFilterSet,
     PodFilterSet,
 )
-from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Node, Pod
+from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Eviction, Node, Pod
 from scheduling.models.samples import latest_reasons, top_reason
 from scheduling.pipeline.snapshot import load_snapshot
 from scheduling.services import simulations
 from scheduling.web import heatmap, tables
+from scheduling.web.preemption import preemption_panel
 
 #: The Cluster page draws full card tiles (tenants and all) when the filters leave at most this many.
 TILE_CARDS = 64
@@ -276,7 +278,8 @@ def pods_page(request) -> dict:
 
 
 def pod_page(namespace: str, name: str, decision_id=None) -> dict:
-    """One pod: its asks, allocations, every kept decision, and the one to draw (latest by default)."""
+    """One pod: its asks, allocations, every kept decision, the one to draw (latest by default),
+    and its part in preemption (victims, preemptor, nominated cards)."""
     pod = get_object_or_404(Pod.objects.select_related("node"), namespace=namespace, name=name)
     decisions = list(pod.decisions.select_related("cycle").order_by("-id"))
     shown = decisions[0] if decisions else None
@@ -291,6 +294,7 @@ def pod_page(namespace: str, name: str, decision_id=None) -> dict:
         "shown": shown,
         "allocations": allocations,
         "asks": container_asks(pod),
+        "preemption": preemption_panel(pod, shown, timezone.now()),
     }
 
 
@@ -406,7 +410,8 @@ def events_page(params) -> dict:
 
 
 def fingerprint() -> str:
-    """Changes whenever anything a page shows changes: pods, allocations, cards, nodes, cycles.
+    """Changes whenever anything a page shows changes: pods, allocations, cards, nodes, cycles,
+    evictions.
 
     Pages poll it and re-render only when it moves. Agent heartbeats alone do not move it.
     """
@@ -424,6 +429,7 @@ def fingerprint() -> str:
         Node.objects.aggregate(n=Count("id"), ready=Count("id", filter=Q(ready=True))),
         Cycle.objects.aggregate(last=Max("id")),
         Decision.objects.aggregate(last=Max("id")),
+        Eviction.objects.aggregate(n=Count("id"), at=Max("updated_at")),
     ]
     return hashlib.sha1(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -11,6 +11,12 @@ kube calls, with the semantics those calls rely on:
   `metadata.resourceVersion` that is no longer current; get of one node;
 - pods/binding (409 when the pod is already bound), events create/patch, and leases
   get/create/replace (replace refused with 409 on a stale resourceVersion);
+- pods/eviction: the pod is deleted (a DELETED watch event) unless a PodDisruptionBudget a
+  test `put` ("poddisruptionbudgets": `spec.selector.matchLabels`, `minAvailable` or
+  `maxUnavailable` as counts) has no disruption left: 429 as Kubernetes answers; 500 when
+  more than one budget selects the pod; 409 when the precondition's uid is not the pod's.
+  A pod is healthy when its phase is Running; there is no disruption controller, so the
+  budget is reckoned at each request from the pods it selects;
 - list and watch of ResourceQuotas; PodGroup CRDs (Volcano's, scheduler-plugins') only once
   `serve()`d: discovery of their group/version (404 before, like a cluster without the CRD),
   list/watch, and merge patches of Volcano's object and scheduler-plugins' status subresource;
@@ -57,6 +63,12 @@ ROUTES = [
         r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding$",
         "bind_pod",
         ("", "pods/binding", "create"),
+    ),
+    (
+        "POST",
+        r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$",
+        "evict_pod",
+        ("", "pods/eviction", "create"),
     ),
     ("POST", r"^/api/v1/namespaces/([^/]+)/bindings$", "bind_via_bindings", ("", "bindings", "create")),
     ("POST", r"^/api/v1/namespaces/([^/]+)/events$", "create_event", ("", "events", "create")),
@@ -168,6 +180,7 @@ class StandInApiServer:
             "events": {},
             "leases": {},
             "resourcequotas": {},
+            "poddisruptionbudgets": {},
             VOLCANO_PODGROUPS: {},
             COSCHEDULING_PODGROUPS: {},
         }
@@ -180,6 +193,7 @@ class StandInApiServer:
         self.history_limit = history_limit
         self.requests: list[tuple[str, str, str, str, str]] = []  # method, path, group, resource, verb
         self.hooks: list[tuple[str, str, Callable[[], None]]] = []
+        self.evictions: list[tuple[str, str, dict]] = []  # namespace, name, the Eviction carried out
         self.injected: list[list] = []  # [method, path regex, code, reason, remaining]
         self.port = 0
         self.httpd: ThreadingHTTPServer | None = None
@@ -494,6 +508,42 @@ class StandInApiServer:
             201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
         )
 
+    def evict_pod(self, handler, query, body, namespace, name):
+        """The eviction subresource as Kubernetes runs it: a PodDisruptionBudget with no
+        disruption left refuses (429), otherwise the pod is deleted."""
+        if (body.get("metadata") or {}).get("name") != name:
+            raise Failure(400, "BadRequest", "name in URL does not match name in Eviction object")
+        with self.lock:
+            current = self._pod(namespace, name)
+            uid = (((body.get("deleteOptions") or {}).get("preconditions")) or {}).get("uid")
+            if uid and uid != current["metadata"]["uid"]:
+                raise Failure(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: UID in precondition: {uid}, "
+                    f"UID in object meta: {current['metadata']['uid']}",
+                )
+            budgets = [b for b in self.objects["poddisruptionbudgets"].values() if selects(b, current)]
+            if len(budgets) > 1:
+                raise Failure(
+                    500,
+                    "InternalError",
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                )
+            if budgets and current.get("status", {}).get("phase") == "Running":
+                selected = [pod for pod in self.objects["pods"].values() if selects(budgets[0], pod)]
+                if disruptions_allowed(budgets[0], selected) < 1:
+                    raise Failure(
+                        429,
+                        "TooManyRequests",
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                    )
+            self.evictions.append((namespace, name, copy.deepcopy(body)))
+            self.delete("pods", namespace, name)  # the Condition's lock is re-entrant
+        handler.send_json(
+            201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+        )
+
     def bind_via_bindings(self, handler, query, body, namespace):
         return self.bind_pod(handler, query, body, namespace, (body.get("metadata") or {}).get("name", ""))
 
@@ -640,6 +690,28 @@ class StandInApiServer:
             body["metadata"]["namespace"] = namespace
             obj = self._store("leases", body)
         handler.send_json(200, obj)
+
+
+def selects(budget: dict, pod: dict) -> bool:
+    """A budget's `spec.selector.matchLabels` over pods of its namespace (an empty selector
+    selects none, as in policy/v1)."""
+    labels = (budget.get("spec", {}).get("selector") or {}).get("matchLabels") or {}
+    pod_labels = pod["metadata"].get("labels") or {}
+    return (
+        bool(labels)
+        and budget["metadata"].get("namespace", "default") == pod["metadata"].get("namespace", "default")
+        and all(pod_labels.get(key) == value for key, value in labels.items())
+    )
+
+
+def disruptions_allowed(budget: dict, selected: list[dict]) -> int:
+    """How many of the selected pods may go now: healthy (Running) beyond `minAvailable`, or
+    `maxUnavailable` less those already unhealthy. Counts only, no percentages."""
+    spec = budget.get("spec", {})
+    healthy = sum(pod.get("status", {}).get("phase") == "Running" for pod in selected)
+    if "minAvailable" in spec:
+        return healthy - int(spec["minAvailable"])
+    return int(spec.get("maxUnavailable", 0)) - (len(selected) - healthy)
 
 
 def gone_event(version: int) -> dict:

@@ -50,6 +50,7 @@ def every_call(kube, apiserver):
             lambda: kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}}),
         ),
         (KubeApi.bind_pod, lambda: kube.bind_pod("default", "p1", found["pod"]["metadata"]["uid"], "n1")),
+        (KubeApi.evict_pod, lambda: kube.evict_pod("default", "p1", found["pod"]["metadata"]["uid"], 30)),
         (
             KubeApi.create_event,
             lambda: kube.create_event(

@@ -19,7 +19,7 @@ from kube.api import EXTENDER_AGENT_RBAC_RULES, EXTENDER_WEB_RBAC_RULES, RBAC_RU
 from kube.extender import filter_pod
 from kube.leader import LeaderElector
 from scheduling import services
-from scheduling.models import Card, Pod
+from scheduling.models import Card, Eviction, Pod
 from scheduling.pipeline import run_cycle
 
 from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
@@ -43,7 +43,7 @@ def elector(kube) -> LeaderElector:
 def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
     """Lead, list and watch (pods, nodes, ResourceQuotas, both PodGroup CRDs), bind one pod
     (get, patch, binding), report one that waits (event created, then refreshed: patched),
-    write both PodGroups' status, renew the Lease."""
+    write both PodGroups' status, renew the Lease, evict the bound pod for another (eviction)."""
     for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
         apiserver.serve(kind)
         apiserver.put(kind, {"metadata": {"name": "job", "namespace": "default"}, "spec": {"minMember": 2}})
@@ -59,6 +59,16 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
         wait_until(lambda: len(apiserver.calls("PATCH", "/podgroups/job")) == 2, what="both statuses written")
         wait_until(lambda: apiserver.calls("GET", "resourcequotas?"), what="the quotas listed and watched")
         wait_until(lambda: LEASE in apiserver.grants_used(), what="a Lease renewal")
+        apiserver.put("pods", pod_object("urgent", gpu=1, mem=15000, priority=100))
+        wait_until(lambda: pod_row("urgent"), what="the preemptor queued")
+        Eviction.objects.create(
+            victim=pod_row("fits"),
+            preemptor=pod_row("urgent"),
+            node="gpu-1",
+            cards=["GPU-a-0"],
+            reason="test",
+        )
+        wait_until(lambda: apiserver.get("pods", "default", "fits") is None, what="the victim evicted")
     assert apiserver.grants_used() == set(RBAC_RULES)
 
 

@@ -37,6 +37,13 @@ from .pods import (
     PodSubmitSerializer,
     PodSubmittedSerializer,
 )
+from .preemption import (
+    EvictionSerializer,
+    NominationSerializer,
+    PreemptionAlternativeSerializer,
+    PreemptionSerializer,
+    PreemptionVictimSerializer,
+)
 from .scenario import (
     CapacitySerializer,
     CardVerdictSerializer,
@@ -58,6 +65,11 @@ from .scenario import (
 )
 
 __all__ = [
+    "EvictionSerializer",
+    "NominationSerializer",
+    "PreemptionAlternativeSerializer",
+    "PreemptionSerializer",
+    "PreemptionVictimSerializer",
     "UsageSerializer",
     "QueueWriteSerializer",
     "QueueSerializer",

@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from scheduling.models import Allocation, Cycle, Decision, Event
 
+from .preemption import PreemptionSerializer
 from .scenario import PlacementSerializer, PolicySerializer
 
 
@@ -26,6 +27,7 @@ class DecisionSerializer(serializers.ModelSerializer):
     nodes_failed = serializers.SerializerMethodField()
     reasons = serializers.SerializerMethodField()
     allocated = serializers.SerializerMethodField()
+    preemption = serializers.SerializerMethodField()
 
     class Meta:
         model = Decision
@@ -47,6 +49,7 @@ class DecisionSerializer(serializers.ModelSerializer):
             "nodes_failed",
             "reasons",
             "allocated",
+            "preemption",
         ]
         read_only_fields = fields
 
@@ -90,6 +93,11 @@ class DecisionSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_allocated(self, decision: Decision) -> str | None:
         return self._explained(decision, "allocated")
+
+    @extend_schema_field(PreemptionSerializer(allow_null=True))
+    def get_preemption(self, decision: Decision) -> dict | None:
+        """The victims this attempt chose, or why preemption did not help; null when not tried."""
+        return self._explained(decision, "preemption")
 
 
 class AllocationSerializer(serializers.ModelSerializer):

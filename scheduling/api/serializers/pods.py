@@ -15,6 +15,7 @@ from scheduling.models import INT32_MAX, Pod
 
 from .fields import StrictCharField, StrictIntegerField, StringMapField, max_length
 from .history import DecisionSerializer
+from .preemption import EvictionSerializer, NominationSerializer
 from .scenario import ContainerSpecSerializer, DeviceSerializer
 
 # Kubernetes names: namespaces are DNS-1123 labels, pod names DNS-1123 subdomains.
@@ -95,16 +96,51 @@ class PodSerializer(serializers.ModelSerializer):
         return pod.allocated or None
 
 
+#: How many evictions a pod's detail lists each way (newest first); `GET evictions/` has them all.
+EVICTIONS_SHOWN = 50
+
+
 class PodDetailSerializer(PodSerializer):
-    """A pod with its spec, the vGPUs each container holds, and the latest decision."""
+    """A pod with its spec, the vGPUs each container holds, the latest decision, and its part
+    in preemption: evicted for whom (`evictions`), who gave way to it (`preemptions`), and the
+    cards it holds while its victims leave (`nominations`)."""
 
     containers = serializers.SerializerMethodField()
     initContainers = serializers.JSONField(source="init_containers", read_only=True)  # noqa: N815
     decision = serializers.SerializerMethodField()
+    evictions = serializers.SerializerMethodField()
+    preemptions = serializers.SerializerMethodField()
+    nominations = serializers.SerializerMethodField()
 
     class Meta(PodSerializer.Meta):
-        fields = PodSerializer.Meta.fields + ["annotations", "containers", "initContainers", "decision"]
+        fields = PodSerializer.Meta.fields + [
+            "annotations",
+            "containers",
+            "initContainers",
+            "decision",
+            "evictions",
+            "preemptions",
+            "nominations",
+        ]
         read_only_fields = fields
+
+    @extend_schema_field(EvictionSerializer(many=True))
+    def get_evictions(self, pod: Pod) -> list[dict]:
+        """The pod as a victim, newest first: by whom, when, how far the eviction got."""
+        rows = pod.evictions.select_related("victim", "preemptor").order_by("-created_at", "-id")
+        return EvictionSerializer(rows[:EVICTIONS_SHOWN], many=True).data
+
+    @extend_schema_field(EvictionSerializer(many=True))
+    def get_preemptions(self, pod: Pod) -> list[dict]:
+        """The pod as a preemptor, newest first: its victims."""
+        rows = pod.preemptions.select_related("victim", "preemptor").order_by("-created_at", "-id")
+        return EvictionSerializer(rows[:EVICTIONS_SHOWN], many=True).data
+
+    @extend_schema_field(NominationSerializer(many=True))
+    def get_nominations(self, pod: Pod) -> list[dict]:
+        """The vGPUs the pod holds while it waits for its victims (unexpired only)."""
+        rows = pod.nominations.filter(expires_at__gt=timezone.now()).select_related("card", "card__node")
+        return NominationSerializer(rows.order_by("id"), many=True).data
 
     @extend_schema_field(ContainerStatusSerializer(many=True))
     def get_containers(self, pod: Pod) -> list[dict]:

@@ -10,6 +10,7 @@ from .cluster import CardViewSet, NodeViewSet
 from .config import ConfigView
 from .history import AllocationViewSet, CycleViewSet, DecisionViewSet, EventList
 from .pods import PendingView, PodViewSet
+from .preemption import EvictionViewSet
 from .simulate import QueuedSimulationThrottle, ScenarioTooBig, SimulateView, SimulationView
 from .whatif import CapacityView, PodDecisionView, WhatIfView
 
@@ -30,6 +31,7 @@ __all__ = [
     "CycleViewSet",
     "DecisionViewSet",
     "EventList",
+    "EvictionViewSet",
     "NodeViewSet",
     "Pages",
     "PendingView",

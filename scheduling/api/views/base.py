@@ -149,6 +149,7 @@ ROOT_LINKS = (
     "allocation-list",
     "cycle-list",
     "event-list",
+    "eviction-list",
     "config",
     "simulate",
     "agent-report",

@@ -1,0 +1,206 @@
+"""`POST pods/bulk/`: many pods in one request and one transaction (`services.submit_pods`).
+
+Each pod is checked as `POST pods/` checks it (the same serializer, then the engine), and
+answered on its own: a bad pod is refused naming its field and never keeps the others out.
+Included by `scheduling/api/urls.py` as `pods/bulk/` (this module's `urlpatterns`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from django.urls import path
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.views import APIView
+
+from scheduling import services
+from scheduling.api import serializers as s
+from scheduling.engine import PodInvalid
+from scheduling.models import Pod
+from scheduling.services.pods import CREATED, REFUSED, UNCHANGED, UPDATED, named_again
+
+from .base import ERRORS, RoleView
+from .base import REFUSED as REFUSED_ANSWERS
+
+#: The most pods one request may carry.
+MAX_PODS = 1000
+OUTCOMES = (CREATED, UPDATED, UNCHANGED, REFUSED)
+
+
+class PodBulkItemSerializer(s.PodSubmitSerializer):
+    """One pod of `POST pods/bulk/`: the body of `POST pods/`, and the labels that may name a
+    queue or a group (`kai.scheduler/queue`, `scheduling.x-k8s.io/pod-group`)."""
+
+    labels = s.StringMapField(required=False, default=dict)
+
+
+class PodBulkSubmitSerializer(serializers.Serializer):
+    pods = PodBulkItemSerializer(many=True, help_text=f"1 to {MAX_PODS} pods")
+
+
+class PodRefSerializer(serializers.Serializer):
+    namespace = serializers.CharField()
+    name = serializers.CharField()
+    id = serializers.IntegerField()
+
+
+class ItemErrorSerializer(serializers.Serializer):
+    field = serializers.CharField(
+        help_text="path in the item, e.g. containers[0].resources.limits.nvidia.com/gpu"
+    )
+    message = serializers.CharField()
+
+
+class PodBulkResultSerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="the item's position in `pods`")
+    outcome = serializers.CharField(
+        help_text=f"one of {', '.join(OUTCOMES)}"
+    )  # not an enum: the name is taken by Decision.outcome
+    pod = PodRefSerializer(allow_null=True, help_text="the row written; null when refused")
+    error = ItemErrorSerializer(allow_null=True)
+    warnings = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="by field: values accepted but ignored (unknown chain names, unknown node policy)",
+    )
+
+
+class PodBulkAnswerSerializer(serializers.Serializer):
+    pods = PodBulkResultSerializer(many=True, help_text="one result per item, in order")
+    created = serializers.IntegerField()
+    updated = serializers.IntegerField()
+    unchanged = serializers.IntegerField()
+    refused = serializers.IntegerField()
+
+
+def first_error(detail, where: str = "") -> tuple[str, str]:
+    """The first of a serializer's errors as (field path, message): `annotations.team`,
+    `containers[0]`; DRF nests them by field, key and position."""
+    if isinstance(detail, dict):
+        key, inner = next(iter(detail.items()))
+        if isinstance(key, int):
+            return first_error(inner, f"{where}[{key}]")
+        return first_error(inner, f"{where}.{key}" if where else str(key))
+    if isinstance(detail, list) and detail:
+        return first_error(detail[0], where)
+    return where or "pod", str(detail)
+
+
+def _refused(index: int, field: str, message: str) -> dict:
+    return {
+        "index": index,
+        "outcome": REFUSED,
+        "pod": None,
+        "error": {"field": field, "message": message},
+        "warnings": {},
+    }
+
+
+def _pods_of(body) -> list:
+    """The request's `pods`, or a 400 naming `pods` (or the stray key)."""
+    if not isinstance(body, dict):
+        raise ValidationError({"pods": ["the body must be an object with a list of pods"]})
+    stray = sorted(str(key) for key in body if key != "pods")
+    if stray:
+        raise ValidationError({key: ["unknown field; the body takes pods"] for key in stray})
+    pods = body.get("pods")
+    if not isinstance(pods, list) or not pods:
+        raise ValidationError({"pods": [f"required: a list of 1 to {MAX_PODS} pods"]})
+    if len(pods) > MAX_PODS:
+        raise ValidationError({"pods": [f"at most {MAX_PODS} pods in one request, got {len(pods)}"]})
+    return pods
+
+
+class PodBulkSubmitView(RoleView, APIView):
+    """Submit many pods at once: one result per pod, all written in one transaction."""
+
+    throttle_scope = "pod-submit"
+    throttle_classes = [ScopedRateThrottle]
+
+    @extend_schema(
+        operation_id="pods_bulk_create",
+        tags=["pods"],
+        request=PodBulkSubmitSerializer,
+        responses={
+            200: PodBulkAnswerSerializer,
+            400: ERRORS,
+            413: ERRORS,
+            415: ERRORS,
+            429: ERRORS,
+            **REFUSED_ANSWERS,
+        },
+        description=(
+            f"Submit up to {MAX_PODS} pods in one request and one transaction. Each pod is the "
+            "body of `POST pods/` plus `labels`, checked the same way, and answered on its own "
+            "(200 whatever the outcomes): `created`, `updated`, `unchanged` or `refused` with "
+            "`error.field` naming the field in the item; a refused pod never keeps the others "
+            "out. A pod named by an earlier item is refused naming `name`; an unknown field of "
+            "an item is refused naming it. The request counts once against the `pod-submit` "
+            "rate. 400 names `pods` when it is not a list of 1 to 1000 pods."
+        ),
+    )
+    def post(self, request):
+        raw = _pods_of(request.data)
+        again = named_again(
+            [{"namespace": "default", **item} if isinstance(item, dict) else item for item in raw]
+        )
+        answers: dict[int, dict] = {}
+        checked: list[tuple[int, dict]] = []
+        for index, item in enumerate(raw):
+            submission, refusal = self._checked(item, again.get(index))
+            if submission is None:
+                answers[index] = _refused(index, *refusal)
+            else:
+                checked.append((index, submission))
+        results = services.submit_pods([pod for _, pod in checked], origin=Pod.API)
+        for (index, _), done in zip(checked, results, strict=True):
+            answers[index] = self._answer(index, done)
+        ordered = [answers[index] for index in range(len(raw))]
+        counts = Counter(answer["outcome"] for answer in ordered)
+        return Response({"pods": ordered, **{outcome: counts[outcome] for outcome in OUTCOMES}})
+
+    @staticmethod
+    def _checked(item, again: PodInvalid | None) -> tuple[dict | None, tuple[str, str] | None]:
+        """The item as `submit_pods` takes it, or why not as (field, message): `POST pods/`'s
+        envelope rules, no unknown field, not named by an earlier item."""
+        if not isinstance(item, dict):
+            return None, ("pod", "must be an object: the body of POST pods/ plus labels")
+        fields = PodBulkItemSerializer(data=item)
+        stray = sorted(str(key) for key in item if key not in fields.fields)
+        if stray:
+            return None, (stray[0], f"unknown field; a pod takes {', '.join(fields.fields)}")
+        if not fields.is_valid():
+            return None, first_error(fields.errors)
+        if again is not None:
+            return None, (again.field, again.message)
+        pod = fields.validated_data
+        submission = {
+            "namespace": pod["namespace"],
+            "name": pod["name"],
+            "annotations": pod["annotations"],
+            "containers": pod["containers"],
+            "init_containers": pod["initContainers"],
+            "priority": pod["priority"],
+            "uid": pod["uid"],
+            "labels": pod["labels"],
+        }
+        return submission, None
+
+    @staticmethod
+    def _answer(index: int, done) -> dict:
+        if done.outcome == REFUSED:
+            return _refused(index, done.error.field, done.error.message)
+        pod = done.pod
+        return {
+            "index": index,
+            "outcome": done.outcome,
+            "pod": {"namespace": pod.namespace, "name": pod.name, "id": pod.pk},
+            "error": None,
+            "warnings": done.warnings,
+        }
+
+
+urlpatterns = [path("", PodBulkSubmitView.as_view(), name="pod-bulk")]

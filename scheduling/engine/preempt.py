@@ -1,0 +1,719 @@
+"""Preemption (within a queue, by priority) and reclaim (across queues, by fair share), card by card.
+
+A job that does not fit may evict running tenants. Victims are chosen node by node with the
+engine's own fit check (`evaluate_node`): take candidate tenants off the node's cards, run the
+pod's whole chain on what is left, and keep the set only if the pod then fits. Among the sets
+that work the cheapest wins: fewest evicted pods, then least evicted vGPU work (MiB), then the
+node name. A set is made minimal before it is compared: singletons are tried first, then the
+preferred victims are added one by one (lowest priority, then youngest) until the pod fits,
+and each is dropped again when the pod still fits without it. So a pod never evicts more than
+it needs on the node it lands on.
+
+The cheapest plan is looked for over every node the pod failed on, without searching each:
+a node's `Bound` (what any victim set there costs at least, read off its cards and the
+tenants that may go) orders the nodes, and the search stops once no node left can beat the
+plans kept. Bounds are kept per node until the node or its tenants change, so a cycle of
+many pods of a few shapes computes them about once per node and shape.
+
+Who may be a victim (`Rules`):
+- never a tenant marked non-preemptible (`hami.io/preemptible: "false"`) or at or above
+  `protect_priority`; never one younger than `min_runtime_seconds`; never one already being
+  evicted, nor one whose eviction a disruption budget refused lately (`refused`);
+- preempt: a tenant of the same leaf queue with lower priority than the job;
+- reclaim: a tenant of another queue, when the job's queue stays at or below its fair share
+  with the job placed, on every resource the job asks, and the victim's queue stays at or
+  above its fair share without the victims. So a queue that was reclaimed from can never
+  reclaim back what it lost (no flapping): fair shares meet in the middle.
+- a gang member only while the gang keeps `min_member` placed; else the whole gang goes
+  (every member on every node) or none of it.
+
+The evictions are applied in the job's `Statement`, so a gang that still does not reach
+`min_member` takes them back with its placements. A cycle evicts at most `max_cards` cards.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .batch import RESOURCES, UNITS, QueueBook, Usage, zero
+from .decision import PENDING, SCHEDULED, Decision
+from .evaluate import evaluate_node
+from .fit import check_card
+from .model import TOUCHES
+from .pod import ParsedPod
+from .requests import WHOLE_CARD_CORES
+
+PREEMPTING = "Preempting"
+NOMINATED = "Nominated"
+PREEMPT = "preempt"
+RECLAIM = "reclaim"
+
+#: The annotation that keeps a pod from ever being evicted by hamiadmin.
+PREEMPTIBLE_ANNOTATION = "hami.io/preemptible"
+
+# Why a tenant or node could not give way (counted for the pending pod's explanation).
+NO_TENANTS = "no tenants"
+NO_LOWER_PRIORITY = "no victims of lower priority"
+NON_PREEMPTIBLE = "victims non-preemptible"
+MIN_RUNTIME = "victims protected by min runtime"
+PDB_REFUSED = "PDB refused"
+GANG_PROTECTED = "gang members protected"
+NOT_ENOUGH = "evicting every candidate would not free enough"
+CAP_REACHED = "cap of evicted cards per cycle reached"
+QUEUE_NOT_BELOW = "queue not below its fair share"
+VICTIM_QUEUE_AT_SHARE = "victim queues at or below their fair share"
+
+#: How many plans a search keeps: the cheapest and the alternatives it is shown beside.
+KEEP = 6
+
+
+def preemptible(annotations: dict | None) -> bool:
+    """False only for `hami.io/preemptible: "false"` (any case); anything else may be evicted."""
+    value = (annotations or {}).get(PREEMPTIBLE_ANNOTATION)
+    return not (isinstance(value, str) and value.strip().lower() == "false")
+
+
+@dataclass(eq=False)
+class Tenant:
+    """A running pod as a possible victim: what it holds, card by card, and what protects it."""
+
+    key: str  # namespace/name
+    namespace: str
+    node: str
+    priority: int = 0
+    queue: str = "default"
+    gang: str = ""  # its pod group's key, "" for a single pod
+    runtime_seconds: float = 0.0
+    preemptible: bool = True
+    holdings: list[tuple[str, int, int]] = field(default_factory=list)  # (card uuid, MiB, cores) per vGPU
+    ref: object = None  # the caller's handle (the pipeline's pod id)
+    refused: str = ""  # why a recent eviction of it was refused (a disruption budget)
+
+    @property
+    def usage(self) -> Usage:
+        used = zero()
+        for _, memory, cores in self.holdings:
+            used["vgpus"] += 1
+            used["gpumem"] += memory
+            used["gpucores"] += cores
+        return used
+
+    @property
+    def work(self) -> int:
+        return sum(memory for _, memory, _ in self.holdings)
+
+
+@dataclass
+class Rules:
+    enabled: bool = True
+    min_runtime_seconds: float = 0.0
+    protect_priority: int | None = None
+    max_cards: int = 64
+    #: How many nodes that could work are compared per job at most (a safety stop: the
+    #: bounds end the search long before on real clusters).
+    candidate_nodes: int = 100
+    reclaim: bool = True
+    dry_run: bool = False
+
+
+class Tenants:
+    """Running tenants by node and by gang, with each gang's `min_member`."""
+
+    def __init__(self, tenants: list[Tenant], gang_min: dict[str, int] | None = None):
+        self.by_node: dict[str, list[Tenant]] = {}
+        self.by_gang: dict[str, list[Tenant]] = {}
+        self.gang_min = dict(gang_min or {})
+        #: per node, how often its tenants changed (what a cached `Bound` is checked against)
+        self.changes: dict[str, int] = {}
+        for tenant in tenants:
+            self.add(tenant)
+
+    def add(self, tenant: Tenant) -> None:
+        self.by_node.setdefault(tenant.node, []).append(tenant)
+        self.changes[tenant.node] = self.changes.get(tenant.node, 0) + 1
+        if tenant.gang:
+            self.by_gang.setdefault(tenant.gang, []).append(tenant)
+
+    def remove(self, tenant: Tenant) -> None:
+        self.by_node[tenant.node].remove(tenant)
+        self.changes[tenant.node] = self.changes.get(tenant.node, 0) + 1
+        if tenant.gang:
+            self.by_gang[tenant.gang].remove(tenant)
+
+
+@dataclass
+class Victim:
+    tenant: Tenant
+    kind: str
+    why: str
+
+    def as_dict(self) -> dict:
+        tenant = self.tenant
+        return {
+            "pod": tenant.key,
+            "node": tenant.node,
+            "cards": sorted({uuid for uuid, _, _ in tenant.holdings}),
+            "priority": tenant.priority,
+            "queue": tenant.queue,
+            "gang": tenant.gang or None,
+            "kind": self.kind,
+            "why": self.why,
+            "memory": tenant.work,
+        }
+
+
+@dataclass
+class Plan:
+    """The victims chosen for one member, and where it then lands."""
+
+    node: str
+    victims: list[Victim]
+    alternatives: list[dict]  # other nodes compared, with why they lost
+
+    @property
+    def cost(self) -> tuple[int, int, str]:
+        return (len(self.victims), sum(v.tenant.work for v in self.victims), self.node)
+
+
+@dataclass(slots=True)
+class Bound:
+    """What any victim set that lets a pod fit one node costs at least, from the cards alone.
+
+    Per card: the fewest tenants that must leave it (`k`), and the MiB they free there and
+    their whole work at least, taking the biggest holders first (all of them for an exclusive
+    or `mutex` ask). The pod needs `count` cards, so on the node at least the `count`-th
+    smallest k go, and at least their sum over the widest victim's number of cards; the work
+    is at least the sum of the smallest MiB per card (holdings on different cards are
+    different MiB), and at least the `count`-th smallest whole work. The larger of these over
+    the pod's containers is `(victims, work)`, never above what `_minimal` finds.
+    """
+
+    victims: int
+    work: int
+    #: per GPU container: (cards asked, how many usable cards need no victim, the uuids of
+    #: the usable cards that do)
+    cards: tuple[tuple[int, int, tuple[str, ...]], ...]
+    #: the most cards one container asks
+    most: int = 0
+
+    def new_cards(self, evicted: set[str]) -> int:
+        """The fewest cards not yet freed this cycle that victims here must hold: each card
+        the pod takes that still has to lose a tenant is one of the victims' cards."""
+        return max(count - free - len(evicted.intersection(busy)) for count, free, busy in self.cards)
+
+
+def card_need(card, cores: int, memory: int, empty: bool, holders) -> tuple[int, int, int] | None:
+    """(k, MiB, whole work) at least that `holders` (`holders_of`: per tenant on the card,
+    (MiB, cores, slots, whole work)) must give up for an ask of `memory` MiB and `cores` to pass
+    the card's checks; None when even all of them are not enough. `empty`: the ask takes the
+    card alone."""
+    if empty:
+        if card.used_slots == 0:
+            return 0, 0, 0
+        if holders is None or holders.slots < card.used_slots:
+            return None
+        return len(holders.each), holders.memory, holders.work
+    need_memory = memory - (card.memory - card.used_memory)
+    need_cores = cores - (card.cores - card.used_cores)
+    if cores == 0 and card.cores > 0:
+        need_cores = max(need_cores, card.used_cores - card.cores + 1)
+    needs = ((2, card.used_slots - card.slots + 1), (0, need_memory), (1, need_cores))
+    each = holders.each if holders is not None else []
+    k = 0
+    for field_, need in needs:
+        if need <= 0:
+            continue
+        got = count = 0
+        for value in sorted((h[field_] for h in each), reverse=True):
+            got += value
+            count += 1
+            if got >= need:
+                break
+        if got < need:
+            return None
+        k = max(k, count)
+    if k == 0:
+        return 0, 0, 0
+    freed = max(need_memory, sum(sorted(h[0] for h in each)[:k]))
+    return k, freed, max(freed, sum(sorted(h[3] for h in each)[:k]))
+
+
+@dataclass(slots=True)
+class Holders:
+    """The tenants that may go, on one card: (MiB, cores, slots, whole work) each, and totals."""
+
+    each: list[tuple[int, int, int, int]] = field(default_factory=list)
+    memory: int = 0
+    slots: int = 0
+    work: int = 0
+
+
+def holders_of(movable: list[Tenant]) -> tuple[dict[str, Holders], int]:
+    """Per card uuid, the `Holders` among `movable`; and the most cards one of them holds (at
+    least 1)."""
+    holders: dict[str, Holders] = {}
+    span = 1
+    for tenant in movable:
+        on_card: dict[str, list[int]] = {}
+        for uuid, memory, cores in tenant.holdings:
+            entry = on_card.get(uuid)
+            if entry is None:
+                entry = on_card[uuid] = [0, 0, 0]
+            entry[0] += memory
+            entry[1] += cores
+            entry[2] += 1
+        span = max(span, len(on_card))
+        work = tenant.work
+        for uuid, (memory, cores, slots) in on_card.items():
+            held = holders.get(uuid)
+            if held is None:
+                held = holders[uuid] = Holders()
+            held.each.append((memory, cores, slots, work))
+            held.memory += memory
+            held.slots += slots
+            held.work += work
+    return holders, span
+
+
+def node_bound(node, parsed: ParsedPod, holders: dict, span: int) -> Bound | None:
+    """The `Bound` of `node` for `parsed` when only the tenants in `holders` (`holders_of`) may
+    leave; None when the pod cannot fit even with all of them gone (a card check it fails
+    regardless, or too few cards)."""
+    policy = parsed.policy
+    mutex = any(f.name == "mutex" for f in policy.active_filters)
+    victims = work = 0
+    cards = []
+    for ask in (*parsed.gpu_inits, *(a for a in parsed.apps if a is not None)):
+        n = ask.count
+        empty = mutex or ask.cores == WHOLE_CARD_CORES
+        ks, freed, whole, busy = [], [], [], []
+        for card in node.cards:
+            memory = ask.memory if ask.memory is not None else card.memory * ask.memory_percentage // 100
+            if check_card(card, ask, memory, policy, (0, 0, 0)) is not None:
+                continue
+            need = card_need(card, ask.cores, memory, empty, holders.get(card.uuid))
+            if need is not None:
+                ks.append(need[0])
+                freed.append(need[1])
+                whole.append(need[2])
+                if need[0]:
+                    busy.append(card.uuid)
+        if len(ks) < n:
+            return None
+        if n <= 0:
+            continue
+        ks.sort()
+        freed.sort()
+        whole.sort()
+        least = (max(ks[n - 1], -(-sum(ks[:n]) // span)), max(sum(freed[:n]), whole[n - 1]))
+        victims, work = max((victims, work), least)
+        cards.append((n, len(ks) - len(busy), tuple(busy)))
+    return Bound(victims, work, tuple(cards), max(count for count, _, _ in cards))
+
+
+class Preemptor:
+    """Finds, applies (in a Statement) and explains evictions for members that do not fit."""
+
+    def __init__(
+        self,
+        scheduler,
+        book: QueueBook,
+        load: Callable[[], Tenants],
+        rules: Rules | None = None,
+    ):
+        self.scheduler = scheduler
+        self.book = book
+        self._load = load
+        self._tenants: Tenants | None = None
+        self.rules = rules or Rules()
+        self.cards_evicted: set[str] = set()
+        #: (pod shape, priority, queue, may reclaim) -> node -> ((version, changes), Bound, misses)
+        self._bounds: dict[tuple, dict[str, tuple]] = {}
+        #: (node, priority, queue, may reclaim) -> (stamp, `holders_of` the tenants that may go)
+        self._holders: dict[tuple, tuple] = {}
+        #: the last search that found nothing per pod shape and job, with what it saw: while no
+        #: node was touched and no card evicted since, the next such search finds nothing too
+        self._nothing: dict[tuple, tuple] = {}
+
+    @property
+    def tenants(self) -> Tenants:
+        if self._tenants is None:
+            self._tenants = self._load()
+        return self._tenants
+
+    # -- choosing ---------------------------------------------------------------------------
+
+    def _eligible(
+        self, tenant: Tenant, priority: int, queue: str, ask: Usage, removed: dict
+    ) -> tuple[str, str]:
+        """(kind, why) when `tenant` may give way to a job of `priority` in `queue`, else ("", reason)."""
+        rules = self.rules
+        if not tenant.preemptible or (
+            rules.protect_priority is not None and tenant.priority >= rules.protect_priority
+        ):
+            return "", NON_PREEMPTIBLE
+        if tenant.refused:
+            return "", PDB_REFUSED
+        if tenant.runtime_seconds < rules.min_runtime_seconds:
+            return "", MIN_RUNTIME
+        if tenant.queue == queue:
+            if tenant.priority < priority:
+                return PREEMPT, f"priority {tenant.priority} < {priority}"
+            return "", NO_LOWER_PRIORITY
+        if not rules.reclaim:
+            return "", NO_LOWER_PRIORITY
+        why = self._reclaimable(queue, ask, tenant, removed)
+        if why is None:
+            return "", VICTIM_QUEUE_AT_SHARE
+        return RECLAIM, why
+
+    def _dominant(self, queue: str, delta: Usage, sign: int = 1) -> tuple[float, str]:
+        """The queue's dominant share with `delta` added (or taken off): the largest, over the
+        resources the cluster has, of used / fair share; and that resource."""
+        state, fair = self.book.queues[queue], self.book.fair.get(queue, {})
+        best, which = 0.0, ""
+        for r in RESOURCES:
+            if not self.book.capacity.get(r):
+                continue
+            used = state.used[r] + sign * delta.get(r, 0)
+            share = fair.get(r, 0.0)
+            ratio = used / share if share > 0 else (float("inf") if used > 0 else 0.0)
+            if ratio > best or not which:
+                best, which = ratio, r
+        return best, which
+
+    def _reclaimable(self, queue: str, ask: Usage, tenant: Tenant, removed: dict) -> str | None:
+        """Why `tenant`'s queue may give way to `queue`: it stays at or above its fair share
+        (dominant share >= 1) without the tenant and what was taken from it already; else None."""
+        if not self.book.fair or tenant.queue not in self.book.queues:
+            return None
+        taken = dict(removed.get(tenant.queue, {}))
+        for r, n in tenant.usage.items():
+            taken[r] = taken.get(r, 0) + n
+        share, resource = self._dominant(tenant.queue, taken, -1)
+        if share < 1.0 - 1e-9:
+            return None
+        fair = self.book.fair.get(tenant.queue, {}).get(resource, 0.0)
+        used = self.book.queues[tenant.queue].used[resource]
+        unit = UNITS[resource]
+        return (
+            f"queue {tenant.queue} above its fair share: {resource} {used}{unit} > fair {fair:.0f}{unit} "
+            f"(dominant share {share:.2f} after eviction)"
+        )
+
+    def _shares_hold(self, victims: list[Victim], ask: Usage) -> bool:
+        """Whether every queue reclaimed from stays at or above its fair share without all of
+        its victims together (each was checked alone when it was picked)."""
+        taken: dict[str, Usage] = {}
+        for victim in victims:
+            if victim.kind == RECLAIM:
+                total = taken.setdefault(victim.tenant.queue, zero())
+                for r, n in victim.tenant.usage.items():
+                    total[r] += n
+        return all(self._dominant(name, total, -1)[0] >= 1.0 - 1e-9 for name, total in taken.items())
+
+    def _below_share(self, queue: str, ask: Usage) -> str | None:
+        """None when `queue` stays within its fair share (dominant share <= 1) with `ask`
+        added, else why not."""
+        if not self.book.fair.get(queue):
+            return f"queue {queue} has no fair share this cycle"
+        share, resource = self._dominant(queue, ask)
+        if share <= 1.0 + 1e-9:
+            return None
+        fair = self.book.fair[queue].get(resource, 0.0)
+        used = self.book.queues[queue].used[resource]
+        unit = UNITS[resource]
+        return f"queue {queue}: {resource} {used} + {ask.get(resource, 0)} > fair share {fair:.0f}{unit}"
+
+    def _may_go(self, tenant: Tenant, priority: int, queue: str, reclaim_ok: bool) -> bool:
+        """Whether `tenant` could be a victim of a job of `priority` in `queue` at all: what
+        `_eligible` asks that does not change within a cycle (fair shares and gangs aside)."""
+        rules = self.rules
+        if not tenant.preemptible or tenant.refused or tenant.runtime_seconds < rules.min_runtime_seconds:
+            return False
+        if rules.protect_priority is not None and tenant.priority >= rules.protect_priority:
+            return False
+        return tenant.priority < priority if tenant.queue == queue else reclaim_ok
+
+    def _units(
+        self,
+        tenants: list[Tenant],
+        priority: int,
+        queue: str,
+        ask: Usage,
+        misses: dict,
+        reclaim_ok: bool | None = None,
+    ):
+        """Victim units on one node: [(tenants, kind, why)], a gang that cannot lose one member
+        standing for all of its placed members. Units are in preference order."""
+        units: list = []
+        seen: set[int] = set()
+        removed: dict[str, Usage] = {}
+        if reclaim_ok is None:
+            reclaim_ok = self.rules.reclaim and self._below_share(queue, ask) is None
+        for tenant in sorted(tenants, key=lambda t: (t.priority, t.runtime_seconds, t.key)):
+            if id(tenant) in seen:
+                continue
+            if tenant.queue != queue and not reclaim_ok:
+                misses[QUEUE_NOT_BELOW] = misses.get(QUEUE_NOT_BELOW, 0) + 1
+                continue
+            kind, why = self._eligible(tenant, priority, queue, ask, removed)
+            if not kind:
+                misses[why] = misses.get(why, 0) + 1
+                continue
+            members = [tenant]
+            if tenant.gang:
+                placed = self.tenants.by_gang.get(tenant.gang, [])
+                if len(placed) - 1 < self.tenants.gang_min.get(tenant.gang, 1):
+                    members = list(placed)
+                    blocked = [
+                        m
+                        for m in members
+                        if m is not tenant and not self._eligible(m, priority, queue, ask, removed)[0]
+                    ]
+                    if blocked:
+                        misses[GANG_PROTECTED] = misses.get(GANG_PROTECTED, 0) + 1
+                        continue
+                    why += f"; gang {tenant.gang} goes whole ({len(members)} members, min_member {self.tenants.gang_min.get(tenant.gang, 1)})"
+            seen.update(id(m) for m in members)
+            units.append((members, kind, why))
+        return units
+
+    def _fits(self, node, parsed: ParsedPod, freed: list[Tenant]) -> bool:
+        """Whether the pod fits `node` with `freed` tenants' holdings off its cards (restored after)."""
+        by_uuid = {card.uuid: card for card in node.cards}
+        changed = []
+        for tenant in freed:
+            if tenant.node != node.name:
+                continue
+            for uuid, memory, cores in tenant.holdings:
+                card = by_uuid.get(uuid)
+                if card is None:
+                    continue
+                card.used_slots -= 1
+                card.used_memory -= memory
+                card.used_cores -= cores
+                changed.append((card, memory, cores))
+        try:
+            return evaluate_node(node, parsed.gpu_inits, list(parsed.apps), parsed.policy).fits
+        finally:
+            for card, memory, cores in changed:
+                card.used_slots += 1
+                card.used_memory += memory
+                card.used_cores += cores
+
+    def _minimal(self, node, parsed: ParsedPod, units, need: int = 0) -> list | None:
+        """The cheapest set of units found on `node` that lets the pod fit, made minimal.
+        `need` is how many tenants of the node must go at least (`Bound.victims`): a set with
+        fewer cannot work, so it is not tried."""
+        name = node.name
+
+        def here(chosen) -> int:
+            return sum(1 for members, _, _ in chosen for t in members if t.node == name)
+
+        def freed(chosen) -> list[Tenant]:
+            return [t for members, _, _ in chosen for t in members]
+
+        if not units or not self._fits(node, parsed, freed(units)):
+            return None
+        best = None
+        # one unit alone, cheapest first (ties in preference order): the first that works is the cheapest
+        for unit in sorted(units, key=lambda u: (len(u[0]), sum(t.work for t in u[0]))):
+            if here([unit]) >= need and self._fits(node, parsed, unit[0]):
+                best = ((len(unit[0]), sum(t.work for t in unit[0])), [unit])
+                break
+        if best is not None and len(best[1][0][0]) == 1:
+            return best[1]
+        chosen: list = []
+        for unit in units:  # greedy in preference order, then drop what is not needed
+            chosen.append(unit)
+            if here(chosen) >= need and self._fits(node, parsed, freed(chosen)):
+                break
+        for unit in list(reversed(chosen)):
+            rest = [u for u in chosen if u is not unit]
+            if rest and here(rest) >= need and self._fits(node, parsed, freed(rest)):
+                chosen = rest
+        greedy_cost = (sum(len(u[0]) for u in chosen), sum(t.work for u in chosen for t in u[0]))
+        if best is not None and best[0] <= greedy_cost:
+            return best[1]
+        return chosen
+
+    def _table(self, key: tuple) -> dict:
+        """The cached node bounds for (pod shape, priority, queue, may reclaim): node ->
+        ((node version, tenant changes), Bound, misses when hopeless)."""
+        return self._bounds.setdefault(key, {})
+
+    def _bound(self, table: dict, node, parsed: ParsedPod, priority: int, queue: str, reclaim_ok: bool):
+        """This node's `Bound` for the pod, kept while neither the node nor its tenants change
+        (the node's version and `Tenants.changes`); None when evicting everyone who may go
+        still leaves the pod out."""
+        name = node.name
+        stamp = (node.version, self.tenants.changes.get(name, 0))
+        cached = table.get(name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        key = (name, priority, queue, reclaim_ok)
+        held = self._holders.get(key)
+        if held is None or held[0] != stamp:
+            movable = [
+                t for t in self.tenants.by_node.get(name, []) if self._may_go(t, priority, queue, reclaim_ok)
+            ]
+            held = self._holders[key] = (stamp, *holders_of(movable))
+        bound = node_bound(node, parsed, held[1], held[2])
+        table[name] = (stamp, bound, None)
+        return bound
+
+    def _hopeless(self, table: dict, node, priority: int, queue: str, ask: Usage, reclaim_ok, misses):
+        """Count the misses of a node whose bound says no victim set works there, as a search
+        would: each tenant's reason, and `NOT_ENOUGH` when some could go. Kept with the bound
+        when no tenant that may go is in a gang or another queue (then nothing else moves them)."""
+        stamp, bound, counted = table[node.name]
+        if counted is None:
+            counted = {}
+            tenants = self.tenants.by_node.get(node.name, [])
+            if self._units(tenants, priority, queue, ask, counted, reclaim_ok):
+                counted[NOT_ENOUGH] = counted.get(NOT_ENOUGH, 0) + 1
+            if not any(
+                (t.gang or t.queue != queue) and self._may_go(t, priority, queue, reclaim_ok) for t in tenants
+            ):
+                table[node.name] = (stamp, bound, counted)
+        for why, n in counted.items():
+            misses[why] = misses.get(why, 0) + n
+
+    def plan(self, parsed: ParsedPod, decision: Decision, priority: int, queue: str, ask: Usage):
+        """The cheapest victim set over the nodes the pod failed on, or (None, why, counts).
+
+        Nodes are searched in the order of their `Bound` and the search stops once the next
+        bound cannot beat the `KEEP`th cheapest plan found, so the plan and its alternatives
+        are the cheapest over every node without each node being searched. A node whose bound
+        needs more new cards than the cycle's cap has left counts under `CAP_REACHED`, unsearched."""
+        misses: dict[str, int] = {}
+        reclaim_why = self._below_share(queue, ask) if self.rules.reclaim else "reclaim is off"
+        reclaim_ok = self.rules.reclaim and reclaim_why is None
+        key = (parsed.shape, priority, queue, reclaim_ok)
+        seen = (TOUCHES.position, len(self.cards_evicted), len(decision.node_failures))
+        nothing = self._nothing.get(key)
+        if nothing is not None and nothing[0] == seen:
+            return None, nothing[1], dict(nothing[2])
+        nodes = self.scheduler.cluster.by_name
+        left = self.rules.max_cards - len(self.cards_evicted)
+        ranked: list[tuple[int, int, str]] = []
+        hopeless = []
+        table = self._table(key)
+        by_node, changes = self.tenants.by_node, self.tenants.changes
+        for name, _ in decision.node_failures:
+            if not by_node.get(name):
+                misses[NO_TENANTS] = misses.get(NO_TENANTS, 0) + 1
+                continue
+            node = nodes.get(name)
+            if node is None or not node.ready:
+                continue
+            cached = table.get(name)
+            if cached is not None and cached[0] == (node.version, changes.get(name, 0)):
+                bound = cached[1]
+            else:
+                bound = self._bound(table, node, parsed, priority, queue, reclaim_ok)
+            if bound is None:
+                hopeless.append(node)
+            elif left < bound.most and bound.new_cards(self.cards_evicted) > left:
+                misses[CAP_REACHED] = misses.get(CAP_REACHED, 0) + 1
+            else:
+                ranked.append((bound.victims, bound.work, name))
+        ranked.sort()
+        found: list[Plan] = []
+        for need, work, name in ranked:
+            if len(found) >= KEEP and (need, work, name) > found[KEEP - 1].cost:
+                break  # no node left can beat the plans kept
+            if found and len(found) >= self.rules.candidate_nodes:
+                break
+            node = nodes[name]
+            units = self._units(self.tenants.by_node[name], priority, queue, ask, misses, reclaim_ok)
+            chosen = self._minimal(node, parsed, units, need) if units else None
+            if chosen is None:
+                if units:
+                    misses[NOT_ENOUGH] = misses.get(NOT_ENOUGH, 0) + 1
+                continue
+            victims = [Victim(t, kind, why) for members, kind, why in chosen for t in members]
+            if not self._shares_hold(victims, ask):
+                misses[VICTIM_QUEUE_AT_SHARE] = misses.get(VICTIM_QUEUE_AT_SHARE, 0) + 1
+                continue
+            cards = {uuid for v in victims for uuid, _, _ in v.tenant.holdings} - self.cards_evicted
+            if len(cards) > left:
+                misses[CAP_REACHED] = misses.get(CAP_REACHED, 0) + 1
+                continue
+            insort(found, Plan(name, victims, []), key=lambda p: p.cost)
+        if not found:
+            for node in hopeless:
+                self._hopeless(table, node, priority, queue, ask, reclaim_ok, misses)
+            why = _why_not(misses, reclaim_why)
+            self._nothing[key] = (seen, why, dict(misses))
+            return None, why, misses
+        best = found[0]
+        best.alternatives = [
+            {
+                "node": p.node,
+                "victims": len(p.victims),
+                "memory": p.cost[1],
+                "why": "more victims or more work",
+            }
+            for p in found[1:KEEP]
+        ]
+        return best, "", misses
+
+    # -- applying ---------------------------------------------------------------------------
+
+    def evict(self, statement, plan: Plan) -> None:
+        for victim in plan.victims:
+            statement.evict(victim.tenant, self)
+            self.cards_evicted.update(uuid for uuid, _, _ in victim.tenant.holdings)
+
+    def explain(self, decision: Decision, plan: Plan, grants: list[tuple[str, int, int]]) -> None:
+        """Turn the member's decision into a preemption: pending, nominated to `plan.node`."""
+        victims = [v.as_dict() for v in plan.victims]
+        names = ", ".join(v["pod"] for v in victims)
+        cards = sorted({uuid for v in victims for uuid in v["cards"]})
+        dry = self.rules.dry_run
+        verb = "would evict" if dry else "evicting"
+        message = f"{verb} {len(victims)} pod{'s' if len(victims) != 1 else ''} on {plan.node} ({', '.join(cards)}): {names}"
+        decision.preemption = {
+            "node": plan.node,
+            "victims": victims,
+            "cards": cards,
+            "grants": [list(g) for g in grants],
+            "alternatives": plan.alternatives,
+            "dry_run": dry,
+            "message": message,
+        }
+        decision.status = PENDING
+        decision.node = None
+        decision.containers = []
+        decision.init_containers = []
+        decision.batch = {"reason": PREEMPTING, "message": message, "would_fit_on": plan.node}
+
+
+def grants_of(decision: Decision) -> list[tuple[str, int, int]]:
+    """(card uuid, MiB, cores) per vGPU of a scheduled decision's app containers."""
+    if decision.status != SCHEDULED:
+        return []
+    return [(d.uuid, d.memory, d.cores) for c in decision.containers for d in c.devices]
+
+
+def _lost(plan: Plan, best: Plan) -> str:
+    count, work, _ = plan.cost
+    if count != best.cost[0]:
+        return f"{count} victims > {best.cost[0]}"
+    if work != best.cost[1]:
+        return f"{work} MiB evicted > {best.cost[1]} MiB"
+    return f"as cheap; {best.node} comes first by name"
+
+
+def _why_not(misses: dict[str, int], reclaim_why: str | None) -> str:
+    if not misses:
+        return "no node could take the pod by evicting tenants"
+    parts = [f"{why} ({n})" for why, n in sorted(misses.items(), key=lambda kv: (-kv[1], kv[0]))]
+    text = "preemption did not help: " + ", ".join(parts)
+    if reclaim_why and QUEUE_NOT_BELOW in misses:
+        text += f"; {reclaim_why}"
+    return text

@@ -1,0 +1,189 @@
+"""Preemption in the pipeline: what a cycle reads for it, and the hooks that carry it out.
+
+- `load_tenants`: the running pods as the engine's `preempt.Tenant`s, read only when a job
+  first needs victims (a few queries over the active allocations and their pods). Victims
+  already being evicted, and pods placed through the extender (no eviction path), are left
+  out; ones whose eviction was refused or timed out lately are marked.
+- `load_nominations`: the cards preemptors hold until their victims are gone.
+- `rules`: the PREEMPT_* options as the engine's `Rules`.
+- `hooks`: the write side (`services.evictions`) registers itself at start-up, since the
+  pipeline does not import the services: `settle` runs before each cycle plans, `carry_out`
+  after a commit that chose victims hamiadmin evicts itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+
+from scheduling.engine import PodSpec
+from scheduling.engine.jobs import Nominated
+from scheduling.engine.preempt import Rules, Tenant, Tenants, preemptible
+
+from ..models import Allocation, Eviction, Nomination, Pod
+from .options import option
+
+#: How long a refused victim is left out of later victim sets (seconds).
+REFUSED_COOLDOWN_SECONDS = 300.0
+
+
+@dataclass
+class Hooks:
+    settle: Callable[[], object] | None = None
+    carry_out: Callable[[list[int]], object] | None = None
+
+
+hooks = Hooks()
+
+
+def rules() -> Rules:
+    return Rules(
+        enabled=bool(option("PREEMPTION")),
+        reclaim=bool(option("RECLAIM")),
+        dry_run=bool(option("PREEMPT_DRY_RUN")),
+        min_runtime_seconds=float(option("PREEMPT_MIN_RUNTIME_SECONDS")),
+        protect_priority=option("PREEMPT_PROTECT_PRIORITY"),
+        max_cards=int(option("PREEMPT_MAX_CARDS_PER_CYCLE")),
+    )
+
+
+def load_tenants(now=None) -> Tenants:
+    """Every pod holding cards, with what it holds and what protects it; by node and gang."""
+    now = now or timezone.now()
+    holdings: dict[int, list[tuple[str, int, int]]] = {}
+    for pod_id, uuid, memory, cores in Allocation.objects.filter(active=True, card__present=True).values_list(
+        "pod_id", "card__uuid", "memory", "cores"
+    ):
+        holdings.setdefault(pod_id, []).append((uuid, memory, cores))
+    going = set(
+        Eviction.objects.filter(state__in=Eviction.ACTIVE, victim_id__in=list(holdings)).values_list(
+            "victim_id", flat=True
+        )
+    )
+    since = now - timedelta(seconds=REFUSED_COOLDOWN_SECONDS)
+    refused = dict(
+        Eviction.objects.filter(state__in=(Eviction.REFUSED, Eviction.TIMED_OUT), finished_at__gte=since)
+        .order_by("finished_at")
+        .values_list("victim_id", "message")
+    )
+    tenants, gang_min = [], {}
+    # Pods placed through kube-scheduler's extender have no eviction path here: never victims.
+    rows = (
+        Pod.objects.filter(pk__in=[pk for pk in holdings if pk not in going], status__in=Pod.BOUND)
+        .exclude(origin=Pod.EXTENDER)
+        .values_list(
+            "pk",
+            "namespace",
+            "name",
+            "priority",
+            "queue__name",
+            "group__namespace",
+            "group__name",
+            "group__min_member",
+            "scheduled_at",
+            "annotations",
+            "node__name",
+        )
+    )
+    for pk, namespace, name, priority, queue, g_ns, g_name, g_min, scheduled_at, notes, node in rows:
+        if node is None:
+            continue
+        gang = f"{g_ns}/{g_name}" if g_name else ""
+        if gang:
+            gang_min[gang] = g_min or 1
+        tenants.append(
+            Tenant(
+                key=f"{namespace}/{name}",
+                namespace=namespace,
+                node=node,
+                priority=priority,
+                queue=queue or "default",
+                gang=gang,
+                runtime_seconds=(now - scheduled_at).total_seconds() if scheduled_at else 0.0,
+                preemptible=preemptible(notes if isinstance(notes, dict) else {}),
+                holdings=holdings[pk],
+                ref=pk,
+                refused=(refused.get(pk) or "refused")[:200] if pk in refused else "",
+            )
+        )
+    return Tenants(tenants, gang_min)
+
+
+def movable_specs() -> Callable[[Tenant], PodSpec | None]:
+    """A tenant's spec when hamiadmin can place it again itself (not a Kubernetes pod, whose
+    controller would create a new pod), for consolidation; read once, when first asked."""
+    specs: dict[object, PodSpec] | None = None
+
+    def spec_of(tenant: Tenant) -> PodSpec | None:
+        nonlocal specs
+        if specs is None:
+            specs = {
+                pk: PodSpec(
+                    name=name,
+                    namespace=namespace,
+                    annotations=annotations if isinstance(annotations, dict) else {},
+                    containers=containers if isinstance(containers, list) else [],
+                    init_containers=inits if isinstance(inits, list) else [],
+                )
+                for pk, namespace, name, annotations, containers, inits in Pod.objects.filter(
+                    status__in=Pod.BOUND
+                )
+                .exclude(origin=Pod.KUBERNETES)
+                .values_list("pk", "namespace", "name", "annotations", "containers", "init_containers")
+            }
+        return specs.get(tenant.ref)
+
+    return spec_of
+
+
+def load_nominations(now=None) -> dict[str, Nominated]:
+    """Pod key -> the cards it is nominated to, for nominations not yet expired."""
+    now = now or timezone.now()
+    grace = float(option("PREEMPT_GRACE_SECONDS"))
+    found: dict[int, Nominated] = {}
+    keys: dict[int, str] = {}
+    rows = (
+        Nomination.objects.filter(expires_at__gt=now)
+        .order_by("pod_id", "id")
+        .values_list(
+            "pod_id",
+            "pod__namespace",
+            "pod__name",
+            "card__uuid",
+            "card__node__name",
+            "memory",
+            "cores",
+            "created_at",
+        )
+    )
+    for pod_id, namespace, name, uuid, node, memory, cores, created in rows:
+        entry = found.get(pod_id)
+        if entry is None:
+            entry = found[pod_id] = Nominated(
+                node=node or "", grants=[], since_seconds=(now - created).total_seconds(), grace_seconds=grace
+            )
+            keys[pod_id] = f"{namespace}/{name}"
+        entry.grants.append((uuid, memory, cores))
+    if found:
+        waiting: dict[int, int] = {}
+        for preemptor in Eviction.objects.filter(
+            state__in=Eviction.ACTIVE, preemptor_id__in=list(found)
+        ).values_list("preemptor_id", flat=True):
+            waiting[preemptor] = waiting.get(preemptor, 0) + 1
+        for pod_id, entry in found.items():
+            entry.waiting = waiting.get(pod_id, 0)
+    return {keys[pod_id]: entry for pod_id, entry in found.items()}
+
+
+def nominated_usage(card_ids: list[int], now=None) -> dict[int, list[tuple[int, int, int]]]:
+    """Card pk -> (pod id, MiB, cores) per nominated vGPU, for the commit's re-check."""
+    now = now or timezone.now()
+    out: dict[int, list[tuple[int, int, int]]] = {}
+    for card_id, pod_id, memory, cores in Nomination.objects.filter(
+        card_id__in=card_ids, expires_at__gt=now
+    ).values_list("card_id", "pod_id", "memory", "cores"):
+        out.setdefault(card_id, []).append((pod_id, memory, cores))
+    return out

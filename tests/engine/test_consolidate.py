@@ -1,0 +1,95 @@
+"""Consolidation: a pod that fits nowhere, with nobody of lower priority to evict, gets room
+by moving one or two tenants to other nodes; only when every moved tenant has a new home."""
+
+from __future__ import annotations
+
+from scheduling.engine.consolidate import CONSOLIDATING, Consolidator
+from scheduling.engine.decision import PENDING
+from scheduling.engine.jobs import JobRunner
+from scheduling.engine.preempt import Preemptor, Rules, Tenants
+
+from .test_preempt import World, job, pod, used
+
+
+def runner(w: World, movable=lambda tenant: True, **rules) -> JobRunner:
+    book = w.book()
+    preemptor = Preemptor(w.scheduler, book, lambda: Tenants(list(w.tenants), w.gang_min), Rules(**rules))
+
+    def spec_of(tenant):
+        if not movable(tenant):
+            return None
+        return pod(tenant.key.split("/")[1], mem=tenant.work)
+
+    consolidator = Consolidator(preemptor, w.scheduler.decide_parsed, spec_of)
+    return JobRunner(w.scheduler, book, preemptor=preemptor, consolidator=consolidator)
+
+
+def memory_on(w: World, node: str) -> int:
+    return w.cluster.node(node).cards[0].used_memory
+
+
+def test_a_tenant_moves_to_the_node_that_has_room_and_the_pod_takes_its_place():
+    w = World({"n1": [16000], "n2": [16000]})
+    t = w.run("t", "n1", {0: 6000})
+    w.run("u", "n2", {0: 6000})
+    (outcome,) = runner(w).run([job("p", priority=0, mem=12000)])
+    decision = outcome.decision
+    assert outcome.victims == [t]
+    assert decision.status == PENDING and decision.batch["reason"] == CONSOLIDATING
+    assert decision.preemption["moves"] == [
+        {"pod": "default/t", "from": "n1", "to": "n2", "grants": [["n2-GPU-0", 6000, 0]]}
+    ]
+    assert decision.preemption["grants"] == [["n1-GPU-0", 12000, 0]]
+    assert decision.preemption["victims"][0]["kind"] == "consolidate"
+    assert decision.batch["message"] == "moving 1 pod to make room on n1: default/t n1 -> n2"
+    # this cycle's snapshot holds both: the pod on n1, the moved tenant at its new home
+    assert (memory_on(w, "n1"), memory_on(w, "n2")) == (12000, 12000)
+
+
+def test_nothing_moves_when_a_moved_tenant_would_have_no_home():
+    w = World({"n1": [16000], "n2": [16000]})
+    w.run("t", "n1", {0: 6000})
+    w.run("u", "n2", {0: 11000})
+    before = used(w)
+    (outcome,) = runner(w).run([job("p", priority=0, mem=12000)])
+    assert outcome.victims == [] and outcome.decision.batch is None
+    assert used(w) == before
+
+
+def test_pods_the_caller_cannot_place_again_and_gang_members_do_not_move():
+    w = World({"n1": [16000], "n2": [16000]})
+    w.run("t", "n1", {0: 6000}, gang="default/g")
+    w.gang_min["default/g"] = 1
+    w.run("k", "n2", {0: 6000})
+    before = used(w)
+    (outcome,) = runner(w, movable=lambda tenant: tenant.key != "default/k").run(
+        [job("p", priority=0, mem=12000)]
+    )
+    assert outcome.victims == []
+    assert used(w) == before
+
+
+def test_two_tenants_move_when_one_is_not_enough_and_the_cheaper_pair_wins():
+    w = World({"n1": [16000], "n2": [16000], "n3": [16000]})
+    w.run("a", "n1", {0: 5000})
+    w.run("b", "n1", {0: 5000})
+    w.run("c", "n1", {0: 6000})
+    w.run("x", "n2", {0: 9000})  # too big to move into the 7000 MiB left anywhere
+    w.run("y", "n3", {0: 9000})
+    (outcome,) = runner(w).run([job("p", priority=0, mem=10000)])
+    moved = sorted(m["pod"] for m in outcome.decision.preemption["moves"])
+    assert moved == ["default/a", "default/b"]  # 10000 MiB moved, not 11000 with c
+    homes = {m["to"] for m in outcome.decision.preemption["moves"]}
+    assert homes <= {"n2", "n3"}
+    assert memory_on(w, "n1") == 16000 and memory_on(w, "n2") + memory_on(w, "n3") == 28000
+
+
+def test_dry_run_moves_nothing():
+    w = World({"n1": [16000], "n2": [16000]})
+    w.run("t", "n1", {0: 6000})
+    w.run("u", "n2", {0: 6000})
+    before = used(w)
+    (outcome,) = runner(w, dry_run=True).run([job("p", priority=0, mem=12000)])
+    assert outcome.victims == []
+    assert outcome.decision.preemption["message"].startswith("would move 1 pod")
+    assert used(w) == before

@@ -1,0 +1,295 @@
+"""Preemption through real cycles: the commit writes evictions and nominations, hamiadmin's
+own victims are requeued at once, Kubernetes victims are waited for with their cards held for
+the preemptor, and the commit's re-check counts nominations so nothing is placed twice.
+
+SQLite by default, PostgreSQL in CI (DATABASE_URL)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db.models import Count
+from django.utils import timezone
+
+from scheduling import services
+from scheduling.models import Allocation, Card, Decision, Eviction, Nomination, Pod
+from scheduling.pipeline import plan_cycle, run_cycle
+from scheduling.pipeline.commit import commit_plan
+from scheduling.services.evictions import refuse_eviction, settle_evictions
+
+from .conftest import assert_consistent, card, reload, submit
+
+pytestmark = pytest.mark.django_db(transaction=True)  # real commits: wakes run on_commit
+
+PIN = "nvidia.com/use-gpuuuid"
+
+
+def two_cards(memory: int = 10000) -> None:
+    services.report_inventory(
+        "node1", {}, {}, [card("GPU-0", 0, memory, slots=4), card("GPU-1", 1, memory, slots=4)]
+    )
+
+
+def tenants(origin: str = Pod.API) -> dict[str, Pod]:
+    """GPU-0 holds two 3000 MiB tenants (4000 free), GPU-1 one 5000 MiB tenant (5000 free):
+    an 8000 MiB pod fits nowhere; evicting `b` alone frees enough, on GPU-0 it takes both."""
+    pods = {
+        "a1": submit("a1", gpu=1, mem=3000, annotations={PIN: "GPU-0"}, origin=origin, validate=False),
+        "a2": submit("a2", gpu=1, mem=3000, annotations={PIN: "GPU-0"}, origin=origin, validate=False),
+        "b": submit("b", gpu=1, mem=5000, annotations={PIN: "GPU-1"}, origin=origin, validate=False),
+    }
+    report = run_cycle()
+    assert len(report.placed) == 3, report
+    return pods
+
+
+def last_decision(pod: Pod) -> Decision:
+    return Decision.objects.filter(pod=pod).order_by("-id").first()
+
+
+def hami(**overrides):
+    from scheduling.pipeline.options import DEFAULTS
+
+    return {**DEFAULTS, **overrides}
+
+
+def test_only_the_tenant_on_gpu1_is_evicted_and_the_preemptor_lands_on_gpu1():
+    two_cards()
+    pods = tenants()
+    high = submit("high", gpu=1, mem=8000, priority=1000)
+    report = run_cycle()
+    assert len(report.evictions) == 1
+    (eviction,) = Eviction.objects.all()
+    assert (eviction.victim_id, eviction.preemptor_id, eviction.kind) == (pods["b"].pk, high.pk, "preempt")
+    assert (eviction.node, eviction.cards, eviction.state) == ("node1", ["GPU-1"], Eviction.DONE)
+    assert eviction.reason == "priority 0 < 1000"
+    # hamiadmin's own victim goes back to the queue at once, saying why
+    victim = reload(pods["b"])
+    assert victim.status == Pod.PENDING and victim.node is None
+    assert victim.reason.startswith("preempted by default/high: priority 0 < 1000")
+    assert not Allocation.objects.filter(pod=victim, active=True).exists()
+    # the preemptor waits on its nominated card with the whole story in its decision
+    high = reload(high)
+    assert high.status == Pod.PENDING
+    assert high.reason == "Preempting: evicting 1 pod on node1 (GPU-1): default/b"
+    preemption = last_decision(high).payload["preemption"]
+    assert [v["pod"] for v in preemption["victims"]] == ["default/b"]
+    assert preemption["grants"] == [["GPU-1", 8000, 0]]
+    assert list(Nomination.objects.values_list("pod_id", "card__uuid", "memory")) == [
+        (high.pk, "GPU-1", 8000)
+    ]
+    assert eviction.decision_id == last_decision(high).pk
+    for untouched in ("a1", "a2"):
+        assert reload(pods[untouched]).status == Pod.SCHEDULED
+
+    report = run_cycle()
+    high = reload(high)
+    assert high.status == Pod.SCHEDULED and high.allocated.startswith("GPU-1,")
+    assert not Nomination.objects.exists()
+    victim = reload(pods["b"])
+    assert victim.status == Pod.PENDING  # no room left, and it may not preempt back
+    assert "preempt" not in (last_decision(victim).payload.get("batch") or {}).get("reason", "").lower()
+    assert Eviction.objects.count() == 1
+    assert_consistent()
+
+
+def test_a_kubernetes_victim_is_waited_for_and_its_freed_card_is_kept_for_the_preemptor():
+    two_cards()
+    pods = tenants(origin=Pod.KUBERNETES)
+    high = submit("high", gpu=1, mem=8000, priority=1000)
+    run_cycle()
+    (eviction,) = Eviction.objects.all()
+    assert eviction.state == Eviction.REQUESTED  # the kube agent carries it out
+    assert reload(pods["b"]).status == Pod.SCHEDULED
+
+    other = submit("other", gpu=1, mem=6000)  # priority 0: it cannot preempt anybody
+    Pod.objects.filter(pk=high.pk).update(next_attempt_at=None)  # tried again before b is gone
+    run_cycle()
+    high = reload(high)
+    assert high.status == Pod.PENDING
+    assert high.reason.startswith("Nominated: nominated to node1 (GPU-1); waiting for 1 victim to release")
+    assert Eviction.objects.count() == 1  # no second eviction for the same pod
+
+    services.release_pod(pods["b"], Pod.DELETED)  # Kubernetes deleted the victim
+    run_cycle()
+    assert reload(high).status == Pod.SCHEDULED and reload(high).allocated.startswith("GPU-1,")
+    assert reload(other).status == Pod.PENDING  # 10000 free on GPU-1 after b, but 8000 were nominated
+    assert Eviction.objects.get().state == Eviction.DONE
+    assert not Nomination.objects.exists()
+    assert_consistent()
+
+
+def test_the_commit_refuses_a_placement_on_cards_nominated_to_another_pod():
+    two_cards()
+    waiting = submit("waiting", gpu=1, mem=1000, annotations={PIN: "GPU-9"})  # never placed
+    late = submit("late", gpu=1, mem=4000, annotations={PIN: "GPU-1"})
+    plan = plan_cycle()  # planned before the nomination below exists
+    assert [a.decision.node for a in plan.attempts if a.key == "default/late"] == ["node1"]
+    Nomination.objects.create(
+        pod=waiting,
+        card=Card.objects.get(uuid="GPU-1"),
+        memory=8000,
+        cores=0,
+        expires_at=timezone.now() + timedelta(minutes=2),
+    )
+    report = commit_plan(plan)
+    assert report.placed == []
+    assert [key for key, _ in report.conflicts] == ["default/late"]
+    assert "GPU-1" in dict(report.conflicts)["default/late"]
+    assert reload(late).status == Pod.PENDING
+    assert_consistent()
+
+
+def test_dry_run_explains_the_victims_and_evicts_nothing(settings):
+    settings.HAMIADMIN = hami(PREEMPT_DRY_RUN=True)
+    two_cards()
+    pods = tenants()
+    high = submit("high", gpu=1, mem=8000, priority=1000)
+    report = run_cycle()
+    assert report.evictions == [] and not Eviction.objects.exists() and not Nomination.objects.exists()
+    assert reload(pods["b"]).status == Pod.SCHEDULED
+    preemption = last_decision(reload(high)).payload["preemption"]
+    assert preemption["dry_run"] is True
+    assert preemption["message"] == "would evict 1 pod on node1 (GPU-1): default/b"
+    assert_consistent()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "annotations", "why"),
+    [
+        ({"PREEMPT_MIN_RUNTIME_SECONDS": 3600.0}, {}, "victims protected by min runtime"),
+        ({}, {"hami.io/preemptible": "false"}, "victims non-preemptible"),
+    ],
+)
+def test_protected_tenants_are_not_evicted_and_the_pending_pod_says_why(
+    settings, overrides, annotations, why
+):
+    settings.HAMIADMIN = hami(**overrides)
+    two_cards()
+    for name, mem, uuid in (("a1", 3000, "GPU-0"), ("a2", 3000, "GPU-0"), ("b", 5000, "GPU-1")):
+        submit(name, gpu=1, mem=mem, annotations={PIN: uuid, **annotations})
+    run_cycle()
+    high = submit("high", gpu=1, mem=8000, priority=1000)
+    run_cycle()
+    assert not Eviction.objects.exists()
+    high = reload(high)
+    assert high.status == Pod.PENDING
+    assert f"preemption did not help: {why} (" in high.reason
+    assert last_decision(high).payload["preemption"]["tried"] is True
+
+
+def test_preemption_off_evicts_nothing(settings):
+    settings.HAMIADMIN = hami(PREEMPTION=False)
+    two_cards()
+    tenants()
+    high = submit("high", gpu=1, mem=8000, priority=1000)
+    run_cycle()
+    assert not Eviction.objects.exists()
+    assert "preemption" not in last_decision(reload(high)).payload
+
+
+def test_a_refused_eviction_makes_the_preemptor_take_the_next_victim_set():
+    two_cards()
+    pods = tenants(origin=Pod.KUBERNETES)
+    high = submit("high", gpu=1, mem=8000, priority=1000)
+    run_cycle()
+    first = Eviction.objects.get()
+    assert refuse_eviction(first.pk, "Cannot evict pod as it would violate the pod's disruption budget.")
+    assert not Nomination.objects.exists()
+    run_cycle()
+    second = sorted(Eviction.objects.filter(state=Eviction.REQUESTED).values_list("victim_id", flat=True))
+    assert second == sorted([pods["a1"].pk, pods["a2"].pk])  # b is left out while its refusal is fresh
+    assert Eviction.objects.get(pk=first.pk).state == Eviction.REFUSED
+    assert set(Nomination.objects.values_list("card__uuid", flat=True)) == {"GPU-0"}
+    assert reload(high).status == Pod.PENDING
+
+
+def test_a_victim_that_outlives_the_grace_period_releases_the_nomination():
+    two_cards()
+    pods = tenants(origin=Pod.KUBERNETES)
+    submit("high", gpu=1, mem=8000, priority=1000)
+    run_cycle()
+    assert Nomination.objects.exists()
+    later = timezone.now() + timedelta(seconds=121)
+    counts = settle_evictions(later)
+    assert counts["timed_out"] == 1
+    assert Eviction.objects.get().state == Eviction.TIMED_OUT
+    assert not Nomination.objects.exists()
+    assert reload(pods["b"]).status == Pod.SCHEDULED
+
+
+def test_a_victim_released_on_its_own_settles_the_eviction_as_done():
+    two_cards()
+    pods = tenants(origin=Pod.KUBERNETES)
+    submit("high", gpu=1, mem=8000, priority=1000)
+    run_cycle()
+    services.release_pod(pods["b"], Pod.SUCCEEDED)
+    assert settle_evictions()["done"] == 1
+    assert Eviction.objects.get().state == Eviction.DONE
+
+
+def test_reclaim_through_real_cycles_settles_at_the_weighted_fair_share():
+    """Queue a (weight 1) holds all 20 single-slot cards; b (weight 3) asks for 20. Cycles
+    evict a's pods (requeued, still asking) until the split is 5/15, and then evict nothing."""
+    services.create_queue("a", weight=1)
+    services.create_queue("b", weight=3)
+    for n in range(4):
+        services.report_inventory(f"n{n}", {}, {}, [card(f"GPU-{n}-{i}", i, 8000, slots=1) for i in range(5)])
+    for k in range(20):
+        submit(f"a{k}", gpu=1, mem=1000, annotations={"hami.io/queue": "a"})
+    run_cycle()
+    for k in range(20):
+        submit(f"b{k}", gpu=1, mem=1000, annotations={"hami.io/queue": "b"})
+    history = []
+    for _ in range(8):
+        Pod.objects.filter(status=Pod.PENDING).update(next_attempt_at=None)
+        run_cycle()
+        placed = dict(
+            Pod.objects.filter(status=Pod.SCHEDULED).values_list("queue__name").annotate(n=Count("id"))
+        )
+        history.append((placed.get("a", 0), placed.get("b", 0), Eviction.objects.count()))
+    assert history[-1][:2] == (5, 15), history
+    settled = next(i for i, h in enumerate(history) if h[:2] == (5, 15))
+    assert all(h == history[settled] for h in history[settled:]), history  # no flapping, no more evictions
+    assert set(Eviction.objects.values_list("kind", flat=True)) == {"reclaim"}
+    reason = Eviction.objects.first().reason
+    assert reason.startswith("queue a above its fair share: vgpus "), reason
+    assert_consistent()
+
+
+def test_consolidation_moves_a_tenant_to_its_held_new_home_and_the_pod_takes_its_place(settings):
+    settings.HAMIADMIN = hami(CONSOLIDATION=True)
+    for n in (1, 2):
+        services.report_inventory(f"n{n}", {}, {}, [card(f"GPU-n{n}", 0, 16000, slots=4)])
+    t = submit("t", gpu=1, mem=6000, annotations={PIN: "GPU-n1,GPU-n2"})
+    run_cycle()
+    u = submit("u", gpu=1, mem=6000, annotations={PIN: "GPU-n2"})
+    run_cycle()
+    assert (reload(t).node.name, reload(u).node.name) == ("n1", "n2")
+    p = submit("p", gpu=1, mem=12000)  # 10000 MiB free on each node: fits nowhere
+    run_cycle()
+    (eviction,) = Eviction.objects.all()
+    assert (eviction.kind, eviction.victim_id, eviction.state) == ("consolidate", t.pk, Eviction.DONE)
+    assert eviction.reason == "moved to n2 (GPU-n2) so default/p fits n1"
+    held = set(Nomination.objects.values_list("pod__name", "card__uuid", "memory"))
+    assert held == {("t", "GPU-n2", 6000), ("p", "GPU-n1", 12000)}  # t's new home is held first
+    assert reload(t).reason.startswith("moved for default/p: ")
+    assert reload(p).reason.startswith("Consolidating: moving 1 pod to make room on n1: default/t n1 -> n2")
+    Pod.objects.filter(status=Pod.PENDING).update(next_attempt_at=None)
+    run_cycle()
+    assert (reload(t).status, reload(t).node.name) == (Pod.SCHEDULED, "n2")
+    assert (reload(p).status, reload(p).node.name) == (Pod.SCHEDULED, "n1")
+    assert not Nomination.objects.exists()
+    assert_consistent()
+
+
+def test_consolidation_is_off_by_default():
+    for n in (1, 2):
+        services.report_inventory(f"n{n}", {}, {}, [card(f"GPU-n{n}", 0, 16000, slots=4)])
+    submit("t", gpu=1, mem=6000, annotations={PIN: "GPU-n1"})
+    submit("u", gpu=1, mem=6000, annotations={PIN: "GPU-n2"})
+    run_cycle()
+    submit("p", gpu=1, mem=12000)
+    run_cycle()
+    assert not Eviction.objects.exists()
