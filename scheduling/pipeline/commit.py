@@ -33,10 +33,12 @@ from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
+from scheduling.engine.consolidate import CONSOLIDATING
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
 from scheduling.engine.fit import check_card
 from scheduling.engine.jobs import GANG_TIMED_OUT
 from scheduling.engine.model import cordoned_uuids
+from scheduling.engine.preempt import NOMINATED, PREEMPTING
 
 from ..dbretry import retry_on_conflict
 from ..models import Allocation, Card, Cycle, Decision, Eviction, Nomination, Pod, PodGroup
@@ -391,7 +393,12 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                         )
                 report.placed.append((attempt.key, decision.node, decision.allocated or ""))
             elif outcome == Decision.CONFLICT:
-                pod["reason"] = f"placement on {decision.node} lost a race ({why}); retrying"
+                what = (
+                    f"preemption on {(decision.preemption or {}).get('node')}"
+                    if attempt.victims
+                    else f"placement on {decision.node}"
+                )
+                pod["reason"] = f"{what} lost a race ({why}); retrying"
                 payload["conflict"] = why
                 report.conflicts.append((attempt.key, why))
             elif outcome == REJECTED:
@@ -409,6 +416,12 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 pod["reason"] = decision.reason_text()
                 if not conflicted:
                     pod["next_attempt_at"] = backoff_until(pod["attempts"], now)
+                    if (decision.batch or {}).get("reason") in WAITING_FOR_VICTIMS:
+                        # a wake for its victims' release may have come while this cycle
+                        # planned: look again soon instead of backing off for up to 30 s
+                        pod["next_attempt_at"] = min(
+                            pod["next_attempt_at"], now + timedelta(seconds=VICTIM_RECHECK_SECONDS)
+                        )
                 report.pending.append((attempt.key, pod["reason"]))
             pods.append(pod)
             decisions.append(
@@ -448,6 +461,10 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
     record_commit(report, outcomes, gang_waits)
     return report
 
+
+#: A pod waiting for its victims is tried again at least this often (seconds).
+VICTIM_RECHECK_SECONDS = 1.0
+WAITING_FOR_VICTIMS = (PREEMPTING, CONSOLIDATING, NOMINATED)
 
 #: The verdict text of a preemption kept by the commit: its evictions and nominations are written.
 PREEMPTS = "preempts"
@@ -599,11 +616,12 @@ def forget_nominations(plan: CyclePlan, outcomes, now) -> None:
     placed = [a.pod_id for a, outcome, _ in outcomes if outcome == SCHEDULED and a.key in plan.nominated]
     if not placed:
         return
-    Nomination.objects.filter(pod_id__in=placed).delete()
+    # evictions before nominations, as `services.evictions` takes them (no lock cycle)
     holding = Allocation.objects.filter(pod_id=OuterRef("victim_id"), active=True)
     Eviction.objects.filter(preemptor_id__in=placed, state=Eviction.REQUESTED).filter(Exists(holding)).update(
         state=Eviction.CANCELLED, message="the preemptor was placed first", finished_at=now, updated_at=now
     )
+    Nomination.objects.filter(pod_id__in=placed).delete()
 
 
 def _add(into: dict[int, list[int]], more: dict[int, list[int]]) -> None:

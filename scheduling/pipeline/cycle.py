@@ -133,8 +133,9 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
             (t.ref, v["kind"], v["why"], t.node, v["cards"]) for t, v in victims_of(outcome)
         ]
         attempts[-1].moves = moves_of(outcome)
-        if rules.dry_run and (outcome.decision.preemption or {}).get("dry_run"):
-            log.info("dry run: %s %s", outcome.member.spec.key, outcome.decision.preemption["message"])
+        preempting = outcome.decision.preemption or {}
+        if rules.dry_run and preempting.get("dry_run"):
+            log.info("dry run: %s %s", outcome.member.spec.key, preempting.get("message"))
     groups_changed.update(gang_verdicts(gangs, attempts))
     decided = time.perf_counter()
     return CyclePlan(

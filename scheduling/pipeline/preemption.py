@@ -32,7 +32,7 @@ REFUSED_COOLDOWN_SECONDS = 300.0
 
 @dataclass
 class Hooks:
-    settle: Callable[[], object] | None = None
+    settle: Callable[[], dict[str, int]] | None = None
     carry_out: Callable[[list[int]], object] | None = None
 
 

@@ -31,6 +31,7 @@ from .pods import _pod_for_update, _release_allocations, capacity_changed, group
 
 log = logging.getLogger(__name__)
 
+
 def _preemptor_key(eviction: Eviction) -> str:
     return eviction.preemptor.key if eviction.preemptor_id else "a pod since deleted"
 
@@ -116,12 +117,19 @@ def _evict_locally(eviction_id: int) -> int:
         _end(eviction, Eviction.DONE, "evicted and requeued", now)
         cards = ", ".join(eviction.cards)
         record_event(
-            Event.PREEMPTION, f"pod/{pod.key}", "Preempted", f"Preempted by {preemptor} on card {cards}: {eviction.reason}",
+            Event.PREEMPTION,
+            f"pod/{pod.key}",
+            "Preempted",
+            f"Preempted by {preemptor} on card {cards}: {eviction.reason}",
             actor="scheduler",
         )
         if eviction.preemptor_id is not None:
             record_event(
-                Event.PREEMPTION, f"pod/{preemptor}", "Preempting", f"evicted {pod.key} on {eviction.node}", actor="scheduler",
+                Event.PREEMPTION,
+                f"pod/{preemptor}",
+                "Preempting",
+                f"evicted {pod.key} on {eviction.node}",
+                actor="scheduler",
                 severity=Event.NORMAL,
             )
         if freed:
@@ -240,7 +248,12 @@ def settle_evictions(now=None) -> dict[str, int]:
         for eviction in Eviction.objects.filter(pk__in=late, state__in=Eviction.ACTIVE).select_related(
             "victim", "preemptor"
         ):
-            _end(eviction, Eviction.TIMED_OUT, "the victim did not release its cards within the grace period", now)
+            _end(
+                eviction,
+                Eviction.TIMED_OUT,
+                "the victim did not release its cards within the grace period",
+                now,
+            )
             _drop_nominations(eviction)
             counts["timed_out"] += 1
     counts["nominations_expired"], _ = Nomination.objects.filter(expires_at__lte=now).delete()

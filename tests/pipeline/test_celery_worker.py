@@ -55,3 +55,20 @@ def test_the_worker_places_submitted_pods_and_a_release_wakes_it(worker):
     print(f"release to placement: {latency * 1000:.0f} ms")
     assert set(Cycle.objects.values_list("worker", flat=True)) == {f"{socket.gethostname()}:{worker.pid}"}
     assert_consistent()
+
+
+def test_the_worker_preempts_a_lower_priority_pod_and_places_the_preemptor(worker):
+    """The worker's cycle chooses the victim, evicts it (a pod hamiadmin runs itself: requeued)
+    right after its commit, and the follow-up cycle places the preemptor on the freed card."""
+    from scheduling.models import Eviction
+
+    services.report_inventory("node1", {}, {}, [card("GPU-0", 0, memory=8000, slots=2)])
+    submit("low", gpu=1, mem=6000)
+    wait_for(lambda: Pod.objects.get(name="low").status == Pod.SCHEDULED, 60, worker)
+    submit("urgent", gpu=1, mem=6000, priority=100)
+    wait_for(lambda: Pod.objects.get(name="urgent").status == Pod.SCHEDULED, 30, worker)
+    eviction = Eviction.objects.get()
+    assert (eviction.victim.name, eviction.preemptor.name, eviction.state) == ("low", "urgent", Eviction.DONE)
+    assert Pod.objects.get(name="low").status == Pod.PENDING  # requeued; no room while urgent runs
+    assert eviction.reason == "priority 0 < 100" and eviction.cards == ["GPU-0"]
+    assert_consistent()
