@@ -64,7 +64,8 @@ def synthetic_nodes(count: int, cards_per_node: int = 8, seed: int = 7) -> list[
     return nodes
 
 
-def synthetic_pods(count: int, seed: int = 11) -> list[dict]:
+def synthetic_pods(count: int, seed: int = 11, cold: bool = False) -> list[dict]:
+    """The mixed stream; with `cold`, every pod asks a gpumem drawn afresh (a new shape each)."""
     rng = random.Random(seed)
     pods = []
     for p in range(count):
@@ -72,20 +73,26 @@ def synthetic_pods(count: int, seed: int = 11) -> list[dict]:
         if kind < 0.55:
             limits = {
                 "nvidia.com/gpu": 1,
-                "nvidia.com/gpumem": rng.choice([1000, 2000, 4000]),
+                "nvidia.com/gpumem": rng.randint(500, 20000) if cold else rng.choice([1000, 2000, 4000]),
                 "nvidia.com/gpucores": rng.choice([0, 10, 20]),
             }
         elif kind < 0.75:
-            limits = {
-                "nvidia.com/gpu": rng.choice([2, 4]),
-                "nvidia.com/gpumem-percentage": rng.choice([25, 50]),
-            }
+            limits = {"nvidia.com/gpu": rng.choice([2, 4])}
+            if cold:
+                limits["nvidia.com/gpumem"] = rng.randint(500, 20000)
+            else:
+                limits["nvidia.com/gpumem-percentage"] = rng.choice([25, 50])
         elif kind < 0.85:
             limits = {"nvidia.com/gpu": 1}  # whole card, exclusive
+            if cold:
+                limits["nvidia.com/gpumem"] = rng.randint(500, 15000)
         elif kind < 0.95:
-            limits = {"nvidia.com/gpu": 8, "nvidia.com/gpumem": 60000}  # fits only on H100 nodes with room
+            # fits only on H100 nodes with room
+            limits = {"nvidia.com/gpu": 8, "nvidia.com/gpumem": rng.randint(55000, 65000) if cold else 60000}
         else:
             limits = {"nvidia.com/gpu": 16}  # never fits: NodeInsufficientDevice everywhere
+            if cold:
+                limits["nvidia.com/gpumem"] = rng.randint(500, 20000)
         annotations = {"hami.io/gpu-scheduler-policy": rng.choice(CHAINS)}
         if rng.random() < 0.3:
             annotations["hami.io/node-scheduler-policy"] = rng.choice(["binpack", "spread"])
@@ -102,7 +109,7 @@ def synthetic_pods(count: int, seed: int = 11) -> list[dict]:
     return pods
 
 
-def measure(nodes: int, pods: int) -> dict:
+def measure(nodes: int, pods: int, cold_pods: int = 200) -> dict:
     cluster, config, pod_specs = parse_scenario(
         {"nodes": synthetic_nodes(nodes), "pods": synthetic_pods(pods)}
     )
@@ -110,10 +117,12 @@ def measure(nodes: int, pods: int) -> dict:
     latencies = []
     placed = 0
     started = time.perf_counter()
+    cpus = []
     for pod in pod_specs:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         decision = scheduler.schedule(pod)
         latencies.append((time.perf_counter() - t0) * 1000)
+        cpus.append((time.process_time() - c0) * 1000)
         placed += decision.status == "scheduled"
     elapsed = time.perf_counter() - started
     latencies.sort()
@@ -123,6 +132,14 @@ def measure(nodes: int, pods: int) -> dict:
         t0 = time.perf_counter()
         scheduler.decide(pod)
         cold.append((time.perf_counter() - t0) * 1000)
+    # every pod a new shape, placed as it goes, on the cluster the mixed stream left
+    fresh, fresh_cpu = [], []
+    for pod in parse_scenario({"nodes": [], "pods": synthetic_pods(cold_pods, seed=13, cold=True)})[2]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        scheduler.schedule(pod)
+        fresh.append((time.perf_counter() - t0) * 1000)
+        fresh_cpu.append((time.process_time() - c0) * 1000)
+    fresh.sort()
     return {
         "nodes": nodes,
         "cards": nodes * 8,
@@ -133,6 +150,11 @@ def measure(nodes: int, pods: int) -> dict:
         "max_ms": latencies[-1],
         "pods_per_s": pods / elapsed,
         "cold_ms": statistics.median(cold),
+        "new_shape_ms": statistics.median(fresh),
+        "new_shape_p90_ms": fresh[int(len(fresh) * 0.9)],
+        # CPU time: what a shared, loaded machine changes least
+        "new_shape_cpu_ms": statistics.median(fresh_cpu),
+        "cpu_ms": statistics.median(cpus),
     }
 
 
@@ -164,16 +186,20 @@ def main() -> None:
     sizes = [int(s) for s in os.environ.get("BENCH_NODES", "100,1000,5000").split(",")]
     pods = int(os.environ.get("BENCH_PODS", "2000"))
     print(f"engine: one decision per pod, mixed stream of {pods} pods, 8 cards per node")
-    print("(cold ms: median of one decision with the node-verdict cache emptied first)")
+    print("(cold ms: median of one decision with the node-verdict cache emptied first;")
+    print(" new shape ms: median and p90 of BENCH_COLD_PODS pods, each asking a gpumem drawn afresh;")
+    print(" cpu ms / new cpu: the medians in process CPU time, less moved by other load)")
     print(
         f"{'nodes':>6} {'cards':>6} {'placed':>7} {'median ms':>10} {'p99 ms':>8} {'max ms':>8} {'pods/s':>8}"
-        f" {'cold ms':>8}"
+        f" {'cold ms':>8} {'new shape ms':>12} {'p90':>6} {'cpu ms':>7} {'new cpu':>7}"
     )
+    cold_pods = int(os.environ.get("BENCH_COLD_PODS", "200"))
     for size in sizes:
-        r = measure(size, pods)
+        r = measure(size, pods, cold_pods)
         print(
             f"{r['nodes']:>6} {r['cards']:>6} {r['placed']:>7} {r['median_ms']:>10.3f} {r['p99_ms']:>8.2f}"
-            f" {r['max_ms']:>8.1f} {r['pods_per_s']:>8.0f} {r['cold_ms']:>8.1f}"
+            f" {r['max_ms']:>8.1f} {r['pods_per_s']:>8.0f} {r['cold_ms']:>8.1f} {r['new_shape_ms']:>12.2f}"
+            f" {r['new_shape_p90_ms']:>6.1f} {r['cpu_ms']:>7.3f} {r['new_shape_cpu_ms']:>7.2f}"
         )
     if os.environ.get("BENCH_SIMULATE", "1") == "1":
         sim_nodes = int(os.environ.get("BENCH_SIM_NODES", "1000"))

@@ -16,7 +16,11 @@ cycles the victims are gone (their cards free), each preemptor waits on its nomi
 cards, and a pod placed becomes a running tenant (of priority 100: no later pod evicts it).
 
 Printed: cycles and engine seconds to place them all, pods evicted per pod placed beside a
-lower bound, cycle p50/p99 ms, and `Preemptor.plan` ms per call (the victim search).
+lower bound, cards evicted per card asked (at least 1), cycle p50/p99 ms, the whole decision
+of a pod that preempts (decide, search, evict, decide again) and `Preemptor.plan` alone, in
+ms per call, for searches that found victims and for those that did not (the cycle's cap
+reached). The cluster is audited at the end: every card must hold exactly what the running
+pods hold.
 
 The lower bound holds for any way of choosing victims (`lower_bound`): every arriving
 pod needs whole cards emptied for it alone, and emptying a card means evicting every tenant
@@ -164,6 +168,22 @@ class TimedPreemptor(Preemptor):
         return found
 
 
+class TimedRunner(JobRunner):
+    """A JobRunner that keeps how long each preempting member's whole decision took (ms): the
+    first decision, the victim search, the evictions and the decision after them."""
+
+    def __init__(self, *args, preempting: list, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.preempting = preempting
+
+    def _decide_member(self, job, member):
+        started = time.perf_counter()
+        decided = super()._decide_member(job, member)
+        if decided[2] is not None:
+            self.preempting.append((time.perf_counter() - started) * 1000)
+        return decided
+
+
 @dataclass
 class Result:
     nodes: int
@@ -177,6 +197,7 @@ class Result:
     engine_seconds: float = 0.0
     cycle_ms: list[float] = field(default_factory=list)
     searches: list[tuple[float, bool]] = field(default_factory=list)
+    preempting: list[float] = field(default_factory=list)
     unplaced: list[str] = field(default_factory=list)
     #: what is wrong with the cluster at the end (cards over capacity, or usage that the
     #: running pods do not account for); empty when all is well
@@ -201,7 +222,7 @@ def run(
         "gpumem": nodes * CARDS * CARD_MIB,
         "gpucores": nodes * CARDS * 100,
     }
-    running = set(tenants)
+    running = dict.fromkeys(tenants)  # ordered, so every run decides alike
     nominations: dict[str, Nominated] = {}
     pending = {name: (i, cards, gang) for i, (name, cards, gang) in enumerate(arrivals)}
     gang_size = {gang: sum(1 for _, _, g in arrivals if g == gang) for _, _, gang in arrivals if gang}
@@ -233,7 +254,9 @@ def run(
             Rules(max_cards=max_cards),
             searches=result.searches,
         )
-        runner = JobRunner(scheduler, book, preemptor=preemptor, nominations=dict(nominations))
+        runner = TimedRunner(
+            scheduler, book, preemptor=preemptor, nominations=dict(nominations), preempting=result.preempting
+        )
         outcomes = runner.run(jobs)
         result.cycle_ms.append((time.perf_counter() - started) * 1000)
         result.cycles += 1
@@ -246,15 +269,16 @@ def run(
                 _move(node, grants, -1)  # assumed in the cycle; the next one holds it as a nomination
                 nominations[key] = Nominated(node.name, grants, waiting=0)
                 for victim in outcome.victims:
-                    running.discard(victim)
+                    running.pop(victim, None)
                     result.evicted += 1
                     result.evicted_cards += len(victim.holdings)
             elif decision.status == SCHEDULED:
                 nominations.pop(key, None)
                 holdings = [(d.uuid, d.memory, d.cores) for c in decision.containers for d in c.devices]
-                running.add(
-                    Tenant(key=key, namespace="high", node=decision.node, priority=HIGH, holdings=holdings)
+                placed = Tenant(
+                    key=key, namespace="high", node=decision.node, priority=HIGH, holdings=holdings
                 )
+                running[placed] = None
                 _, _, gang = pending.pop(decision.name)
                 if gang:
                     gang_placed[gang] += 1
@@ -324,6 +348,8 @@ def report(result: Result) -> str:
         f"{result.bound:.1f} pods in all; ratio {result.evicted / result.bound if result.bound else 0:.2f}x)",
         f"  cycle ms                   p50 {statistics.median(result.cycle_ms or [0]):.0f}, "
         f"p99 {_pct(result.cycle_ms, 0.99):.0f}",
+        f"  decide ms, preempting pod  p50 {statistics.median(result.preempting or [0]):.2f}, "
+        f"p99 {_pct(result.preempting, 0.99):.2f} (decide, search victims, evict, decide again)",
         f"  victim search ms, found    p50 {statistics.median(found or [0]):.2f}, p99 {_pct(found, 0.99):.2f} "
         f"({len(found)} searches)",
         f"  victim search ms, none     p50 {statistics.median(missed or [0]):.2f}, p99 {_pct(missed, 0.99):.2f} "

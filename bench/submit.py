@@ -31,6 +31,7 @@ PHASES = [
     ("new", "new pods"),
     ("unchanged", "the same pods again"),
     ("requeued", "a new spec for every waiting pod"),
+    ("new, REST", "new pods by POST pods/ and POST pods/bulk/ (in-process client, operator token)"),
 ]
 
 
@@ -71,6 +72,30 @@ def in_batches(namespace: str, count: int, batch: int, memory_step: int = 0) -> 
     return count / (time.perf_counter() - started)
 
 
+def over_rest(namespace: str, count: int, batch: int) -> float:
+    """New pods through the REST API as an operator: `POST pods/` each, or `POST pods/bulk/`
+    with `batch` pods a request (`batch` 0)."""
+    from rest_framework.test import APIClient
+
+    from scheduling.api.tokens import issue_role_token
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_role_token('bench', 'operator')}")
+    pods = [pod(namespace, n) for n in range(count)]
+    started = time.perf_counter()
+    if batch:
+        for start in range(0, count, batch):
+            answer = client.post("/api/v1/pods/bulk/", {"pods": pods[start : start + batch]}, format="json")
+            if answer.status_code != 200 or answer.json()["created"] != len(pods[start : start + batch]):
+                raise RuntimeError(f"POST pods/bulk/ answered {answer.status_code}: {answer.content[:300]!r}")
+    else:
+        for item in pods:
+            answer = client.post("/api/v1/pods/", item, format="json")
+            if answer.status_code != 201:
+                raise RuntimeError(f"POST pods/ answered {answer.status_code}: {answer.content[:300]!r}")
+    return count / (time.perf_counter() - started)
+
+
 def main_child(args) -> None:
     import django
 
@@ -84,6 +109,10 @@ def main_child(args) -> None:
             "submit_pod": one_by_one("single", args.pods, step),
             "submit_pods": in_batches("bulk", args.pods, args.batch, step),
         }
+    rates["new, REST"] = {
+        "submit_pod": over_rest("rest-single", args.pods, 0),
+        "submit_pods": over_rest("rest-bulk", args.pods, args.batch),
+    }
     print(json.dumps({"backend": args.child, "pods": args.pods, "batch": args.batch, "rates": rates}))
 
 
@@ -121,7 +150,7 @@ def run_backend(backend: str, args, scratch: str) -> dict:
 
 
 def print_table(rows: list[dict], args) -> None:
-    header = f"{'backend':<11} {'phase':<10} {'submit_pod/s':>12} {f'submit_pods/s ({args.batch})':>20} {'speed-up':>8}"
+    header = f"{'backend':<11} {'phase':<11} {'submit_pod/s':>12} {f'submit_pods/s ({args.batch})':>20} {'speed-up':>8}"
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -132,7 +161,7 @@ def print_table(rows: list[dict], args) -> None:
             continue
         for phase, _ in PHASES:
             one, many = row["rates"][phase]["submit_pod"], row["rates"][phase]["submit_pods"]
-            print(f"{row['backend']:<11} {phase:<10} {one:>12.0f} {many:>20.0f} {many / one:>7.1f}x")
+            print(f"{row['backend']:<11} {phase:<11} {one:>12.0f} {many:>20.0f} {many / one:>7.1f}x")
     print()
     print(f"{args.pods} pods per phase; " + "; ".join(f"{phase}: {what}" for phase, what in PHASES) + ".")
 

@@ -53,6 +53,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "hamiadmin.path_secrets.RedactPathSecretsInAnswers",
     "django.middleware.security.SecurityMiddleware",
     "hamiadmin.auth_failures.FailedCredentialsThrottle",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -146,9 +147,10 @@ else:
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = None
-# "default" is this process's memory (the API's request throttles); "shared" is seen by every
-# process (failed-credential counters, queued simulations): Redis with REDIS_URL, else this
-# process's memory too, which is all the embedded default has.
+# "default" is this process's memory (DRF's per-endpoint throttles); "shared" is seen by every
+# process (failed-credential counters, queued simulations, the token-writes and login rate
+# limits): Redis with REDIS_URL, else this process's memory too, which is all the embedded
+# default has. "default" stays local: clearing a RedisCache flushes its whole database.
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "shared": (
@@ -286,8 +288,9 @@ REST_FRAMEWORK = {
     # JSON only, and no body over DATA_UPLOAD_MAX_MEMORY_SIZE (DRF's parsers do not check it).
     "DEFAULT_PARSER_CLASSES": ["scheduling.api.parsers.BoundedJSONParser"],
     "EXCEPTION_HANDLER": "scheduling.api.errors.exception_handler",
-    # Per-process counters (local-memory cache); generous so demo agents, the tests and the
-    # load test (200 pods/s submitted and as many released, one token) pass.
+    # Generous so demo agents, the tests and the load test (200 pods/s submitted and as many
+    # released, one token) pass. token-writes, login and simulate-queued count in the shared
+    # cache (every process together), the others per process.
     "DEFAULT_THROTTLE_RATES": {
         "agent-report": os.environ.get("HAMI_THROTTLE_REPORT", "600/min"),
         "pod-submit": os.environ.get("HAMI_THROTTLE_SUBMIT", "300/s"),

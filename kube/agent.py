@@ -44,6 +44,7 @@ from .groups import KINDS, GroupKind, GroupSync
 from .informer import Backoff, Informer
 from .leader import LeaderElector
 from .quotas import QuotaSync
+from .reconcile import DriftWatch
 from .sync import NodeSync, PodSync, Refusals
 
 log = logging.getLogger("hamiadmin.kube.agent")
@@ -68,6 +69,9 @@ class AgentOptions:
     #: How long the pods wait for the PodGroup objects' first list on taking the lead, so a
     #: gang's members never meet a default `min_member` of 1.
     groups_wait_seconds: float = 5.0
+    #: How often the pods are listed afresh to compare with the tables (kube/reconcile.py);
+    #: in between, each resync compares the informer's cache.
+    drift_list_seconds: float = 300.0
 
 
 class KubeAgent:
@@ -108,6 +112,8 @@ class KubeAgent:
         self.node_sync = NodeSync(self.is_leader, events=writes_events)
         self.quota_sync = QuotaSync(self.is_leader, Refusals())
         self.group_syncs = {kind.source: GroupSync(api, kind, self.is_leader, Refusals()) for kind in KINDS}
+        self.drift = DriftWatch(api, name, every_pod=self.options.extender)
+        self._drift_listed_at = clock()
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
         #: Watcher mode: ResourceQuotas, and the PodGroup CRDs the API server serves.
@@ -296,6 +302,8 @@ class KubeAgent:
             for informer in self.informers():
                 if informer.has_synced.is_set():
                     informer.resync()
+            if self.pods is not None and self.pods.has_synced.is_set():
+                self.compare_with_tables(now)
         if self.pods is None or not self.pods.has_synced.is_set():
             return
         if self.options.extender:
@@ -308,6 +316,18 @@ class KubeAgent:
             self._events_at = now
             self.report_waiting()
             self.write_group_statuses()
+
+    def compare_with_tables(self, now: float) -> None:
+        """Kubernetes' pods against the tables (kube/reconcile.py): the cache on each resync,
+        a fresh list every `drift_list_seconds` (what the watch missed is not in the cache)."""
+        try:
+            if now - self._drift_listed_at >= self.options.drift_list_seconds:
+                self._drift_listed_at = now
+                self.drift.run(self.api.list_pods(self.pod_selector())[0])
+            else:
+                self.drift.run(self.pods.snapshot())
+        except Exception:  # noqa: BLE001 - binds and evictions go on; the next resync checks again
+            log.exception("comparing Kubernetes' pods with the tables failed")
 
     def write_group_statuses(self) -> None:
         """PodGroup objects' status from their rows (phase, verdict), where it differs."""

@@ -155,12 +155,45 @@ class NodeAdmin(WrittenByServices, admin.ModelAdmin):
         "updated_at",
     )
     inlines = [CardInline]
+    actions = ["drain"]
 
     class Media:
         css = DASHBOARD_CSS
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(n_cards=Count("cards", filter=Q(cards__present=True)))
+
+    @admin.action(description="Drain: cordon every card, list what runs there", permissions=["change"])
+    def drain(self, request, queryset):
+        """Asks first: a page lists each node's placed pods and offers to requeue those
+        hamiadmin runs itself; only its confirm button (`confirm=yes`) drains, audited as the
+        dashboard's drain is."""
+        nodes = list(queryset.order_by("name"))
+        if request.POST.get("confirm") != "yes":
+            placed = [(node, services.running_on(node)) for node in nodes]
+            own = sum(len(services.requeueable(pods)) for _, pods in placed)
+            return TemplateResponse(
+                request,
+                "admin/scheduling/node/drain_confirmation.html",
+                {
+                    **self.admin_site.each_context(request),
+                    "title": "Drain these nodes?",
+                    "opts": self.model._meta,
+                    "nodes": placed,
+                    "own_count": own,
+                    "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                },
+            )
+        requeue = request.POST.get("requeue") == "yes"
+        done, failed = [], []
+        for node in nodes:
+            try:
+                drained = services.drain_node(node.name, by=request.user.get_username(), requeue_own=requeue)
+                done.append(f"{node.name} ({drained.message})")
+            except Node.DoesNotExist:
+                failed.append(f"{node.name}: no longer exists")
+        report(self, request, done, failed, "drained")
+        return None
 
     @admin.display(description="ready", ordering="ready")
     def readiness(self, node):

@@ -10,20 +10,73 @@
   (hamiadmin/auth_failures.py) blocks an address after repeated failures; this one bounds
   how fast any address may try at all.
 
-Both count in this process's memory (the "default" cache), as DRF's scoped throttles do; an
-answer over the limit is 429 with Retry-After.
+Both count in the "shared" cache (Redis with REDIS_URL), so N gunicorn workers together
+allow the rate once, not N times; without Redis it is this process's memory. An answer over
+the limit is 429 with Retry-After.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
+from django.core.cache import caches
+from django.utils.connection import ConnectionProxy
+from redis.exceptions import RedisError
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.throttling import SimpleRateThrottle
 
+log = logging.getLogger("hamiadmin.api")
 
-class TokenWriteThrottle(SimpleRateThrottle):
+
+class SharedRateThrottle(SimpleRateThrottle):
+    """A sliding-window count that every process shares: one atomic increment (Redis INCR)
+    of this window's counter per request, plus the previous window's counter weighted by how
+    much of it still overlaps the last `duration` seconds. DRF's own throttles read a list,
+    append and write it back, which loses counts when two processes do so at once.
+
+    A refused request is not counted (as DRF's), and a cache that fails lets the request
+    through: throttling is a brake, not a gate (as hamiadmin/auth_failures.py)."""
+
+    cache = ConnectionProxy(caches, "shared")
+
+    def allow_request(self, request, view) -> bool:
+        if self.rate is None:
+            return True
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        self.now = self.timer()
+        window, into = divmod(self.now, self.duration)
+        current = f"{self.key}:{int(window)}"
+        try:
+            self.cache.add(current, 0, timeout=2 * self.duration + 1)
+            self.count = self.cache.incr(current)
+            self.before = int(self.cache.get(f"{self.key}:{int(window) - 1}") or 0)
+        except (OSError, RedisError, ValueError) as trouble:
+            log.warning("rate limit %s not counted: the shared cache failed (%s)", self.scope, trouble)
+            return True
+        self.overlap = 1 - into / self.duration
+        if self.before * self.overlap + self.count <= self.num_requests:
+            return True
+        try:
+            self.cache.decr(current)
+        except (OSError, RedisError, ValueError):
+            pass
+        return False
+
+    def wait(self) -> float | None:
+        """Seconds until one more request fits: until this window ends when it alone is
+        full, else until enough of the previous window has slid out."""
+        into = (1 - self.overlap) * self.duration
+        if self.count > self.num_requests or not self.before:
+            return self.duration - into
+        needed = 1 - (self.num_requests - self.count) / self.before
+        return max(0.0, needed * self.duration - into)
+
+
+class TokenWriteThrottle(SharedRateThrottle):
     scope = "token-writes"
 
     def get_cache_key(self, request, view):
@@ -35,6 +88,7 @@ class TokenWriteThrottle(SimpleRateThrottle):
 
 
 class LoginThrottle(SimpleRateThrottle):
+    cache = ConnectionProxy(caches, "shared")
     scope = "login"
 
     def get_cache_key(self, request, view):

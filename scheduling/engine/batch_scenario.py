@@ -16,7 +16,7 @@ from .batch import (
     zero,
 )
 from .decision import SCHEDULED, Decision
-from .errors import PodInvalid, ScenarioError
+from .errors import PodInvalid, Problems, ScenarioError
 from .jobs import Gang, Job, JobRunner, Member
 from .model import Cluster, ClusterConfig, PodSpec
 from .pod import describe_policy
@@ -42,83 +42,112 @@ def _figures(raw, where: str) -> dict[str, int | None]:
     return out
 
 
+def _queue(entry, where: str) -> QueueState:
+    """One queue entry, its `used` set; raises ScenarioProblems with every bad field."""
+    if not isinstance(entry, dict):
+        raise ScenarioError(where, "a queue must be an object")
+    found = Problems()
+    name = entry.get("name")
+    if not isinstance(name, str) or not name:
+        found.note(f"{where}.name", "required: a non-empty string")
+    weight = entry.get("weight", 1)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+        found.note(f"{where}.weight", f"must be a number > 0, got {weight!r}")
+    parent = entry.get("parent")
+    if parent is not None and not isinstance(parent, str):
+        found.note(f"{where}.parent", "must be a queue name")
+    namespaces = entry.get("namespaces", [])
+    if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
+        found.note(f"{where}.namespaces", "must be a list of namespace names")
+    figures = {key: found.check(_figures, entry.get(key), f"{where}.{key}") for key in FIGURES}
+    found.raise_any()
+    state = QueueState(
+        name=name,
+        parent=parent,
+        weight=float(weight),
+        guarantee=figures["guarantee"],
+        quota=figures["quota"],
+        limit=figures["limit"],
+        namespaces=namespaces,
+    )
+    state.used = zero() | {k: v or 0 for k, v in figures["used"].items()}
+    return state
+
+
+#: A queue entry's resource figures.
+FIGURES = ("guarantee", "quota", "limit", "used")
+
+
 def parse_queues(raw) -> QueueBook:
+    """The scenario's queues; raises ScenarioProblems with every bad entry's fields."""
     if raw is None:
         raw = []
     if not isinstance(raw, list):
         raise ScenarioError("queues", "must be a list of queues")
+    found = Problems()
     states, seen = [], set()
     for i, entry in enumerate(raw):
-        where = f"queues[{i}]"
-        if not isinstance(entry, dict):
-            raise ScenarioError(where, "a queue must be an object")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            raise ScenarioError(f"{where}.name", "required: a non-empty string")
-        if name in seen:
-            raise ScenarioError(f"{where}.name", f"{name!r} repeats an earlier queue")
-        seen.add(name)
-        weight = entry.get("weight", 1)
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
-            raise ScenarioError(f"{where}.weight", f"must be a number > 0, got {weight!r}")
-        parent = entry.get("parent")
-        if parent is not None and not isinstance(parent, str):
-            raise ScenarioError(f"{where}.parent", "must be a queue name")
-        namespaces = entry.get("namespaces", [])
-        if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
-            raise ScenarioError(f"{where}.namespaces", "must be a list of namespace names")
-        state = QueueState(
-            name=name,
-            parent=parent,
-            weight=float(weight),
-            guarantee=_figures(entry.get("guarantee"), f"{where}.guarantee"),
-            quota=_figures(entry.get("quota"), f"{where}.quota"),
-            limit=_figures(entry.get("limit"), f"{where}.limit"),
-            namespaces=namespaces,
-        )
-        state.used = zero() | {k: v or 0 for k, v in _figures(entry.get("used"), f"{where}.used").items()}
-        states.append(state)
-    for i, state in enumerate(states):
-        if state.parent is not None and state.parent not in seen:
-            raise ScenarioError(f"queues[{i}].parent", f"no queue named {state.parent!r}")
+        state = found.check(_queue, entry, f"queues[{i}]")
+        if state is None:
+            continue
+        if state.name in seen:
+            found.note(f"queues[{i}].name", f"{state.name!r} repeats an earlier queue")
+            continue
+        seen.add(state.name)
+        states.append((i, state))
+    named = {entry.get("name") for entry in raw if isinstance(entry, dict)}
+    for i, state in states:
+        if state.parent is not None and state.parent not in named:
+            found.note(f"queues[{i}].parent", f"no queue named {state.parent!r}")
+    found.raise_any()
     book = QueueBook(
         [
             QueueState(s.name, s.parent, s.weight, s.guarantee, s.quota, s.limit, namespaces=s.namespaces)
-            for s in states
+            for _, s in states
         ]
     )
-    for state in states:
+    for _, state in states:
         book.add(state.name, state.used)
     return book
 
 
+def _group(entry, where: str) -> tuple[tuple[str, str], dict]:
+    """One group entry, keyed by (namespace, name); raises ScenarioProblems with every bad field."""
+    if not isinstance(entry, dict):
+        raise ScenarioError(where, "a group must be an object")
+    found = Problems()
+    name, namespace = entry.get("name"), entry.get("namespace", "default")
+    if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
+        found.note(f"{where}.name", "required: a non-empty string (and namespace, if given)")
+    min_member = entry.get("min_member", 1)
+    if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1:
+        found.note(f"{where}.min_member", f"must be a whole number >= 1, got {min_member!r}")
+    queue = entry.get("queue")
+    if queue is not None and not isinstance(queue, str):
+        found.note(f"{where}.queue", "must be a queue name")
+    min_resources = found.check(_figures, entry.get("min_resources"), f"{where}.min_resources")
+    found.raise_any()
+    return (namespace, name), {
+        "min_member": min_member,
+        "queue": queue,
+        "min_resources": {k: v or 0 for k, v in min_resources.items()},
+        "priority": entry.get("priority", 0) if isinstance(entry.get("priority", 0), int) else 0,
+    }
+
+
 def parse_groups(raw) -> dict[tuple[str, str], dict]:
+    """The scenario's pod groups; raises ScenarioProblems with every bad entry's fields."""
     if raw is None:
         return {}
     if not isinstance(raw, list):
         raise ScenarioError("groups", "must be a list of pod groups")
+    found = Problems()
     groups = {}
     for i, entry in enumerate(raw):
-        where = f"groups[{i}]"
-        if not isinstance(entry, dict):
-            raise ScenarioError(where, "a group must be an object")
-        name, namespace = entry.get("name"), entry.get("namespace", "default")
-        if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
-            raise ScenarioError(f"{where}.name", "required: a non-empty string (and namespace, if given)")
-        min_member = entry.get("min_member", 1)
-        if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 1:
-            raise ScenarioError(f"{where}.min_member", f"must be a whole number >= 1, got {min_member!r}")
-        queue = entry.get("queue")
-        if queue is not None and not isinstance(queue, str):
-            raise ScenarioError(f"{where}.queue", "must be a queue name")
-        groups[(namespace, name)] = {
-            "min_member": min_member,
-            "queue": queue,
-            "min_resources": {
-                k: v or 0 for k, v in _figures(entry.get("min_resources"), f"{where}.min_resources").items()
-            },
-            "priority": entry.get("priority", 0) if isinstance(entry.get("priority", 0), int) else 0,
-        }
+        parsed = found.check(_group, entry, f"groups[{i}]")
+        if parsed is not None:
+            groups[parsed[0]] = parsed[1]
+    found.raise_any()
     return groups
 
 

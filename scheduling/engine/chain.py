@@ -68,7 +68,9 @@ class Filter(Protocol):
 
     - `rejects(card, used)`, card level: SPEC 4 check 6, after the slots and before memory
       and cores are looked at. `used` is (slots, MiB, cores) held on the card, this pod's
-      earlier containers included. The rejection, or None to let the card on.
+      earlier containers included. The rejection, or None to let the card on. A filter may
+      add `rejects_columns(used_slots, used_memory, used_cores)`, the same rule over numpy
+      columns of every card (which it rejects, and the reason), for the columnar sweep.
     - `rejects_fitting(fitting, count)`, over the cards that passed checks 1-10 (at least
       one) for a container asking `count` cards: the rejection every one of them fails
       with (SPEC 4 check 11), or None.
@@ -130,6 +132,11 @@ class MutexFilter(BaseFilter):
 
     def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None:
         return (R.EXCLUSIVE_CONFLICT, "mutex") if used[0] > 0 else None
+
+    def rejects_columns(self, used_slots, used_memory, used_cores) -> tuple[object, str]:
+        """`rejects` over every card at once (numpy columns of usage, `evaluate.sweep`): which
+        cards it rejects, and the reason."""
+        return used_slots > 0, R.EXCLUSIVE_CONFLICT
 
 
 class NumaBindFilter(BaseFilter):

@@ -26,9 +26,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import reasons as R
 from .annotations import PodPolicy
-from .evaluate import CardEval, FailingContainer, evaluate_node
+from .evaluate import (
+    _SWEEP_REASONS,
+    CardColumns,
+    CardEval,
+    FailingContainer,
+    card_codes,
+    evaluate_node,
+    type_excluded,
+)
 from .model import Card, Node
 from .requests import ContainerAsk
 
@@ -235,23 +245,118 @@ def cluster_never(nodes: list[Node], asks: list[ContainerAsk], policy: PodPolicy
     most = max((len(node.cards) for node in nodes), default=0)
     for ask in asks:
         if all(never_fits(node, [ask], policy) for node in nodes):
-            if most < ask.count:
-                why = "cards"
-            elif ask.memory is not None and ask.memory > largest:
-                why = "memory"
-            elif policy.numa_bind:
-                why = "numa"
-            else:
-                why = "excluded"
-            return {
-                "why": why,
-                "container": ask.name,
-                "count": ask.count,
-                "memory": ask.memory,
-                "largest_memory": largest,
-                "most_cards": most,
-            }
+            return never_reason(ask, policy, largest, most)
     return {"why": "combined", "largest_memory": largest, "most_cards": most}
+
+
+def never_reason(ask: ContainerAsk, policy: PodPolicy, largest: int, most: int) -> dict:
+    """`cluster_never` for `ask`, the container no node can ever take, on nodes whose largest
+    card has `largest` MiB and the most cards on one node are `most`."""
+    if most < ask.count:
+        why = "cards"
+    elif ask.memory is not None and ask.memory > largest:
+        why = "memory"
+    elif policy.numa_bind:
+        why = "numa"
+    else:
+        why = "excluded"
+    return {
+        "why": why,
+        "container": ask.name,
+        "count": ask.count,
+        "memory": ask.memory,
+        "largest_memory": largest,
+        "most_cards": most,
+    }
+
+
+#: Codes of `evaluate.card_codes` that tenants leaving can clear (slots, memory, cores,
+#: exclusive or mutex, compute): `CAPACITY_STAGES` as codes.
+_CAPACITY_CODES = (4, 8)
+
+
+@dataclass(slots=True)
+class ClosestColumns:
+    """`closest_columns`' answer: how many nodes fail, the positions of the `keep` closest,
+    closest first, and over the failed nodes: whether none could ever take the pod, their
+    largest card (MiB) and most cards on one node."""
+
+    failed: int
+    top: list[int]
+    never: bool
+    largest: int
+    most: int
+
+
+def _per_node(columns: CardColumns, cards: np.ndarray) -> np.ndarray:
+    """How many of each node's cards are set in `cards` (a bool per card)."""
+    if columns.width is not None:
+        return cards.reshape(columns.count, columns.width).sum(axis=1)
+    return np.bincount(columns.node_of[cards], minlength=columns.count)
+
+
+def closest_columns(
+    columns: CardColumns, ask: ContainerAsk, policy: PodPolicy, keep: int
+) -> ClosestColumns | None:
+    """The closeness keys of `node_closeness` for every node at once, for a pod that
+    `evaluate.sweepable` accepts (its one GPU container is the failing one, on a zero
+    overlay), and the `keep` smallest among the nodes where it does not fit. None when a
+    card hook has no `rejects_columns` or rejects with a reason of its own (its stage unknown
+    here), or the shortfalls do not fit one integer: then `node_closeness` node by node.
+
+    The `missing` closest freeable cards are the smallest (MiB, cores) shortfalls; which
+    cards they are (ties by position) only matters to the card table of a kept node, which
+    `node_closeness` measures again."""
+    codes = card_codes(columns, ask, policy, card_by_card=False)
+    if codes is None or len(codes[1]) > len(_SWEEP_REASONS):
+        return None
+    code = codes[0]
+    c = columns
+    n, count = c.count, ask.count
+    memory = ask.memory if ask.memory is not None else c.memory * ask.memory_percentage // 100
+    passing = _per_node(c, code == 0)
+    failed = ~(c.ready & (c.sizes >= count) & (passing >= count))
+    capacity = (c.slots > 0) & (c.memory >= memory) & (c.cores >= ask.cores)
+    excluded = type_excluded(c, policy)
+    able = capacity if excluded is None else capacity & ~excluded
+    never = _per_node(c, able) < count
+    # only failed, ready nodes that might fit are measured: their freeable cards' shortfalls
+    measured = failed & c.ready & ~never
+    rows = np.flatnonzero(measured)
+    missing = np.maximum(0, count - passing[rows])
+    cards = np.flatnonzero(measured[c.node_of])
+    gap = capacity[cards] & (code[cards] >= _CAPACITY_CODES[0]) & (code[cards] <= _CAPACITY_CODES[1])
+    asked = memory if ask.memory is not None else memory[cards]
+    short_memory = np.maximum(0, asked - (c.memory[cards] - c.used_memory[cards]))
+    short_cores = np.maximum(0, ask.cores - (c.cores[cards] - c.used_cores[cards]))
+    radix = int(short_cores[gap].max(initial=0)) + 1
+    if int(short_memory[gap].max(initial=0)) >= (1 << 62) // radix:
+        return None
+    # per node its freeable cards' shortfalls as one sortable integer, smallest first
+    far = np.iinfo(np.int64).max
+    table = np.full((len(rows), max(1, int(c.sizes.max(initial=0)))), far, dtype=np.int64)
+    local = np.cumsum(measured) - 1
+    table[local[c.node_of[cards]], c.slot[cards]] = np.where(gap, short_memory * radix + short_cores, far)
+    table.sort(axis=1)
+    taken = (np.arange(table.shape[1]) < missing[:, None]) & (table != far)
+    blocked = missing - taken.sum(axis=1)
+    memory_taken, cores_taken = np.divmod(np.where(taken, table, 0), radix)
+    open_ = blocked == 0
+    key = [np.full(n, _FAR, dtype=np.int64) for _ in range(4)]
+    key[0][rows], key[1][rows] = missing, blocked
+    key[2][rows] = np.where(open_, memory_taken.sum(axis=1), _FAR)
+    key[3][rows] = np.where(open_, cores_taken.sum(axis=1), _FAR)
+    key = [(~c.ready).astype(np.int64), never.astype(np.int64), *key]
+    at = np.flatnonzero(failed)
+    order = np.lexsort((at, *(k[at] for k in reversed(key))))
+    cards_failed = failed[c.node_of]
+    return ClosestColumns(
+        failed=len(at),
+        top=at[order[: max(0, keep)]].tolist(),
+        never=bool(len(at)) and bool(never[at].all()),
+        largest=int(c.memory[cards_failed].max(initial=0)),
+        most=int(c.sizes[at].max(initial=0)),
+    )
 
 
 def passed_checks(reason: str | None, stage: str | None) -> bool:

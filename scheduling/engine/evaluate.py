@@ -228,6 +228,52 @@ def evaluate_node(
     )
 
 
+def evaluate_alone(
+    node: Node, ask: ContainerAsk, apps: list[ContainerAsk | None], policy: PodPolicy
+) -> NodeVerdict:
+    """`evaluate_node` for a pod `sweepable` accepts, on one node, as `sweep` does it: the
+    cards are only counted (no evaluation objects, no ranking), the node score is SPEC 7's
+    with `ask.count` cards of `ask` added (the same integer sums and float operations as
+    `node_score`). A percentage ask on cards that differ in MiB needs the choice: `evaluate_node`."""
+    cards = node.cards
+    examined = len(cards)
+    if not node.ready:
+        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_NOT_READY: examined}))
+    if examined < ask.count:
+        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_INSUFFICIENT_DEVICE: examined}))
+    fixed = ask.memory
+    if fixed is None and len({card.memory for card in cards}) > 1:
+        return evaluate_node(node, [], apps, policy)
+    counts: dict[str, int] = {}
+    fitting = 0
+    for card in cards:
+        memory = fixed if fixed is not None else card.memory * ask.memory_percentage // 100
+        failed = check_card(card, ask, memory, policy, (card.used_slots, card.used_memory, card.used_cores))
+        if failed is None:
+            fitting += 1
+        else:
+            counts[failed[0]] = counts.get(failed[0], 0) + 1
+    if fitting < ask.count:
+        if fitting:
+            counts[R.ALLOCATED_INSUFFICIENT] = fitting
+        return NodeVerdict(False, failure=NodeFailure(examined, counts))
+    each = fixed if fixed is not None else cards[0].memory * ask.memory_percentage // 100
+    slots = sum(card.slots for card in cards)
+    cores = sum(card.cores for card in cards)
+    memory = sum(card.memory for card in cards)
+    used_slots = sum(card.used_slots for card in cards) + ask.count
+    used_cores = sum(card.used_cores for card in cards) + ask.count * ask.cores
+    used_memory = sum(card.used_memory for card in cards) + ask.count * each
+    score = 0.0
+    if slots:
+        score += used_slots / slots
+    if cores:
+        score += used_cores / cores
+    if memory:
+        score += used_memory / memory
+    return NodeVerdict(True, score=10 * score)
+
+
 #: The checks the columnar sweep runs: code k (1-8) is entry k - 1, in SPEC 4 order; 0 fits.
 _SWEEP_REASONS: tuple[str, ...] = (
     R.CARD_NOT_HEALTH,
@@ -243,8 +289,8 @@ _SWEEP_REASONS: tuple[str, ...] = (
 
 class CardColumns:
     """Every card of a list of nodes as numpy columns, for `sweep`. Capacities and types are
-    read once; `refresh` rewrites one node's rows (usage, health, cordons, readiness) after it
-    was touched, and says False when its cards no longer line up (then `refill`)."""
+    read once; `refresh` rewrites one node's rows (usage, health, cordons, readiness, version)
+    after it was touched, and says False when its cards no longer line up (then `refill`)."""
 
     def __init__(self, nodes: list[Node]):
         self.refill(nodes)
@@ -252,10 +298,16 @@ class CardColumns:
     def refill(self, nodes: list[Node]) -> None:
         self.count = len(nodes)
         self.position = {node.name: i for i, node in enumerate(nodes)}
+        self.names = np.array([node.name for node in nodes], dtype=object)
+        #: each node's version when its rows were last read: what a sweep's verdicts hold for
+        self.versions = [node.version for node in nodes]
         sizes = np.array([len(node.cards) for node in nodes], dtype=np.int64)
         self.sizes = sizes
         self.start = np.concatenate(([0], np.cumsum(sizes)[:-1])) if len(nodes) else sizes
         self.node_of = np.repeat(np.arange(len(nodes), dtype=np.int64), sizes)
+        #: each card's position on its node; the card count of every node when they all have as many
+        self.slot = np.arange(len(self.node_of), dtype=np.int64) - self.start[self.node_of]
+        self.width = int(sizes[0]) if len(nodes) and bool((sizes == sizes[0]).all()) else None
         cards = self.cards = [card for node in nodes for card in node.cards]
         self.types: list[str] = []
         type_ids: dict[str, int] = {}
@@ -270,9 +322,9 @@ class CardColumns:
         self.health = np.array([c.health for c in cards], dtype=bool)
         self.cordoned = np.array([c.cordoned for c in cards], dtype=bool)
         self.ready = np.array([node.ready for node in nodes], dtype=bool)
-        self.node_slots = [sum(c.slots for c in node.cards) for node in nodes]
-        self.node_cores = [sum(c.cores for c in node.cards) for node in nodes]
-        self.node_memory = [sum(c.memory for c in node.cards) for node in nodes]
+        self.node_slots = np.array([sum(c.slots for c in node.cards) for node in nodes], dtype=np.float64)
+        self.node_cores = np.array([sum(c.cores for c in node.cards) for node in nodes], dtype=np.float64)
+        self.node_memory = np.array([sum(c.memory for c in node.cards) for node in nodes], dtype=np.float64)
         # nodes whose cards differ in MiB: a percentage ask's choice changes their score
         self.mixed_memory = np.array([len({c.memory for c in node.cards}) > 1 for node in nodes], dtype=bool)
         self.card_memory = np.array(
@@ -293,7 +345,35 @@ class CardColumns:
             self.health[offset] = card.health
             self.cordoned[offset] = card.cordoned
         self.ready[i] = node.ready
+        self.versions[i] = node.version
         return True
+
+    def subset(self, rows: list[int]) -> CardColumns:
+        """The columns of the nodes at `rows` only (in that order), for a sweep over a few
+        nodes: the ones touched since a shape's index last looked."""
+        part = object.__new__(CardColumns)
+        at = np.array(rows, dtype=np.int64)
+        sizes = self.sizes[at]
+        ends = np.cumsum(sizes)
+        start = ends - sizes
+        node_of = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
+        cards = self.start[at][node_of] + np.arange(int(ends[-1]) if len(rows) else 0) - start[node_of]
+        part.count = len(rows)
+        part.names = self.names[at]
+        part.position = dict(zip(part.names.tolist(), range(len(rows)), strict=True))
+        part.versions = [self.versions[i] for i in rows]
+        part.sizes, part.start, part.node_of = sizes, start, node_of
+        part.slot = np.arange(len(node_of), dtype=np.int64) - start[node_of]
+        part.width = int(sizes[0]) if len(rows) and bool((sizes == sizes[0]).all()) else None
+        part.cards = [self.cards[i] for i in cards.tolist()]
+        part.types = self.types
+        for column in ("type_id", "slots", "memory", "cores", "used_slots", "used_memory", "used_cores"):
+            setattr(part, column, getattr(self, column)[cards])
+        part.health, part.cordoned = self.health[cards], self.cordoned[cards]
+        for column in ("ready", "node_slots", "node_cores", "node_memory", "mixed_memory", "card_memory"):
+            setattr(part, column, getattr(self, column)[at])
+        part.cards_at = [self.cards_at[i] for i in rows]
+        return part
 
 
 def sweepable(
@@ -301,8 +381,8 @@ def sweepable(
 ) -> ContainerAsk | None:
     """The one GPU container's ask when `sweep` decides this pod exactly as `evaluate_node`:
     no GPU init container, one GPU app container, no UUID or mode constraint, and no active
-    filter with a hook over the fitting cards (check 11); card hooks (check 6) are called
-    card by card inside the sweep."""
+    filter with a hook over the fitting cards (check 11); card hooks (check 6) run over the
+    columns when the filter has `rejects_columns`, else card by card inside the sweep."""
     gpu = [ask for ask in apps if ask is not None]
     if inits or len(gpu) != 1 or policy.use_modes or policy.use_uuids or policy.nouse_uuids:
         return None
@@ -316,19 +396,27 @@ def _overrides(card_filter: object, hook: str) -> bool:
     return getattr(type(card_filter), hook, None) is not getattr(BaseFilter, hook)
 
 
-def sweep(
-    columns: CardColumns,
-    nodes: list[Node],
-    ask: ContainerAsk,
-    apps: list[ContainerAsk | None],
-    policy: PodPolicy,
-) -> list[NodeVerdict]:
-    """`evaluate_node` for every node at once, for a pod `sweepable` accepts: checks 1-10 of
-    SPEC 4 in order over all cards as arrays, the reasons counted per node, and the node score
-    of SPEC 7 with the same float operations in the same order (so equal to the last bit).
-    With one GPU container the score does not depend on which fitting cards are taken when
-    they all take the same MiB; a percentage ask on a node whose cards differ in MiB is left
-    to `evaluate_node`. Failures that count the same are one shared object."""
+def type_excluded(columns: CardColumns, policy: PodPolicy) -> np.ndarray | None:
+    """Per card, whether use/nouse-gputype excludes its type (check 3); None when the pod names none."""
+    if not (policy.use_types or policy.nouse_types):
+        return None
+    excluded = []
+    for card_type in columns.types:
+        lowered = card_type.lower()
+        excluded.append(
+            bool(policy.use_types and not any(t in lowered for t in policy.use_types))
+            or any(t in lowered for t in policy.nouse_types)
+        )
+    return np.array(excluded, dtype=bool)[columns.type_id]
+
+
+def card_codes(
+    columns: CardColumns, ask: ContainerAsk, policy: PodPolicy, card_by_card: bool = True
+) -> tuple[np.ndarray, list[str]] | None:
+    """Checks 1-10 of SPEC 4 for `ask` on every card of `columns`: per card the code of the
+    first failed check (0: fits), code k naming `reasons[k - 1]` (`_SWEEP_REASONS`, then the
+    reasons of card hooks not among them). A card hook without `rejects_columns` runs card
+    by card, or, without `card_by_card`, the answer is None."""
     c = columns
     code = np.zeros(len(c.slots), dtype=np.int64)
 
@@ -337,34 +425,36 @@ def sweep(
 
     mark(~c.health, 1)
     mark(c.cordoned, 2)
-    if policy.use_types or policy.nouse_types:
-        excluded = []
-        for card_type in c.types:
-            lowered = card_type.lower()
-            excluded.append(
-                bool(policy.use_types and not any(t in lowered for t in policy.use_types))
-                or any(t in lowered for t in policy.nouse_types)
-            )
-        mark(np.array(excluded, dtype=bool)[c.type_id], 3)
+    excluded = type_excluded(c, policy)
+    if excluded is not None:
+        mark(excluded, 3)
     mark(c.used_slots >= c.slots, 4)
     reasons = list(_SWEEP_REASONS)
     hooks = [f for f in policy.active_filters if f.decides_fit and _overrides(f, "rejects")]
-    if hooks:
-        # check 6: each card filter's own hook, card by card, on the cards still in; a
-        # reason is counted by its code's name, so a known reason reuses its code
+    for card_filter in hooks:
+        # check 6: each card filter's own hook on the cards still in; a reason is counted by
+        # its code's name, so a known reason reuses its code
+        columnar = getattr(card_filter, "rejects_columns", None)
+        if columnar is not None:
+            rejected, reason = columnar(c.used_slots, c.used_memory, c.used_cores)
+            if reason not in reasons:
+                reasons.append(reason)
+            mark(rejected, reasons.index(reason) + 1)
+            continue
+        if not card_by_card:
+            return None
         cards = c.cards
         used = list(zip(c.used_slots.tolist(), c.used_memory.tolist(), c.used_cores.tolist(), strict=True))
-        for card_filter in hooks:
-            hit, codes = [], []
-            for i in np.flatnonzero(code == 0).tolist():
-                rejected = card_filter.rejects(cards[i], used[i])
-                if rejected is not None:
-                    if rejected[0] not in reasons:
-                        reasons.append(rejected[0])
-                    hit.append(i)
-                    codes.append(reasons.index(rejected[0]) + 1)
-            if hit:
-                code[np.array(hit, dtype=np.int64)] = np.array(codes, dtype=np.int64)
+        hit, codes = [], []
+        for i in np.flatnonzero(code == 0).tolist():
+            rejection = card_filter.rejects(cards[i], used[i])
+            if rejection is not None:
+                if rejection[0] not in reasons:
+                    reasons.append(rejection[0])
+                hit.append(i)
+                codes.append(reasons.index(rejection[0]) + 1)
+        if hit:
+            code[np.array(hit, dtype=np.int64)] = np.array(codes, dtype=np.int64)
     memory = ask.memory if ask.memory is not None else c.memory * ask.memory_percentage // 100
     mark(c.memory - c.used_memory < memory, 5)
     mark(c.cores - c.used_cores < ask.cores, 6)
@@ -372,6 +462,59 @@ def sweep(
         mark(c.used_slots > 0, 7)
     if ask.cores == 0:
         mark((c.cores > 0) & (c.used_cores >= c.cores), 8)
+    return code, reasons
+
+
+class Swept:
+    """Every node's verdict for one pod shape from one sweep, as columns: whether it fits, its
+    node score, and for a failed node which of `failures` it has (-1 when it fits). `versions`
+    are the node versions the verdicts hold for; `verdict` makes one node's `NodeVerdict`, so
+    a new shape creates objects only for the nodes a decision later re-reads."""
+
+    __slots__ = ("fits", "score", "fail_id", "failures", "versions", "position", "names")
+
+    def __init__(self, fits, score, fail_id, failures: list[NodeFailure], columns: CardColumns):
+        self.fits = fits
+        self.score = score
+        self.fail_id = fail_id
+        self.failures = failures
+        self.versions = list(columns.versions)
+        self.position = columns.position
+        self.names = columns.names
+
+    def verdict(self, i: int) -> NodeVerdict:
+        if self.fits[i]:
+            return NodeVerdict(True, score=float(self.score[i]))
+        return NodeVerdict(False, failure=self.failures[int(self.fail_id[i])])
+
+    def put(self, i: int, verdict: NodeVerdict) -> None:
+        """Take `verdict` (from `evaluate_node`) for node `i`."""
+        self.fits[i] = verdict.failure is None
+        if verdict.failure is None:
+            self.score[i] = verdict.score
+            self.fail_id[i] = -1
+        else:
+            self.fail_id[i] = len(self.failures)
+            self.failures.append(verdict.failure)
+
+
+def sweep(
+    columns: CardColumns,
+    nodes: list[Node],
+    ask: ContainerAsk,
+    apps: list[ContainerAsk | None],
+    policy: PodPolicy,
+) -> Swept:
+    """`evaluate_node` for every node at once, for a pod `sweepable` accepts: checks 1-10 of
+    SPEC 4 in order over all cards as arrays, the reasons counted per node, and the node score
+    of SPEC 7 with the same float operations in the same order (so equal to the last bit).
+    With one GPU container the score does not depend on which fitting cards are taken when
+    they all take the same MiB; a percentage ask on a node whose cards differ in MiB is left
+    to `evaluate_node`. Nodes whose cards fail with the same counts share one failure."""
+    c = columns
+    codes = card_codes(c, ask, policy)
+    assert codes is not None  # card by card when a hook has no columns
+    code, reasons = codes
     width = len(reasons) + 1
     counts = np.bincount(c.node_of * width + code, minlength=c.count * width).reshape(c.count, width)
     fitting = counts[:, 0]
@@ -382,41 +525,57 @@ def sweep(
     used_slots = np.bincount(c.node_of, weights=c.used_slots, minlength=c.count) + taken
     used_memory = np.bincount(c.node_of, weights=c.used_memory, minlength=c.count) + taken * each
     used_cores = np.bincount(c.node_of, weights=c.used_cores, minlength=c.count) + taken * ask.cores
-    slots, cores, total_memory = (
-        np.array(t, dtype=np.float64) for t in (c.node_slots, c.node_cores, c.node_memory)
-    )
+    slots, cores, total_memory = c.node_slots, c.node_cores, c.node_memory
     zero = np.zeros(c.count)
     score = np.divide(used_slots, slots, out=zero.copy(), where=slots > 0)
     score = score + np.divide(used_cores, cores, out=zero.copy(), where=cores > 0)
     score = score + np.divide(used_memory, total_memory, out=zero.copy(), where=total_memory > 0)
-    scores = (10 * score).tolist()
-    rows = counts.tolist()
-    fits_list = fits.tolist()
-    ready = c.ready.tolist()
-    sizes = c.sizes.tolist()
-    own = (c.mixed_memory & (ask.memory is None)).tolist()
-    shared: dict[tuple, NodeVerdict] = {}
-    verdicts: list[NodeVerdict] = []
-    for i, node in enumerate(nodes):
-        if own[i]:
-            verdicts.append(evaluate_node(node, [], apps, policy))
-        elif fits_list[i]:
-            verdicts.append(NodeVerdict(True, score=scores[i]))
+    score = 10 * score
+    fail_id, failures = _failures(counts, fits, c.ready, c.sizes, ask.count, reasons)
+    swept = Swept(fits, score, fail_id, failures, c)
+    own = c.mixed_memory & (ask.memory is None)
+    for i in np.flatnonzero(own).tolist():
+        swept.put(i, evaluate_node(nodes[i], [], apps, policy))
+    return swept
+
+
+def _failures(
+    counts, fits, ready, sizes, count: int, reasons: list[str]
+) -> tuple[np.ndarray, list[NodeFailure]]:
+    """Per node, which failure it has (-1 when it fits), and the distinct failures: a failed
+    node's key is its row of card counts per code, or its node-level reason and card count."""
+    fail_id = np.full(len(fits), -1, dtype=np.int64)
+    failed = np.flatnonzero(~fits)
+    if not len(failed):
+        return fail_id, []
+    rows = counts[failed]
+    width = rows.shape[1]
+    radix = int(sizes.max()) + 1
+    if radix ** (width + 1) < 1 << 62:
+        # one integer per row; node-level keys are negative, apart by reason
+        key = rows @ (radix ** np.arange(width, dtype=np.int64))
+        examined = sizes[failed]
+        key = np.where(examined < count, -1 - examined, key)
+        key = np.where(ready[failed], key, -1 - radix - examined)
+        distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        flags = np.stack([ready[failed], sizes[failed] < count, sizes[failed]], axis=1).astype(np.int64)
+        _, first, inverse = np.unique(
+            np.hstack([flags, rows]), axis=0, return_index=True, return_inverse=True
+        )
+    fail_id[failed] = inverse.reshape(-1)
+    failures = []
+    for j in first.tolist():
+        i = int(failed[j])
+        examined = int(sizes[i])
+        if not ready[i]:
+            key_: tuple = (R.NODE_NOT_READY, examined)
+        elif examined < count:
+            key_ = (R.NODE_INSUFFICIENT_DEVICE, examined)
         else:
-            examined = sizes[i]
-            if not ready[i]:
-                key: tuple = (R.NODE_NOT_READY, examined)
-            elif examined < ask.count:
-                key = (R.NODE_INSUFFICIENT_DEVICE, examined)
-            else:
-                key = tuple(rows[i])
-            verdict = shared.get(key)
-            if verdict is None:
-                verdict = shared[key] = NodeVerdict(
-                    False, failure=NodeFailure(examined, _counts(key, reasons))
-                )
-            verdicts.append(verdict)
-    return verdicts
+            key_ = tuple(rows[j].tolist())
+        failures.append(NodeFailure(examined, _counts(key_, reasons)))
+    return fail_id, failures
 
 
 def _counts(key: tuple, reasons: list[str]) -> dict[str, int]:

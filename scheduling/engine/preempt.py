@@ -256,17 +256,21 @@ def holders_of(movable: list[Tenant]) -> tuple[dict[str, Holders], int]:
     holders: dict[str, Holders] = {}
     span = 1
     for tenant in movable:
-        on_card: dict[str, list[int]] = {}
-        for uuid, memory, cores in tenant.holdings:
-            entry = on_card.get(uuid)
-            if entry is None:
-                entry = on_card[uuid] = [0, 0, 0]
-            entry[0] += memory
-            entry[1] += cores
-            entry[2] += 1
+        holdings = tenant.holdings
+        work = sum(memory for _, memory, _ in holdings)
+        uuids = {uuid for uuid, _, _ in holdings}
+        if len(uuids) == len(holdings):  # one vGPU per card, the usual case
+            on_card = [(uuid, memory, cores, 1) for uuid, memory, cores in holdings]
+        else:
+            merged: dict[str, list[int]] = {}
+            for uuid, memory, cores in holdings:
+                entry = merged.setdefault(uuid, [0, 0, 0])
+                entry[0] += memory
+                entry[1] += cores
+                entry[2] += 1
+            on_card = [(uuid, *entry) for uuid, entry in merged.items()]
         span = max(span, len(on_card))
-        work = tenant.work
-        for uuid, (memory, cores, slots) in on_card.items():
+        for uuid, memory, cores, slots in on_card:
             held = holders.get(uuid)
             if held is None:
                 held = holders[uuid] = Holders()

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from .batch_scenario import run_batch_scenario, wants_batch
+from .batch_scenario import parse_groups, parse_queues, run_batch_scenario, wants_batch
 from .encoding import links_to_pairs
-from .errors import ScenarioError
+from .errors import Problems, ScenarioError
 from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults
 from .scheduler import Scheduler
 
@@ -17,6 +17,8 @@ from .scheduler import Scheduler
 #: is a typo or an attack, and would overflow whatever stores it. Where the database keeps a
 #: card's numbers in 32 bits, its writers bound them tighter (the agent report, the register).
 LARGEST = 2**63 - 1
+#: A card's `used` figures, in the order `parse_card` sets them.
+USED = ("slots", "memory", "cores")
 
 
 def _int(value, where: str, *, minimum: int | None = 0, maximum: int = LARGEST) -> int:
@@ -62,112 +64,124 @@ def _strings(value, where: str) -> dict[str, str]:
 
 
 def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
-    """One card of SPEC 9 (without `links`, returned apart for the node to check)."""
+    """One card of SPEC 9 (without `links`, returned apart for the node to check). Raises
+    ScenarioProblems with every bad field of the card."""
     if not isinstance(raw, dict):
         raise ScenarioError(where, "a card must be an object")
+    found = Problems()
     uuid = raw.get("uuid")
     if not isinstance(uuid, str) or not uuid.strip():
-        raise ScenarioError(f"{where}.uuid", "required: a non-empty string")
+        found.note(f"{where}.uuid", "required: a non-empty string")
     if "memory" not in raw:
-        raise ScenarioError(f"{where}.memory", "required (MiB)")
+        found.note(f"{where}.memory", "required (MiB)")
     card_type = raw.get("type", CARD_DEFAULTS["type"])
     if not isinstance(card_type, str):
-        raise ScenarioError(f"{where}.type", f"must be a string, got {card_type!r}")
+        found.note(f"{where}.type", f"must be a string, got {card_type!r}")
     health = raw.get("health", CARD_DEFAULTS["health"])
     if not isinstance(health, bool):
-        raise ScenarioError(f"{where}.health", f"must be true or false, got {health!r}")
+        found.note(f"{where}.health", f"must be true or false, got {health!r}")
     cordoned = raw.get("cordoned", False)
     if not isinstance(cordoned, bool):
-        raise ScenarioError(f"{where}.cordoned", f"must be true or false, got {cordoned!r}")
+        found.note(f"{where}.cordoned", f"must be true or false, got {cordoned!r}")
     mode = raw.get("mode", "")
+    numbers = {
+        "index": found.check(_int, raw.get("index", position), f"{where}.index"),
+        "memory": found.check(_int, raw["memory"], f"{where}.memory") if "memory" in raw else None,
+        "slots": found.check(_int, raw.get("slots", CARD_DEFAULTS["slots"]), f"{where}.slots"),
+        "cores": found.check(_int, raw.get("cores", CARD_DEFAULTS["cores"]), f"{where}.cores"),
+        "numa": found.check(_int, raw.get("numa", CARD_DEFAULTS["numa"]), f"{where}.numa", minimum=None),
+    }
+    used = found.check(_dict, raw.get("used"), f"{where}.used") or {}
+    used_numbers = [found.check(_int, used.get(key, 0), f"{where}.used.{key}") for key in USED]
+    links = found.check(_dict, raw.get("links"), f"{where}.links") or {}
+    for other, score in links.items():
+        found.check(_int, score, f"{where}.links.{other}")
+    found.raise_any()
     card = Card(
         uuid=uuid.strip(),
-        index=_int(raw.get("index", position), f"{where}.index"),
-        memory=_int(raw["memory"], f"{where}.memory"),
         type=card_type,
-        slots=_int(raw.get("slots", CARD_DEFAULTS["slots"]), f"{where}.slots"),
-        cores=_int(raw.get("cores", CARD_DEFAULTS["cores"]), f"{where}.cores"),
-        numa=_int(raw.get("numa", CARD_DEFAULTS["numa"]), f"{where}.numa", minimum=None),
         health=health,
         cordoned=cordoned,
         mode=mode if isinstance(mode, str) else "",
+        **numbers,
     )
-    used = _dict(raw.get("used"), f"{where}.used")
-    card.used_slots = _int(used.get("slots", 0), f"{where}.used.slots")
-    card.used_memory = _int(used.get("memory", 0), f"{where}.used.memory")
-    card.used_cores = _int(used.get("cores", 0), f"{where}.used.cores")
-    links = _dict(raw.get("links"), f"{where}.links")
-    for other, score in links.items():
-        _int(score, f"{where}.links.{other}")
+    card.used_slots, card.used_memory, card.used_cores = used_numbers
     return card, links
 
 
 def parse_node(raw, where: str) -> Node:
-    """One node with its cards; UUIDs unique within it, indices unique, links consistent."""
+    """One node with its cards; UUIDs unique within it, indices unique, links consistent.
+    Raises ScenarioProblems with every problem of the node and its cards."""
     if not isinstance(raw, dict):
         raise ScenarioError(where, "a node must be an object")
+    found = Problems()
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise ScenarioError(f"{where}.name", "required: a non-empty string")
+        found.note(f"{where}.name", "required: a non-empty string")
     devices = raw.get("devices", [])
     if not isinstance(devices, list):
-        raise ScenarioError(f"{where}.devices", "must be a list of cards")
+        found.note(f"{where}.devices", "must be a list of cards")
+        devices = []
     cards: list[Card] = []
     given: list[tuple[str, dict]] = []
     agreed: dict[frozenset, int] = {}  # each pair's score as first given, to check the other side
     seen_index: dict[int, int] = {}
-    uuids = set()
     for position, raw_card in enumerate(devices):
         card_where = f"{where}.devices[{position}]"
-        card, card_links = parse_card(raw_card, card_where, position)
+        parsed = found.check(parse_card, raw_card, card_where, position)
+        if parsed is None:
+            continue
+        card, card_links = parsed
         if card.index in seen_index:
-            raise ScenarioError(
-                f"{card_where}.index", f"index {card.index} repeats devices[{seen_index[card.index]}]"
-            )
+            found.note(f"{card_where}.index", f"index {card.index} repeats devices[{seen_index[card.index]}]")
+            continue
         seen_index[card.index] = position
-        uuids.add(card.uuid)
         cards.append(card)
         given.append((card.uuid, card_links))
         for other, score in card_links.items():
             first = agreed.setdefault(frozenset((card.uuid, other)), score)
             if first != score:
-                raise ScenarioError(
-                    f"{card_where}.links.{other}", f"{score} disagrees with {first} given on {other}"
-                )
-    for pair in agreed:
-        for uuid in pair:
-            if uuid not in uuids:
-                raise ScenarioError(
-                    f"{where}.devices", f"links name {uuid!r}, which is not a card of this node"
-                )
+                found.note(f"{card_where}.links.{other}", f"{score} disagrees with {first} given on {other}")
+    named = {d["uuid"].strip() for d in devices if isinstance(d, dict) and isinstance(d.get("uuid"), str)}
+    for uuid in sorted({uuid for pair in agreed for uuid in pair} - named):
+        found.note(f"{where}.devices", f"links name {uuid!r}, which is not a card of this node")
     ready = raw.get("ready", True)
     if not isinstance(ready, bool):
-        raise ScenarioError(f"{where}.ready", f"must be true or false, got {ready!r}")
+        found.note(f"{where}.ready", f"must be true or false, got {ready!r}")
+    annotations = found.check(_strings, raw.get("annotations"), f"{where}.annotations")
+    labels = found.check(_strings, raw.get("labels"), f"{where}.labels")
+    found.raise_any()
     return Node(
         name=name.strip(),
         cards=cards,
-        annotations=_strings(raw.get("annotations"), f"{where}.annotations"),
-        labels=_strings(raw.get("labels"), f"{where}.labels"),
+        annotations=annotations,
+        labels=labels,
         ready=ready,
         links=links_to_pairs(given),
     )
 
 
 def parse_config(raw) -> ClusterConfig:
+    """The scenario's `config`; raises ScenarioProblems with every bad field."""
     raw = _dict(raw, "config")
+    found = Problems()
     node_policy = raw.get("node_scheduler_policy", "binpack")
     if node_policy not in ("binpack", "spread"):
-        raise ScenarioError("config.node_scheduler_policy", f"must be binpack or spread, got {node_policy!r}")
+        found.note("config.node_scheduler_policy", f"must be binpack or spread, got {node_policy!r}")
     gpu_policy = raw.get("gpu_scheduler_policy", "spread")
     if not isinstance(gpu_policy, str):
-        raise ScenarioError("config.gpu_scheduler_policy", f"must be a string, got {gpu_policy!r}")
-    defaults = _dict(raw.get("resources"), "config.resources")
+        found.note("config.gpu_scheduler_policy", f"must be a string, got {gpu_policy!r}")
+    defaults = found.check(_dict, raw.get("resources"), "config.resources") or {}
+    memory_percentage = found.check(
+        _int, defaults.get("memory_percentage", 100), "config.resources.memory_percentage", minimum=1
+    )
+    cores = found.check(_int, defaults.get("cores", 0), "config.resources.cores")
+    exclusive_cores = found.check(
+        _int, defaults.get("exclusive_cores", 100), "config.resources.exclusive_cores"
+    )
+    found.raise_any()
     resources = ResourceDefaults(
-        memory_percentage=_int(
-            defaults.get("memory_percentage", 100), "config.resources.memory_percentage", minimum=1
-        ),
-        cores=_int(defaults.get("cores", 0), "config.resources.cores"),
-        exclusive_cores=_int(defaults.get("exclusive_cores", 100), "config.resources.exclusive_cores"),
+        memory_percentage=memory_percentage, cores=cores, exclusive_cores=exclusive_cores
     )
     return ClusterConfig(
         node_scheduler_policy=node_policy, gpu_scheduler_policy=gpu_policy, resources=resources
@@ -175,50 +189,67 @@ def parse_config(raw) -> ClusterConfig:
 
 
 def parse_pod_entry(raw, where: str) -> PodSpec:
-    """The envelope of a pod. Bad resource values are left for the engine, which rejects the pod."""
+    """The envelope of a pod. Bad resource values are left for the engine, which rejects the
+    pod (SPEC 9: a rejected pod is not a file error); raises ScenarioProblems with every bad
+    field of the envelope."""
     if not isinstance(raw, dict):
         raise ScenarioError(where, "a pod must be an object")
+    found = Problems()
     name = raw.get("name")
     if not isinstance(name, str) or not name:
-        raise ScenarioError(f"{where}.name", "required: a non-empty string")
+        found.note(f"{where}.name", "required: a non-empty string")
     namespace = raw.get("namespace", "default")
     if not isinstance(namespace, str) or not namespace:
-        raise ScenarioError(f"{where}.namespace", "must be a non-empty string")
+        found.note(f"{where}.namespace", "must be a non-empty string")
     containers = raw.get("containers")
     if not isinstance(containers, list) or not containers:
-        raise ScenarioError(f"{where}.containers", "required: a non-empty list of containers")
+        found.note(f"{where}.containers", "required: a non-empty list of containers")
     inits = raw.get("initContainers") or []
     if not isinstance(inits, list):
-        raise ScenarioError(f"{where}.initContainers", "must be a list of containers")
-    annotations = _dict(raw.get("annotations"), f"{where}.annotations")
+        found.note(f"{where}.initContainers", "must be a list of containers")
+    annotations = found.check(_dict, raw.get("annotations"), f"{where}.annotations")
+    found.raise_any()
     return PodSpec(
         name=name, namespace=namespace, annotations=annotations, containers=containers, init_containers=inits
     )
 
 
 def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
+    """A scenario's cluster, config and pods. A malformed one raises ScenarioProblems naming
+    every problem found (file order, config first), not only the first."""
     if not isinstance(raw, dict):
         raise ScenarioError("", "a scenario must be an object with nodes and pods")
+    found = Problems()
     for required in ("nodes", "pods"):
         if required not in raw:
-            raise ScenarioError(required, "required")
-        if not isinstance(raw[required], list):
-            raise ScenarioError(required, "must be a list")
-    config = parse_config(raw.get("config"))
-    nodes = [parse_node(node, f"nodes[{i}]") for i, node in enumerate(raw["nodes"])]
+            found.note(required, "required")
+        elif not isinstance(raw[required], list):
+            found.note(required, "must be a list")
+    config = found.check(parse_config, raw.get("config"))
+    raw_nodes = raw["nodes"] if isinstance(raw.get("nodes"), list) else []
+    nodes = [found.check(parse_node, node, f"nodes[{i}]") for i, node in enumerate(raw_nodes)]
     names: dict[str, int] = {}
     owner: dict[str, str] = {}
     for i, node in enumerate(nodes):
+        if node is None:
+            continue
         if node.name in names:
-            raise ScenarioError(f"nodes[{i}].name", f"{node.name!r} repeats nodes[{names[node.name]}]")
+            found.note(f"nodes[{i}].name", f"{node.name!r} repeats nodes[{names[node.name]}]")
+            continue
         names[node.name] = i
         for card in node.cards:
             if card.uuid in owner:
-                raise ScenarioError(
+                found.note(
                     f"nodes[{i}].devices", f"duplicate card uuid {card.uuid!r} (also on {owner[card.uuid]})"
                 )
+                break
             owner[card.uuid] = node.name
-    pods = [parse_pod_entry(pod, f"pods[{i}]") for i, pod in enumerate(raw["pods"])]
+    raw_pods = raw["pods"] if isinstance(raw.get("pods"), list) else []
+    pods = [found.check(parse_pod_entry, pod, f"pods[{i}]") for i, pod in enumerate(raw_pods)]
+    if wants_batch(raw):
+        found.check(parse_queues, raw.get("queues"))
+        found.check(parse_groups, raw.get("groups"))
+    found.raise_any()
     return Cluster(nodes), config, pods
 
 

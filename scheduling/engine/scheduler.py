@@ -23,11 +23,13 @@ import time
 from bisect import bisect_left
 from collections import OrderedDict
 
+import numpy as np
+
 from .chain import TOLERANCE, ranking_order
-from .closeness import NodeCloseness, cluster_never, node_closeness
+from .closeness import NodeCloseness, closest_columns, cluster_never, never_reason, node_closeness
 from .decision import PENDING, REJECTED, SCHEDULED, CardVerdict, ContainerPlacement, Decision, DeviceGrant
 from .errors import PodInvalid
-from .evaluate import CardColumns, NodeVerdict, evaluate_node, sweep, sweepable
+from .evaluate import CardColumns, NodeVerdict, Swept, evaluate_alone, evaluate_node, sweep, sweepable
 from .fit import NodeFailure
 from .model import TOUCHES, Cluster, ClusterConfig, Node, PodSpec
 from .pod import ParsedPod, describe_policy, parse_pod
@@ -69,12 +71,14 @@ class NodeIndex:
 
     __slots__ = (
         "sign",
+        "base",
         "position",
         "node_count",
         "held",
-        "fit_keys",
+        "_fit_keys",
+        "_unkeyed",
         "fit_entries",
-        "fail_names",
+        "_fail_names",
         "fail_entries",
         "reasons",
         "carriers",
@@ -86,12 +90,14 @@ class NodeIndex:
 
     def __init__(self, sign: float):
         self.sign = sign
+        self.base: Swept | None = None  # the sweep it was built from: verdicts not in `held`
         self.position = -1  # TOUCHES position read up to; -1: never built
         self.node_count = -1
         self.held: dict[str, NodeVerdict] = {}
-        self.fit_keys: list[tuple[float, str]] = []
+        self._fit_keys: list[tuple[float, str]] | None = []
+        self._unkeyed: tuple | None = None  # (sorted values, names) until `fit_keys` is read
         self.fit_entries: list[tuple[str, float]] = []
-        self.fail_names: list[str] = []
+        self._fail_names: list[str] | None = []
         self.fail_entries: list[tuple[str, NodeFailure]] = []
         self.reasons: dict[str, int] = {}  # reason -> its count summed over the failed nodes
         self.carriers: dict[str, int] = {}  # reason -> how many failed nodes name it
@@ -103,13 +109,14 @@ class NodeIndex:
     def rebuild(self, verdicts: list[tuple[str, NodeVerdict]]) -> None:
         """Every node afresh, `verdicts` in node-name order."""
         sign = self.sign
+        self.base = None
         self.held = dict(verdicts)
         fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
-        self.fit_keys = fit
+        self._fit_keys, self._unkeyed = fit, None
         held = self.held
         self.fit_entries = [(name, held[name].score) for _, name in fit]
         self.fail_entries = [(name, v.failure) for name, v in verdicts if v.failure is not None]
-        self.fail_names = [name for name, _ in self.fail_entries]
+        self._fail_names = None
         reasons: dict[str, int] = {}
         carriers: dict[str, int] = {}
         for _, failure in self.fail_entries:
@@ -125,9 +132,75 @@ class NodeIndex:
         self.near = {values[i] for i in range(len(values) - 1) if values[i + 1] - values[i] < TOLERANCE}
         self._ranking = None
 
+    def rebuild_swept(self, swept: Swept) -> None:
+        """Every node afresh from a sweep (nodes in name order), as array operations: the
+        verdict objects are made only for the nodes that change later (`update`)."""
+        self.base = swept
+        self.held = {}
+        fits = swept.fits
+        fit = np.flatnonzero(fits)
+        values = self.sign * swept.score[fit]
+        order = np.argsort(values, kind="stable")  # equal values stay by name
+        fit, values = fit[order], values[order]
+        names = swept.names[fit].tolist()
+        self._fit_keys, self._unkeyed = None, (values, names)
+        self.fit_entries = list(zip(names, swept.score[fit].tolist(), strict=True))
+        failed = np.flatnonzero(~fits)
+        self._fail_names = fail_names = swept.names[failed].tolist()
+        failures = swept.failures
+        fail_ids = swept.fail_id[failed]
+        self.fail_entries = list(zip(fail_names, map(failures.__getitem__, fail_ids.tolist()), strict=True))
+        reasons: dict[str, int] = {}
+        carriers: dict[str, int] = {}
+        for failure, nodes in zip(
+            failures, np.bincount(fail_ids, minlength=len(failures)).tolist(), strict=True
+        ):
+            if nodes:
+                for reason, n in failure.reasons.items():
+                    reasons[reason] = reasons.get(reason, 0) + n * nodes
+                    carriers[reason] = carriers.get(reason, 0) + nodes
+        self.reasons, self.carriers = reasons, carriers
+        if len(values):
+            starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+            distinct = values[starts]
+            sizes = np.diff(np.append(starts, len(values)))
+        else:
+            distinct = sizes = values
+        self.values = distinct.tolist()
+        self.multiplicity = dict(zip(self.values, sizes.tolist(), strict=True))
+        self.near = set(distinct[:-1][np.diff(distinct) < TOLERANCE].tolist())
+        self._ranking = None
+
+    @property
+    def fit_keys(self) -> list[tuple[float, str]]:
+        """`(sign x score, name)` of the fitting nodes, sorted: what `update` bisects. A sweep's
+        index writes them out when first read, so a shape decided once never does."""
+        keys = self._fit_keys
+        if keys is None:
+            values, names = self._unkeyed
+            keys = self._fit_keys = list(zip(values.tolist(), names, strict=True))
+            self._unkeyed = None
+        return keys
+
+    @property
+    def fail_names(self) -> list[str]:
+        """The failed nodes' names, sorted."""
+        names = self._fail_names
+        if names is None:
+            names = self._fail_names = [name for name, _ in self.fail_entries]
+        return names
+
+    def _held(self, name: str) -> NodeVerdict | None:
+        verdict = self.held.get(name)
+        if verdict is None and self.base is not None:
+            i = self.base.position.get(name)
+            if i is not None:
+                verdict = self.base.verdict(i)
+        return verdict
+
     def update(self, name: str, verdict: NodeVerdict) -> None:
         """A node's verdict changed (or was re-evaluated): replace what the index holds for it."""
-        old = self.held.get(name)
+        old = self._held(name)
         if old is verdict:
             return
         if old is not None:
@@ -149,8 +222,9 @@ class NodeIndex:
             return
         value = self.sign * verdict.score
         key = (value, name)
-        i = bisect_left(self.fit_keys, key)
-        self.fit_keys.insert(i, key)
+        keys = self.fit_keys
+        i = bisect_left(keys, key)
+        keys.insert(i, key)
         self.fit_entries.insert(i, (name, verdict.score))
         count = self.multiplicity.get(value, 0)
         self.multiplicity[value] = count + 1
@@ -169,7 +243,7 @@ class NodeIndex:
             near.add(value)
 
     def _remove(self, name: str, verdict: NodeVerdict) -> None:
-        del self.held[name]
+        self.held.pop(name, None)
         failure = verdict.failure
         if failure is not None:
             i = bisect_left(self.fail_names, name)
@@ -185,8 +259,9 @@ class NodeIndex:
                     del carriers[reason], reasons[reason]
             return
         value = self.sign * verdict.score
-        i = bisect_left(self.fit_keys, (value, name))
-        del self.fit_keys[i]
+        keys = self.fit_keys
+        i = bisect_left(keys, (value, name))
+        del keys[i]
         del self.fit_entries[i]
         count = self.multiplicity[value] - 1
         if count:
@@ -210,21 +285,29 @@ class NodeIndex:
             return self._ranking
         out = self.fit_entries.copy()
         if self.near:
-            keys = self.fit_keys
             for low, high in self._runs():
-                a = bisect_left(keys, (low,))
-                b = bisect_left(keys, (math.nextafter(high, math.inf),))
+                a, b, values = self._span(low, math.nextafter(high, math.inf))
                 if high - low < TOLERANCE:  # one group: just by name
                     out[a:b] = sorted(out[a:b])
                     continue
                 start = a
                 for i in range(a + 1, b + 1):
-                    if i == b or keys[i][0] - keys[start][0] >= TOLERANCE:
+                    if i == b or values[i - a] - values[start - a] >= TOLERANCE:
                         if i - start > 1:
                             out[start:i] = sorted(out[start:i])
                         start = i
         self._ranking = out
         return out
+
+    def _span(self, low: float, high: float) -> tuple[int, int, list[float]]:
+        """Where the fitting nodes with `low <= sign x score < high` sit, and their values."""
+        if self._unkeyed is not None:
+            values = self._unkeyed[0]
+            a, b = np.searchsorted(values, (low, high)).tolist()
+            return a, b, values[a:b].tolist()
+        keys = self.fit_keys
+        a, b = bisect_left(keys, (low,)), bisect_left(keys, (high,))
+        return a, b, [key[0] for key in keys[a:b]]
 
     def _runs(self) -> list[tuple[float, float]]:
         """The runs of distinct values each less than 1e-9 above the one before: (first, last)."""
@@ -240,14 +323,33 @@ class NodeIndex:
 
 
 class ShapeTable:
-    """What is cached for one pod shape: node verdicts per node version, and a `NodeIndex` per
-    node policy (sign) built from them."""
+    """What is cached for one pod shape: node verdicts per node version (those of the last
+    sweep as its columns, `base`), and a `NodeIndex` per node policy (sign) built from them."""
 
-    __slots__ = ("verdicts", "indexes")
+    __slots__ = ("verdicts", "base", "indexes")
 
     def __init__(self) -> None:
         self.verdicts: dict[str, tuple[int, NodeVerdict]] = {}
+        self.base: Swept | None = None
         self.indexes: dict[float, NodeIndex] = {}
+
+    def verdict(self, node: Node, inits: list, apps: list, policy, alone=None) -> NodeVerdict:
+        """The node's verdict at its version: cached, from the last sweep, or evaluated now
+        (`evaluate_alone` when the pod is `sweepable`: `alone` is its ask)."""
+        name, version = node.name, node.version
+        cached = self.verdicts.get(name)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        base = self.base
+        i = base.position.get(name) if base is not None else None
+        if i is not None and base.versions[i] == version:
+            verdict = base.verdict(i)
+        elif alone is not None:
+            verdict = evaluate_alone(node, alone, apps, policy)
+        else:
+            verdict = evaluate_node(node, inits, apps, policy)
+        self.verdicts[name] = (version, verdict)
+        return verdict
 
 
 class Scheduler:
@@ -258,6 +360,8 @@ class Scheduler:
     #: From how many nodes a new shape's first pass runs as one columnar sweep (numpy costs a
     #: fixed overhead per call that a few nodes do not pay back).
     SWEEP_NODES = 64
+    #: From how many changed nodes a shape re-evaluates them as one columnar sweep of their cards.
+    RESWEEP_NODES = 32
 
     def __init__(
         self, cluster: Cluster, config: ClusterConfig | None = None, cached_shapes: int | None = None
@@ -294,33 +398,50 @@ class Scheduler:
             index = table.indexes[sign] = NodeIndex(sign)
         nodes = self.cluster.nodes
         inits, apps, policy = parsed.gpu_inits, list(parsed.apps), parsed.policy
-        verdicts = table.verdicts
+        # the one GPU container's ask when the pod needs no choice of cards to be decided
+        ask = sweepable(inits, apps, policy)
         touched = TOUCHES.since(index.position) if index.node_count == len(nodes) else None
         if touched is None:
             index.position = TOUCHES.position
             index.node_count = len(nodes)
-            ask = sweepable(inits, apps, policy) if len(nodes) >= self.SWEEP_NODES else None
-            if ask is None:
-                index.rebuild(
-                    [(node.name, self._verdict(verdicts, node, inits, apps, policy)) for node in nodes]
-                )
+            if ask is None or len(nodes) < self.SWEEP_NODES:
+                index.rebuild([(node.name, table.verdict(node, inits, apps, policy, ask)) for node in nodes])
                 return index
-            swept = sweep(self._columns_now(), nodes, ask, apps, policy)
-            for node, verdict in zip(nodes, swept, strict=True):
-                verdicts[node.name] = (node.version, verdict)
-            index.rebuild([(node.name, verdict) for node, verdict in zip(nodes, swept, strict=True)])
+            table.base = swept = sweep(self._columns_now(), nodes, ask, apps, policy)
+            index.rebuild_swept(swept)
             return index
         changed, index.position = touched
         if changed:
             by_name = self.cluster.by_name
-            seen = set()
+            mine: dict[str, Node] = {}
             for ident, name in changed:
-                mine = by_name.get(name)
-                if mine is None or id(mine) != ident or name in seen:
-                    continue  # a node of another cluster, or seen already
-                seen.add(name)
-                index.update(name, self._verdict(verdicts, mine, inits, apps, policy))
+                node = by_name.get(name)
+                if node is not None and id(node) == ident:
+                    mine[name] = node  # else a node of another cluster
+            if len(mine) >= self.RESWEEP_NODES and ask is not None:
+                self._resweep(table, list(mine.values()), ask, apps, policy)
+            for name, node in mine.items():
+                index.update(name, table.verdict(node, inits, apps, policy, ask))
         return index
+
+    def _resweep(self, table: ShapeTable, nodes: list[Node], ask, apps: list, policy) -> None:
+        """Put the verdicts of those of `nodes` the table has none for at their version into
+        it, from one columnar sweep over their cards (`ask`: the pod is `sweepable`)."""
+        verdicts = table.verdicts
+        stale = []
+        for node in nodes:
+            cached = verdicts.get(node.name)
+            if cached is None or cached[0] != node.version:
+                stale.append(node)
+        if len(stale) < self.RESWEEP_NODES:
+            return
+        columns = self._columns_now()
+        position, versions = columns.position, columns.versions
+        rows = [position[node.name] for node in stale]
+        swept = sweep(columns.subset(rows), stale, ask, apps, policy)
+        for i, (node, row) in enumerate(zip(stale, rows, strict=True)):
+            if versions[row] == node.version:  # its columns hold this version (else evaluated)
+                verdicts[node.name] = (node.version, swept.verdict(i))
 
     def _columns_now(self) -> CardColumns:
         """The cluster's card columns, with the rows of the nodes touched since last time rewritten."""
@@ -339,21 +460,6 @@ class Scheduler:
                 columns.refill(nodes)
                 break
         return columns
-
-    @staticmethod
-    def _verdict(
-        verdicts: dict[str, tuple[int, NodeVerdict]],
-        node: Node,
-        inits: list,
-        apps: list,
-        policy,
-    ) -> NodeVerdict:
-        cached = verdicts.get(node.name)
-        if cached is not None and cached[0] == node.version:
-            return cached[1]
-        verdict = evaluate_node(node, inits, apps, policy)
-        verdicts[node.name] = (node.version, verdict)
-        return verdict
 
     def _cached(self, tables: OrderedDict, shape: tuple, make=dict):
         table = tables.get(shape)
@@ -374,18 +480,17 @@ class Scheduler:
         shape = (parsed.fit_shape, parsed.policy.weights) if gpu_apps <= 1 else parsed.shape
         table = self._cached(self._closeness, shape)
         inits, apps = parsed.gpu_inits, list(parsed.apps)
-        measured = []
-        for name in names:
-            node = self.cluster.node(name)
-            cached = table.get(name)
-            if cached is not None and cached[0] == node.version:
-                closeness = cached[1]
-            else:
-                # whether it never fits depends on capacities only: kept across versions
-                never = cached[1].never if cached is not None else None
-                closeness = node_closeness(node, inits, apps, parsed.policy, never)
-                table[name] = (node.version, closeness)
-            measured.append(closeness)
+        keep = max(0, self.config.closest_nodes)
+        nodes = self.cluster.nodes
+        ask = sweepable(inits, apps, parsed.policy) if len(nodes) >= self.SWEEP_NODES else None
+        if ask is not None:
+            # every node's closeness key at once; card tables for the kept nodes only
+            found = closest_columns(self._columns_now(), ask, parsed.policy, keep)
+            if found is not None and found.failed == len(names):
+                kept = [self._closeness_of(table, nodes[i], parsed) for i in found.top]
+                never = never_reason(ask, parsed.policy, found.largest, found.most) if found.never else None
+                return [c.detail() for c in kept], never
+        measured = [self._closeness_of(table, self.cluster.node(name), parsed) for name in names]
         never = None
         if measured and all(c.never for c in measured):
             # capacities only, so once per shape and set of nodes
@@ -396,8 +501,19 @@ class Scheduler:
                 never = self._never[never_key] = cluster_never(
                     [c.node for c in measured], asks, parsed.policy
                 )
-        keep = max(0, self.config.closest_nodes)
         return [c.detail() for c in heapq.nsmallest(keep, measured, key=lambda c: c.key)], never
+
+    @staticmethod
+    def _closeness_of(table: dict, node: Node, parsed: ParsedPod) -> NodeCloseness:
+        """The node's closeness at its version, measured now unless cached."""
+        cached = table.get(node.name)
+        if cached is not None and cached[0] == node.version:
+            return cached[1]
+        # whether it never fits depends on capacities only: kept across versions
+        never = cached[1].never if cached is not None else None
+        closeness = node_closeness(node, parsed.gpu_inits, list(parsed.apps), parsed.policy, never)
+        table[node.name] = (node.version, closeness)
+        return closeness
 
     def decide(self, pod: PodSpec) -> Decision:
         """Where `pod` would go on the snapshot as it is now. Does not change the snapshot."""

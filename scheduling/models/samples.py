@@ -4,7 +4,8 @@ The beat housekeeping takes a sample every SAMPLE_SECONDS at most (`take_sample`
 retention (`apply_retention`) folds raw samples older than RAW_HOURS into 5-minute rows,
 those older than FIVE_MINUTE_DAYS into hourly rows, and drops the oldest beyond MAX_ROWS.
 So the table holds at most about 720 + 2016 + the hourly rows up to MAX_ROWS, whatever
-the cluster's size; per-node shares ride in one JSON column of each row.
+the cluster's size; per-node shares ride in one JSON column of each row, and per-queue usage
+(at most MAX_QUEUES queues) in another.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from datetime import datetime, timedelta
 from statistics import median
 
 from django.db import models, transaction
+from django.db.models.fields.json import KT
 from django.utils import timezone
+
+from scheduling.engine.batch import DEFAULT_QUEUE
 
 from .cluster import Node
 from .history import Cycle, Decision
-from .pods import Pod
+from .pods import Allocation, Pod
 
 #: The least time between two samples, whatever calls `take_sample`.
 SAMPLE_SECONDS = 30
@@ -31,6 +35,11 @@ FIVE_MINUTE_DAYS = 7
 MAX_ROWS = 5000
 #: Pending reasons kept per sample: the largest few, so the JSON stays small.
 TOP_REASONS = 5
+#: Queues kept per sample: the busiest (most vGPUs held, then most pods pending), so a
+#: cluster with many queues cannot grow the row without end.
+MAX_QUEUES = 50
+#: What each sample keeps per queue: vGPUs held, MiB held, pods pending.
+QUEUE_FIGURES = ("vgpus", "memory", "pending")
 #: Pending pods whose latest decision names no failed-node reason.
 NOT_TRIED, INVALID, CONFLICT, NO_REASON = "not tried yet", "invalid spec", "lost a race", "no GPU node"
 
@@ -58,6 +67,11 @@ class UsageSample(models.Model):
     cycle_p50_ms = models.FloatField(null=True, blank=True)
     cycle_max_ms = models.FloatField(null=True, blank=True)
     nodes = models.JSONField(default=dict, blank=True, help_text="node -> fullest share, percent")
+    queues = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="queue -> {vgpus, memory (MiB), pending}: its own pods only, the busiest MAX_QUEUES",
+    )
 
     class Meta:
         ordering = ["at"]
@@ -101,6 +115,25 @@ def latest_reasons(decision_ids: list[int]) -> dict[int, tuple[str, dict, str | 
     return {decision_id: (outcome, failed, batch) for decision_id, outcome, failed, batch in rows}
 
 
+def pending_by_closest_node() -> dict[str, int]:
+    """Pending pods by the node that came closest to taking them (the first of their latest
+    decision's `closest_nodes`), by node name: the pods that node holds up. A pod that no node
+    could ever take (`unschedulable`) is held up by none. One grouped query, whatever the
+    number of pods or nodes."""
+    latest = Pod.objects.filter(status=Pod.PENDING).with_latest_decision().values("latest_decision_id")
+    rows = (
+        Decision.objects.filter(pk__in=latest)
+        .values_list(KT("payload__closest_nodes__0__node"), KT("payload__unschedulable"))
+        .annotate(pods=models.Count("id"))
+        .order_by()
+    )
+    counts: Counter = Counter()
+    for node, unschedulable, pods in rows:
+        if node and unschedulable != "true":
+            counts[node] += pods
+    return dict(counts)
+
+
 def pending_by_reason() -> tuple[int, dict[str, int]]:
     """Pending pods, and their count by top reason (the TOP_REASONS largest)."""
     keyed = list(
@@ -111,6 +144,37 @@ def pending_by_reason() -> tuple[int, dict[str, int]]:
     latest = latest_reasons([pk for _, pk in keyed if pk])
     counts = Counter(top_reason(error, *(latest.get(pk) or (None, None, None))) for error, pk in keyed)
     return len(keyed), dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS])
+
+
+def queue_figures() -> dict[str, dict[str, int]]:
+    """Each queue's own pods now: vGPUs and MiB held (active allocations, one row per vGPU)
+    and pods pending, by queue name (pods of no queue count for `default`); the MAX_QUEUES
+    busiest. Two grouped queries, whatever the number of pods."""
+    figures: dict[str, dict[str, int]] = {}
+
+    def of(name: str | None) -> dict[str, int]:
+        return figures.setdefault(name or DEFAULT_QUEUE, dict.fromkeys(QUEUE_FIGURES, 0))
+
+    held = (
+        Allocation.objects.filter(active=True)
+        .values_list("pod__queue__name")
+        .annotate(vgpus=models.Count("id"), memory=models.Sum("memory"))
+        .order_by()
+    )
+    for name, vgpus, memory in held:
+        mine = of(name)
+        mine["vgpus"] += vgpus
+        mine["memory"] += memory or 0
+    waiting = (
+        Pod.objects.filter(status=Pod.PENDING)
+        .values_list("queue__name")
+        .annotate(pods=models.Count("id"))
+        .order_by()
+    )
+    for name, pods in waiting:
+        of(name)["pending"] += pods
+    busiest = sorted(figures, key=lambda name: (-figures[name]["vgpus"], -figures[name]["pending"], name))
+    return {name: figures[name] for name in sorted(busiest[:MAX_QUEUES])}
 
 
 def take_sample(now: datetime | None = None) -> UsageSample | None:
@@ -146,6 +210,7 @@ def take_sample(now: datetime | None = None) -> UsageSample | None:
         cycle_p50_ms=round(median(durations), 2) if durations else None,
         cycle_max_ms=round(max(durations), 2) if durations else None,
         nodes=nodes,
+        queues=queue_figures(),
     )
 
 
@@ -166,7 +231,12 @@ class _Fold:
         timed = [row for row in rows if row.cycle_p50_ms is not None and row.cycles]
         reasons: Counter = Counter()
         nodes: Counter = Counter()
+        queues: dict[str, Counter] = {}
         for row in rows:
+            for queue, figures in (row.queues or {}).items():
+                mine = queues.setdefault(queue, Counter())
+                for figure in QUEUE_FIGURES:
+                    mine[figure] += (figures or {}).get(figure, 0) * row.samples
             for reason, count in row.pending_reasons.items():
                 reasons[reason] += count * row.samples
             for node, share in row.nodes.items():
@@ -200,7 +270,20 @@ class _Fold:
                 (row.cycle_max_ms for row in rows if row.cycle_max_ms is not None), default=None
             ),
             nodes={node: round(total / weight) for node, total in sorted(nodes.items())},
+            queues=_busiest(
+                {
+                    queue: {figure: round(totals[figure] / weight, 2) for figure in QUEUE_FIGURES}
+                    for queue, totals in queues.items()
+                }
+            ),
         )
+
+
+def _busiest(queues: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """The MAX_QUEUES busiest of a folded row's queues (a queue present in only some of the
+    rows folded counts as idle in the others), by name."""
+    ranked = sorted(queues, key=lambda name: (-queues[name]["vgpus"], -queues[name]["pending"], name))
+    return {name: queues[name] for name in sorted(ranked[:MAX_QUEUES])}
 
 
 def _fold_older(cutoff: datetime, span: int) -> int:

@@ -107,12 +107,21 @@ CARD_CLAIMS_REFUSED = Counter(
     "Cards an agent reported that belong to another node; refused card by card (see the events).",
 )
 
-CONSISTENCY_KINDS = ("counter_drift", "over_capacity", "ghost_allocation", "unbacked_placement")
+CONSISTENCY_KINDS = (
+    "counter_drift",
+    "over_capacity",
+    "ghost_allocation",
+    "unbacked_placement",
+    "unknown_bound_pod",
+    "vanished_pod",
+)
 CONSISTENCY_FOUND = Counter(
     "hamiadmin_consistency_findings",
     "Drift found by the consistency check (housekeeping, manage.py check_consistency), by kind: "
     "counters that differ from the allocations, cards over capacity, allocations held for a "
-    "pod that is not placed (ghosts), placed pods holding no card. Should stay at 0.",
+    "pod that is not placed (ghosts), placed pods holding no card; with the kube agent or "
+    "--kubernetes, pods bound in Kubernetes but not placed here and placed pods Kubernetes "
+    "no longer has. Should stay at 0.",
     ["kind"],
 )
 CONSISTENCY_REPAIRED = Counter(

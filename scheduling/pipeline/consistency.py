@@ -172,15 +172,15 @@ def unknown_bound_pods(view: KubernetesView) -> list[dict[str, Any]]:
     return found
 
 
-def vanished_pods(view: KubernetesView) -> list[dict[str, Any]]:
+def vanished_pods(view: KubernetesView, pod_ids=None) -> list[dict[str, Any]]:
     """Placed rows of Kubernetes pods (of the view's origins) the list does not hold, or
-    holds as another uid."""
+    holds as another uid. `pod_ids` narrows the look to those rows."""
     listed = {(pod.namespace, pod.name, pod.uid) for pod in view.pods}
+    rows = Pod.objects.filter(status__in=Pod.BOUND, origin__in=view.origins)
+    if pod_ids is not None:
+        rows = rows.filter(pk__in=pod_ids)
     rows = (
-        Pod.objects.filter(status__in=Pod.BOUND, origin__in=view.origins)
-        .exclude(uid="")
-        .order_by("pk")
-        .values("id", "namespace", "name", "uid", "status", "node__name")
+        rows.exclude(uid="").order_by("pk").values("id", "namespace", "name", "uid", "status", "node__name")
     )
     return [
         {

@@ -16,7 +16,17 @@ of the domains is here.
 
 from scheduling.models.cluster import over_capacity_text
 
-from .actions import OPERATOR_ACTION, cordon_card_by, cordon_node, delete_pod_by, requeue_pod_by
+from .actions import (
+    OPERATOR_ACTION,
+    Drain,
+    cordon_card_by,
+    cordon_node,
+    delete_pod_by,
+    drain_node,
+    requeue_pod_by,
+    requeueable,
+    running_on,
+)
 from .batch import (
     QueueNode,
     create_pod_group,
@@ -50,6 +60,7 @@ __all__ = [
     "FINAL_STATUSES",
     "OPERATOR_ACTION",
     "ORIGIN_VALUES",
+    "Drain",
     "QueueNode",
     "Repair",
     "capacity_changed",
@@ -61,6 +72,7 @@ __all__ = [
     "current_config_view",
     "delete_pod_by",
     "delete_queue",
+    "drain_node",
     "mark_bound",
     "mark_node_not_ready",
     "over_capacity_text",
@@ -73,6 +85,8 @@ __all__ = [
     "requeue_placed_pod",
     "requeue_pod",
     "requeue_pod_by",
+    "requeueable",
+    "running_on",
     "set_config",
     "spec_hash",
     "submit_pod",

@@ -6,6 +6,12 @@ allocations are ghosts first, by primary key, then every card involved, by prima
 Under the card locks no commit or release can be half-way through those cards (they lock
 them before they write allocations or counters), so the counters are set to exactly what
 the committed active allocations hold.
+
+Against Kubernetes (when the check was handed its pods, `kube.reconcile`): a pod placed here
+that Kubernetes no longer has is released as deleted, that incarnation only; a pod bound in
+Kubernetes that is not placed here is reported and left alone: its usage is only known from
+its annotation, and hamiadmin does not adopt pods (docs/kubernetes.md, Limits); an operator
+deletes or drains it.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from scheduling.models.cluster import over_capacity_text
 from scheduling.ops import metrics
 from scheduling.pipeline import consistency
 
-from .pods import capacity_changed, requeue_placed_pod
+from .pods import capacity_changed, release_pod, requeue_placed_pod
 
 
 @dataclass
@@ -36,10 +42,14 @@ class Repair:
     ghosts_released: dict[str, list[str]] = field(default_factory=dict)
     requeued: list[str] = field(default_factory=list)
     left_alone: list[str] = field(default_factory=list)
+    #: Pods placed here that Kubernetes no longer has, released as deleted.
+    vanished_released: list[str] = field(default_factory=list)
+    #: Pods bound in Kubernetes not placed here: reported, not adopted.
+    unknown_left: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
-        return bool(self.counters_fixed or self.ghosts_released or self.requeued)
+        return bool(self.counters_fixed or self.ghosts_released or self.requeued or self.vanished_released)
 
 
 @retry_on_conflict
@@ -111,13 +121,47 @@ def _release_ghosts_and_fix_counters(actor: str) -> tuple[list[str], dict[str, l
         return [card.uuid for card in fixed], released
 
 
-def repair_consistency(actor: str = "check_consistency") -> Repair:
+def release_vanished(found: consistency.ConsistencyReport, actor: str) -> list[str]:
+    """Release, as deleted, each placed pod Kubernetes was found not to have (the very
+    incarnation found: a pod created again meanwhile under that name is left alone)."""
+    released = []
+    for pod in found.vanished_pods:
+        try:
+            after = release_pod(pod["pod_id"], Pod.DELETED, expected_uid=pod["uid"])
+        except Pod.DoesNotExist:
+            continue
+        if after is None or after.status != Pod.DELETED:
+            continue
+        released.append(pod["pod"])
+        record_event(
+            consistency.EVENT_KIND,
+            f"pod/{pod['pod']}",
+            "VanishedReleased",
+            f"released as deleted: Kubernetes no longer has uid {pod['uid']}",
+            actor=actor,
+            severity=Event.NORMAL,
+        )
+    metrics.consistency_repaired(consistency.VANISHED_POD, len(released))
+    return released
+
+
+def repair_consistency(
+    actor: str = "check_consistency", kubernetes: consistency.ConsistencyReport | None = None
+) -> Repair:
     """Fix what `pipeline.consistency.check()` finds: ghost allocations released, counters
     set to the sum of the active allocations, placed-but-unbound pods holding no card put
     back in the queue (through `requeue_placed_pod`, their own transactions). Running pods
-    with no card are only reported. Records events and `hamiadmin_consistency_repairs`."""
+    with no card are only reported. With `kubernetes` (a check that compared Kubernetes'
+    pods), vanished pods are released first; unknown bound pods are only reported.
+    Records events and `hamiadmin_consistency_repairs`."""
+    vanished, unknown = [], []
+    if kubernetes is not None and kubernetes.kubernetes_checked:
+        vanished = release_vanished(kubernetes, actor)
+        unknown = [pod["pod"] for pod in kubernetes.unknown_bound_pods]
     fixed, released = _release_ghosts_and_fix_counters(actor)
-    repair = Repair(counters_fixed=fixed, ghosts_released=released)
+    repair = Repair(
+        counters_fixed=fixed, ghosts_released=released, vanished_released=vanished, unknown_left=unknown
+    )
     for pod in consistency.unbacked_placements():
         if pod["status"] != Pod.SCHEDULED:
             repair.left_alone.append(pod["pod"])

@@ -1,5 +1,5 @@
-"""Operator actions on the dashboard: cordon or uncordon a card or a node, requeue or delete
-a pod. Each URL answers GET with a confirmation page (what will happen, to what) and POST
+"""Operator actions on the dashboard: cordon or uncordon a card or a node, drain a node,
+requeue or delete a pod. Each URL answers GET with a confirmation page (what will happen, to what) and POST
 with the action itself, through `scheduling.services` (audited there), a message, and a
 redirect to the page it was asked from. Operators and admins only; a viewer gets a 403
 naming the role needed.
@@ -79,6 +79,35 @@ def node_cordon(request, name: str, on: bool):
         return _confirm(request, f"{verb} node {node.name}?", consequence, back)
     changed = services.cordon_node(node.name, on, by=request.user.get_username())
     messages.success(request, f"{node.name}: {changed} card{'s' if changed != 1 else ''} {verb.lower()}ed.")
+    return redirect(back)
+
+
+@operator_required
+def node_drain(request, name: str):
+    """Drain: the confirmation lists what runs on the node and offers to requeue the pods
+    hamiadmin runs itself; the POST cordons every card (and requeues them, if ticked)."""
+    node = get_object_or_404(Node, name=name)
+    back = reverse("node", args=[node.name])
+    if not _confirmed(request):
+        placed = services.running_on(node)
+        own = services.requeueable(placed)
+        return render(
+            request,
+            "scheduling/drain.html",
+            {
+                "title": f"Drain node {node.name}?",
+                "node": node,
+                "cards": node.cards.count(),
+                "placed": placed,
+                "own": {pod.pk for pod in own},
+                "own_count": len(own),
+                "back": back,
+            },
+        )
+    drain = services.drain_node(
+        node.name, by=request.user.get_username(), requeue_own=request.POST.get("requeue") == "yes"
+    )
+    messages.success(request, f"{node.name} drained: {drain.message}.")
     return redirect(back)
 
 

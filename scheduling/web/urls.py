@@ -19,6 +19,7 @@ urlpatterns = [
     path("live/", views.live, name="live"),
     path("nodes/<str:name>/cordon/", actions.node_cordon, {"on": True}, name="node-cordon"),
     path("nodes/<str:name>/uncordon/", actions.node_cordon, {"on": False}, name="node-uncordon"),
+    path("nodes/<str:name>/drain/", actions.node_drain, name="node-drain"),
     path("cards/<str:uuid>/cordon/", actions.card_cordon, {"on": True}, name="card-cordon"),
     path("cards/<str:uuid>/uncordon/", actions.card_cordon, {"on": False}, name="card-uncordon"),
     path("pods/<str:namespace>/<str:name>/requeue/", actions.pod_requeue, name="pod-requeue"),

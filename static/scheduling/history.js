@@ -9,11 +9,31 @@
   var holder = section.querySelector(".charts");
   var status = section.querySelector(".history-status");
   var node = section.dataset.node || "";
+  var byQueue = section.dataset.queues === "true";
   var charts = [];
+  var palette = ["#2563eb", "#16a34a", "#d97706", "#dc2626", "#9333ea", "#0891b2", "#db2777", "#65a30d", "#475569", "#ea580c"];
 
   function url() {
-    var query = node ? "?node=" + encodeURIComponent(node) : "";
+    var query = node ? "?node=" + encodeURIComponent(node) : (byQueue ? "?queues=true" : "");
     return section.dataset.history + query;
+  }
+
+  // One chart per figure, one series per queue seen in the window (a queue missing from a
+  // sample, not among its 50 busiest, is a gap there).
+  function queueSpecs(rows) {
+    var names = {};
+    rows.forEach(function (r) { Object.keys(r.queues || {}).forEach(function (q) { names[q] = true; }); });
+    var queues = Object.keys(names).sort();
+    function series(figure) {
+      return queues.map(function (q, i) {
+        return [q, rows.map(function (r) { var f = (r.queues || {})[q]; return f ? f[figure] : null; }), palette[i % palette.length]];
+      });
+    }
+    return [
+      { title: "vGPUs held by queue", unit: "vGPUs", series: series("vgpus") },
+      { title: "Memory held by queue", unit: "MiB", series: series("memory") },
+      { title: "Pending pods by queue", unit: "pods", series: series("pending") },
+    ];
   }
 
   function percent(values) {
@@ -23,6 +43,7 @@
   // Each chart: title, y unit, and series [label, values(rows), colour].
   function specs(rows) {
     var pick = function (key) { return rows.map(function (r) { return r[key]; }); };
+    if (byQueue) return queueSpecs(rows);
     if (node) {
       return [{ title: "Allocated on " + node + " (fullest of slots, memory, cores)", unit: "%",
                 series: [["allocated", percent(pick("node")), "#2563eb"]], max: 100 }];
@@ -65,7 +86,7 @@
         scales: { x: { time: true }, y: spec.max ? { range: [0, spec.max] } : { range: function (u, lo, hi) { return [0, Math.max(1, hi * 1.1)]; } } },
         axes: [
           { label: "time" },
-          { label: unit, values: function (u, ticks) { return ticks.map(function (t) { return t + " " + unit; }); }, size: 70 },
+          { label: unit, values: function (u, ticks) { return ticks.map(function (t) { return t + " " + unit; }); }, size: 84 },
         ],
         series: [{ label: "time" }].concat(spec.series.map(function (s) {
           return { label: s[0], stroke: s[2], width: 1.5, spanGaps: false,

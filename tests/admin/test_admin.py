@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from scheduling.api.tokens import issue_role_token
-from scheduling.models import Allocation, Card, Cycle, Decision, Node, Pod, SchedulerConfig
+from scheduling.models import Allocation, Card, Cycle, Decision, Event, Node, Pod, SchedulerConfig
 from scheduling.pipeline import triggers
 from tests.web.conftest import cycle, report_demo_cluster, report_walkthrough, submit
 
@@ -270,3 +270,25 @@ def test_requeue_refuses_a_placed_pod_and_rereads_a_parked_one(admin_client):
     cycle()
     parked.refresh_from_db()
     assert parked.parked is True and Decision.objects.filter(pod=parked).count() == 2
+
+
+def test_drain_asks_first_then_cordons_the_nodes_and_may_requeue_hamiadmins_own_pods(admin_client):
+    report_demo_cluster()
+    submit("ours", mem=3000, annotations={"nvidia.com/use-gpuuuid": "GPU-t4-0"})
+    cycle()
+    node = Node.objects.get(name="t4-node")
+    asked = admin_client.post(changelist("node"), {"action": "drain", "_selected_action": [str(node.pk)]})
+    html = asked.content.decode()
+    assert asked.status_code == 200 and "Drain these nodes?" in html
+    assert "default/ours (REST API)" in html and "and requeue the 1 pod hamiadmin runs itself" in html
+    assert not Card.objects.filter(cordoned=True).exists()  # nothing drained before the confirm
+    answer = admin_client.post(
+        changelist("node"),
+        {"action": "drain", "_selected_action": [str(node.pk)], "confirm": "yes", "requeue": "yes"},
+    )
+    assert answer.status_code == 302
+    assert Card.objects.filter(node=node, cordoned=True).count() == node.cards.count() == 4
+    assert not Card.objects.exclude(node=node).filter(cordoned=True).exists()
+    pod = Pod.objects.get(name="ours")
+    assert pod.status == Pod.PENDING and pod.node is None
+    assert Event.objects.get(subject="node/t4-node", reason="Drain").actor == "admin"

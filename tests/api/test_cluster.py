@@ -145,7 +145,7 @@ def test_allocations_filter_by_node_card_and_namespace(cluster, operator, viewer
 def test_a_node_that_is_not_ready_says_why(cluster, viewer):
     from scheduling import services
 
-    assert viewer.get("/api/v1/nodes/node1/").json()["not_ready_reason"] == ""
+    assert viewer.get("/api/v1/nodes/node1/").json()["not_ready_reason"] is None
     services.mark_node_not_ready("node1", "Kubernetes reports the node NotReady")
     body = viewer.get("/api/v1/nodes/node1/").json()
     assert (body["ready"], body["not_ready_reason"]) == (False, "Kubernetes reports the node NotReady")

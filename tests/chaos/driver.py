@@ -9,8 +9,12 @@ file): `python -m tests.chaos.driver COMMAND`, with DATABASE_URL (and REDIS_URL)
 - `token --role R`: an API token of that role.
 - `check`: the figures of the database as one JSON line (over-commits counted from the
   allocation rows, counter drift, ghosts, double placements, cycles, conflicts, ...).
-- `serve`: reads one JSON command a line on stdin (`submit`, `release`, `check`, `undecided`)
-  and answers one JSON line each, reconnecting after the database went away.
+- `preempt-seed --nodes N`: N nodes x 2 cards of 16,000 MiB, each card full with two
+  running Kubernetes tenants of 8,000 MiB at priority 0 (evicted by the kube agent, which
+  does not run: their evictions and the preemptor's nominations stay until released).
+- `serve`: reads one JSON command a line on stdin (`submit`, `release`, `check`, `undecided`,
+  `preemptor`, `preemption`, `release_victims`, `preemption_check`) and answers one JSON
+  line each, reconnecting after the database went away.
 
 The last line on stdout is always one JSON object.
 """
@@ -23,6 +27,7 @@ import os
 import random
 import sys
 import time
+import uuid as uuidlib
 from collections import defaultdict
 
 import django
@@ -34,12 +39,14 @@ from django.core.management import call_command  # noqa: E402
 from django.db import close_old_connections, connection  # noqa: E402
 from django.db.models import Count, Sum  # noqa: E402
 from django.db.utils import DatabaseError, InterfaceError, OperationalError  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
 from scheduling import services  # noqa: E402
 from scheduling.api.tokens import issue_role_token  # noqa: E402
 from scheduling.engine.encoding import decode_allocation  # noqa: E402
-from scheduling.models import Allocation, Card, Cycle, Decision, Pod  # noqa: E402
-from scheduling.pipeline import consistency  # noqa: E402
+from scheduling.models import Allocation, Card, Cycle, Decision, Eviction, Nomination, Pod  # noqa: E402
+from scheduling.pipeline import consistency, run_cycle  # noqa: E402
+from scheduling.services.evictions import settle_evictions  # noqa: E402
 from tests.pipeline.conftest import pod_kind  # noqa: E402
 
 
@@ -92,6 +99,128 @@ def churn(args) -> dict:
             services.report_inventory(node, {}, {}, devices(int(node.removeprefix("node")), cards))
             done["reports"] += 1
     return done
+
+
+def gpu(memory: int) -> list[dict]:
+    return [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": memory}}}]
+
+
+def preempt_seed(args) -> dict:
+    """Full cards of preemptible tenants: any 16,000 MiB pod must evict the two on one card."""
+    for n in range(args.nodes):
+        services.report_inventory(f"node{n:03d}", {}, {}, devices(n, 2))
+        for i in range(2):
+            for t in range(2):
+                services.submit_pod(
+                    "tenants",
+                    f"t{n:03d}-{i}-{t}",
+                    {"nvidia.com/use-gpuuuid": f"GPU-{n}-{i}"},
+                    gpu(8000),
+                    priority=0,
+                    uid=str(uuidlib.uuid4()),
+                    origin=Pod.KUBERNETES,
+                    validate=False,
+                )
+    while run_cycle().placed:
+        pass
+    for pod in Pod.objects.filter(status=Pod.SCHEDULED).select_related("node"):
+        services.mark_bound(pod, pod.node.name)
+    return {"tenants": Pod.objects.filter(status=Pod.RUNNING).count()}
+
+
+def preemption_of(name: str) -> dict:
+    """Where a preemptor stands: status, active evictions, nominations, who decided it."""
+    pod = Pod.objects.filter(namespace="chaos", name=name).first()
+    if pod is None:
+        return {"status": None}
+    return {
+        "status": pod.status,
+        "evictions": Eviction.objects.filter(preemptor=pod, state__in=Eviction.ACTIVE).count(),
+        "nominations": Nomination.objects.filter(pod=pod).count(),
+        "decided_by": list(Decision.objects.filter(pod=pod).values_list("cycle__worker", flat=True)),
+    }
+
+
+def release_victims(name: str) -> int:
+    """What Kubernetes does once the kube agent evicted them: the victims deleted; then the
+    housekeeping's settling (evictions done)."""
+    victims = list(
+        Eviction.objects.filter(
+            preemptor__namespace="chaos", preemptor__name=name, state__in=Eviction.ACTIVE
+        ).values_list("victim_id", flat=True)
+    )
+    for victim in victims:
+        services.release_pod(victim, Pod.DELETED)
+    settle_evictions()
+    return len(victims)
+
+
+def preemption_check() -> dict:
+    """What a half-written preemption commit would leave, each must be 0:
+    - `evictions_without_decision`: an Eviction not tied to its preemptor's decision;
+    - `partial_evictions`: a decision whose Eviction rows are not exactly the victims it names;
+    - `evictions_without_nominations`: a waiting preemptor with active evictions, no Nomination;
+    - `nominations_without_evictions`: a Nomination whose pod evicts nobody;
+    - `overbooked_cards`: a card whose allocations (of pods not being evicted) plus
+      unexpired nominations exceed its slots, memory or cores."""
+    evictions = list(
+        Eviction.objects.values_list(
+            "pk", "victim_id", "preemptor_id", "decision_id", "decision__pod_id", "state"
+        )
+    )
+    by_decision: dict[int, set[str]] = defaultdict(set)
+    keys = dict(Pod.objects.filter(pk__in={e[1] for e in evictions}).values_list("pk", "namespace"))
+    names = dict(Pod.objects.filter(pk__in=list(keys)).values_list("pk", "name"))
+    unlinked = 0
+    for _, victim, preemptor, decision, decided, _state in evictions:
+        if decision is None or decided != preemptor:
+            unlinked += 1
+            continue
+        by_decision[decision].add(f"{keys[victim]}/{names[victim]}")
+    partial = 0
+    for decision, payload in Decision.objects.filter(pk__in=list(by_decision)).values_list("pk", "payload"):
+        named = {victim["pod"] for victim in ((payload or {}).get("preemption") or {}).get("victims", [])}
+        partial += named != by_decision[decision]
+    active = [e for e in evictions if e[5] in Eviction.ACTIVE]
+    waiting = set(
+        Pod.objects.filter(pk__in={e[2] for e in active}, status=Pod.PENDING).values_list("pk", flat=True)
+    )
+    nominated = set(Nomination.objects.values_list("pod_id", flat=True))
+    preemptors = {e[2] for e in evictions}
+    being_evicted = {e[1] for e in active}
+    booked: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for card, memory, cores in (
+        Allocation.objects.filter(active=True)
+        .exclude(pod_id__in=being_evicted)
+        .values_list("card_id", "memory", "cores")
+    ):
+        booked[card][0], booked[card][1], booked[card][2] = (
+            booked[card][0] + 1,
+            booked[card][1] + memory,
+            booked[card][2] + cores,
+        )
+    for card, memory, cores in Nomination.objects.filter(expires_at__gt=timezone.now()).values_list(
+        "card_id", "memory", "cores"
+    ):
+        booked[card][0], booked[card][1], booked[card][2] = (
+            booked[card][0] + 1,
+            booked[card][1] + memory,
+            booked[card][2] + cores,
+        )
+    overbooked = sum(
+        1
+        for pk, slots, memory, cores in Card.objects.values_list("pk", "slots", "memory", "cores")
+        if booked[pk][0] > slots or booked[pk][1] > memory or booked[pk][2] > cores
+    )
+    return {
+        "evictions": len(evictions),
+        "nominations": Nomination.objects.count(),
+        "evictions_without_decision": unlinked,
+        "partial_evictions": partial,
+        "evictions_without_nominations": len(waiting - nominated),
+        "nominations_without_evictions": len(nominated - preemptors),
+        "overbooked_cards": overbooked,
+    }
 
 
 def overcommits() -> int:
@@ -212,6 +341,15 @@ def serve(args) -> dict:
                 for pk in chosen:
                     services.release_pod(pk, Pod.SUCCEEDED)
                 answer = {"released": len(chosen)}
+            elif op == "preemptor":
+                services.submit_pod("chaos", command["name"], {}, gpu(16000), priority=1000)
+                answer = {"submitted": 1}
+            elif op == "preemption":
+                answer = preemption_of(command["name"])
+            elif op == "release_victims":
+                answer = {"released": release_victims(command["name"])}
+            elif op == "preemption_check":
+                answer = preemption_check()
             elif op == "undecided":
                 answer = {"undecided": undecided()}
             elif op == "check":
@@ -243,6 +381,8 @@ def main() -> None:
     churning.add_argument("--seconds", type=float, required=True)
     churning.add_argument("--seed", type=int, default=1)
     commands.add_parser("check")
+    preempting = commands.add_parser("preempt-seed")
+    preempting.add_argument("--nodes", type=int, required=True)
     tokens = commands.add_parser("token")
     tokens.add_argument("--role", default="operator")
     serving = commands.add_parser("serve")
@@ -255,7 +395,14 @@ def main() -> None:
         call_command("migrate", verbosity=0)
         result: dict = {"migrated": True}
     else:
-        result = {"seed": seed, "churn": churn, "check": check, "serve": serve}[args.command](args)
+        commands_run = {
+            "seed": seed,
+            "churn": churn,
+            "check": check,
+            "serve": serve,
+            "preempt-seed": preempt_seed,
+        }
+        result = commands_run[args.command](args)
     print(json.dumps(result, default=str), flush=True)
 
 

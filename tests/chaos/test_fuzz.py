@@ -46,6 +46,11 @@ ANNOTATIONS = [
     "hami.io/vgpu-node",
     "hami.io/bind-phase",
     "hami.io/device-cordon",
+    "hami.io/preemptible",
+    "hami.io/group-name",
+    "hami.io/group-min-member",
+    "hami.io/group-schedule-timeout-seconds",
+    "hami.io/queue",
 ]
 LIMITS = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"]
 
@@ -214,9 +219,21 @@ REPORT = st.one_of(
 QUANTITY = st.one_of(st.integers(0, 40000), st.sampled_from(["1", "2", "1000", "50", "100"]), VALUE)
 ANNOTATION_VALUE = st.one_of(
     st.sampled_from(
-        ["binpack", "spread", "mutex,binpack", "topology-aware", "true", "false", "NVIDIA-Tesla T4"]
+        ["binpack", "spread", "mutex,binpack", "topology-aware", "true", "false", "FALSE", "NVIDIA-Tesla T4"]
     ),
-    st.sampled_from(["GPU-F-0,GPU-F-1", "T4;A100", "binpack:2,spread:1", "mem=1,core=2", "hami-core", "mig"]),
+    st.sampled_from(
+        [
+            "GPU-F-0,GPU-F-1",
+            "T4;A100",
+            "binpack:2,spread:1",
+            "mem=1,core=2",
+            "hami-core",
+            "mig",
+            "2",
+            "-1",
+            "team-a",
+        ]
+    ),
     NASTY_TEXT,
 )
 

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine.chain import TOLERANCE
+from scheduling.engine.closeness import closest_columns, cluster_never, never_reason, node_closeness
 from scheduling.engine.errors import PodInvalid
-from scheduling.engine.evaluate import NodeVerdict, evaluate_node
+from scheduling.engine.evaluate import NodeVerdict, evaluate_node, sweepable
 from scheduling.engine.fit import NodeFailure
 from scheduling.engine.model import Cluster
 from scheduling.engine.pod import parse_pod
@@ -140,11 +141,13 @@ def apply_step(scheduler: Scheduler, pods: list, assumed: list, step: tuple) -> 
 @STREAMS
 @given(stream_strategy(), st.booleans())
 def test_a_stream_with_placements_rollbacks_reports_and_cordons_decides_as_the_sweep(stream, columnar):
-    """`columnar`: new shapes go through the numpy sweep (`evaluate.sweep`) however few the nodes."""
+    """`columnar`: new shapes go through the numpy sweep (`evaluate.sweep`) however few the
+    nodes, and so do the nodes changed since a shape's index last looked."""
     raw, steps = stream
     cluster, config, pods = parse_scenario(copy.deepcopy(raw))
     scheduler = Scheduler(cluster, config)
     scheduler.SWEEP_NODES = 0 if columnar else Scheduler.SWEEP_NODES
+    scheduler.RESWEEP_NODES = 1 if columnar else Scheduler.RESWEEP_NODES
     assumed: list = []
     for step in steps:
         apply_step(scheduler, pods, assumed, step)
@@ -207,3 +210,40 @@ def test_the_index_orders_nodes_as_spec_7_through_any_sequence_of_changes(change
             index.update(name, _verdict(base + offset))
         fitting = [(sign * score, name, score) for name, score in scores.items()]
         assert index.ranking() == reference_order(list(fitting)) == _order_nodes(list(fitting))
+
+
+@STREAMS
+@given(stream_strategy())
+def test_the_columnar_closeness_keeps_the_nodes_node_closeness_ranks_closest(stream):
+    """`closeness.closest_columns` orders the failed nodes by the key `node_closeness` gives
+    each (missing cards, blocked ones, the smallest shortfalls, name), and says whether none of
+    them could ever take the pod as `cluster_never` does, after any stream of changes."""
+    raw, steps = stream
+    cluster, config, pods = parse_scenario(copy.deepcopy(raw))
+    scheduler = Scheduler(cluster, config)
+    scheduler.SWEEP_NODES = 0
+    assumed: list = []
+    for step in steps:
+        apply_step(scheduler, pods, assumed, step)
+    for pod in pods:
+        try:
+            parsed = parse_pod(copy.deepcopy(pod), config)
+        except PodInvalid:
+            continue
+        inits, apps, policy = parsed.gpu_inits, list(parsed.apps), parsed.policy
+        ask = sweepable(inits, apps, policy)
+        if ask is None:
+            continue
+        found = closest_columns(scheduler._columns_now(), ask, policy, len(cluster.nodes))
+        if found is None:
+            continue
+        _, failed, _ = reference_sweep(cluster, parsed)
+        measured = [node_closeness(cluster.node(name), inits, apps, policy) for name, _ in failed]
+        assert found.failed == len(failed)
+        assert [cluster.nodes[i].name for i in found.top] == [
+            c.node.name for c in sorted(measured, key=lambda c: c.key)
+        ]
+        assert found.never == bool(measured and all(c.never for c in measured))
+        if found.never:
+            nodes = [c.node for c in measured]
+            assert never_reason(ask, policy, found.largest, found.most) == cluster_never(nodes, [ask], policy)

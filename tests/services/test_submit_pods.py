@@ -340,10 +340,12 @@ def test_a_pod_inserted_concurrently_is_written_as_a_resubmission(require_postgr
     insert waits on the unique name, fails once it commits, and starts over seeing the row."""
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0)])
     other = connections.create_connection("default")
-    results = []
+    results, pids = [], []
 
     def batch():
         try:
+            connection.ensure_connection()
+            pids.append(connection.connection.info.backend_pid)
             results.extend(services.submit_pods([item("calm"), item("raced", mem=2000)]))
         finally:
             connection.close()
@@ -363,9 +365,12 @@ def test_a_pod_inserted_concurrently_is_written_as_a_resubmission(require_postgr
             writer.start()
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
-                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                if not pids:
+                    time.sleep(0.01)
+                    continue
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = ANY(%s)", [pids])
                 if cursor.fetchone()[0]:
-                    break
+                    break  # the batch's insert waits for this transaction's row
                 time.sleep(0.02)
             else:
                 pytest.fail("the batch's insert never waited for the other transaction")

@@ -13,7 +13,7 @@ from scheduling.engine.batch import RESOURCES
 from scheduling.models import INT32_MAX, Pod, PodGroup, Queue
 from scheduling.services.batch import KINDS, QueueNode
 
-from .fields import StrictCharField, StrictIntegerField, max_length
+from .fields import OutputModelSerializer, StrictCharField, StrictIntegerField, max_length
 from .history import DecisionSerializer
 from .pods import DNS_LABEL
 
@@ -148,7 +148,7 @@ class MemberDecisionSerializer(DecisionSerializer):
         return (decision.payload or {}).get("batch")
 
 
-class MemberSerializer(serializers.ModelSerializer):
+class MemberSerializer(OutputModelSerializer):
     """A pod of the job: where it landed, or why not."""
 
     pod = serializers.CharField(source="key", read_only=True, help_text="NAMESPACE/NAME")
@@ -166,7 +166,7 @@ class MemberSerializer(serializers.ModelSerializer):
         return MemberDecisionSerializer(latest).data if latest else None
 
 
-class PodGroupSerializer(serializers.ModelSerializer):
+class PodGroupSerializer(OutputModelSerializer):
     """A job (gang): its figures, phase and conditions, and its members with their last decision."""
 
     queue = serializers.SerializerMethodField()

@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from scheduling.models import Card, Node
 
-from .fields import max_length
+from .fields import OutputModelSerializer, max_length
 from .scenario import CapacitySerializer
 
 
@@ -20,7 +20,7 @@ class TenantSerializer(serializers.Serializer):
     cores = serializers.IntegerField()
 
 
-class CardSerializer(serializers.ModelSerializer):
+class CardSerializer(OutputModelSerializer):
     node = serializers.CharField(source="node.name", read_only=True)
     used = CapacitySerializer(source="usage.used", read_only=True)
     free = CapacitySerializer(source="usage.free", read_only=True)
@@ -67,7 +67,7 @@ class NodeUsageSerializer(serializers.Serializer):
     total = CapacitySerializer()
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(OutputModelSerializer):
     usage = NodeUsageSerializer(read_only=True)
     cards = CardSerializer(many=True, read_only=True)
 
@@ -86,7 +86,7 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class SlimNodeSerializer(serializers.ModelSerializer):
+class SlimNodeSerializer(OutputModelSerializer):
     """A node without its cards (`GET /api/v1/nodes/?cards=false`): the same fields less `cards`."""
 
     usage = NodeUsageSerializer(read_only=True)

@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from scheduling.models import SchedulerConfig
 
-from .fields import StrictCharField, max_length
+from .fields import OptionalTextField, StrictCharField, max_length
 from .scenario import ScenarioResourcesSerializer
 
 
@@ -21,5 +21,5 @@ class ConfigSerializer(serializers.Serializer):
         help_text="the default chain, e.g. spread",
     )
     resources = ScenarioResourcesSerializer()
-    changed_by = serializers.CharField(read_only=True, allow_blank=True)
+    changed_by = OptionalTextField(help_text="who changed it last; null: nobody yet")
     changed_at = serializers.DateTimeField(read_only=True, allow_null=True)

@@ -1,14 +1,90 @@
-"""Fields of the input serializers.
+"""Fields of the serializers, and the one rule for what the API writes out.
 
 Strict fields do not coerce: a number is not a name, a string is not a number. Loose fields
 take a value as sent, for the engine to check (its errors name the key at fault, as
 `labels.zone`), and show in the schema the shape the engine expects.
+
+Output: an absent value is `null`, never "" nor a missing key (`OptionalTextField`); a
+duration is in milliseconds rounded to 0.01 (`MillisecondsField`, `round_ms`) and a score
+rounded to 1e-6 (`ScoreField`, `round_score`). `OutputModelSerializer` applies both to the
+model columns by kind, so a new list serializer gets them without asking.
 """
 
 from __future__ import annotations
 
+from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+
+#: Decimal places of durations (milliseconds) and scores in API output.
+MS_PLACES, SCORE_PLACES = 2, 6
+
+
+def round_ms(value: float | None) -> float | None:
+    """A duration in milliseconds as the API writes it: to 0.01 ms, null stays null."""
+    return None if value is None else round(float(value), MS_PLACES)
+
+
+def round_score(value: float | None) -> float | None:
+    """A score as the API writes it: to 1e-6, null stays null."""
+    return None if value is None else round(float(value), SCORE_PLACES)
+
+
+class OptionalTextField(serializers.CharField):
+    """Text a row may lack (stored as ""): written out as null. Output only."""
+
+    def __init__(self, **kwargs):
+        kwargs["read_only"] = True
+        kwargs["allow_null"] = True
+        kwargs.pop("allow_blank", None)
+        super().__init__(**kwargs)
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
+
+
+class MillisecondsField(serializers.FloatField):
+    """A duration in milliseconds, rounded to 0.01. Output only."""
+
+    def __init__(self, **kwargs):
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+
+    def to_representation(self, value):
+        return round_ms(value)
+
+
+class ScoreField(serializers.FloatField):
+    """A score, rounded to 1e-6. Output only."""
+
+    def __init__(self, **kwargs):
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+
+    def to_representation(self, value):
+        return round_score(value)
+
+
+class OutputModelSerializer(serializers.ModelSerializer):
+    """A read-only model serializer that writes absent text as null and durations rounded:
+    a text column that may be blank (and has no choices) becomes an `OptionalTextField`, a
+    float column named `*_ms` a `MillisecondsField`."""
+
+    def build_standard_field(self, field_name, model_field):
+        field_class, kwargs = super().build_standard_field(field_name, model_field)
+        if (
+            isinstance(model_field, models.CharField | models.TextField)
+            and model_field.blank
+            and not model_field.choices
+        ):
+            return OptionalTextField, {
+                key: value for key, value in kwargs.items() if key not in ("max_length", "allow_blank")
+            }
+        if isinstance(model_field, models.FloatField) and field_name.endswith("_ms"):
+            return MillisecondsField, {
+                key: value for key, value in kwargs.items() if key not in ("min_value", "max_value")
+            }
+        return field_class, kwargs
 
 
 class StrictCharField(serializers.CharField):

@@ -8,11 +8,12 @@ from rest_framework import serializers
 
 from scheduling.models import Allocation, Cycle, Decision, Event
 
+from .fields import OptionalTextField, OutputModelSerializer, ScoreField, round_score
 from .preemption import PreemptionSerializer
 from .scenario import PlacementSerializer, PolicySerializer
 
 
-class DecisionSerializer(serializers.ModelSerializer):
+class DecisionSerializer(OutputModelSerializer):
     """One attempt at one pod: the engine's explanation (a pod of the simulate output) plus
     when, in which cycle, and the one-line reason. The explanation's fields are at the top
     level, so a decision reads like a simulated pod; null where the explanation has none."""
@@ -57,10 +58,10 @@ class DecisionSerializer(serializers.ModelSerializer):
     def _explained(decision: Decision, key: str):
         return (decision.payload or {}).get(key)
 
-    @extend_schema_field(serializers.CharField(allow_null=True, allow_blank=True))
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_error(self, decision: Decision) -> str | None:
-        """The row's error, else the explanation's."""
-        return decision.error or self._explained(decision, "error")
+        """The row's error, else the explanation's; null when neither has one."""
+        return decision.error or self._explained(decision, "error") or None
 
     @extend_schema_field(PolicySerializer(allow_null=True))
     def get_policy(self, decision: Decision) -> dict | None:
@@ -70,9 +71,12 @@ class DecisionSerializer(serializers.ModelSerializer):
     def get_containers(self, decision: Decision) -> list | None:
         return self._explained(decision, "containers")
 
-    @extend_schema_field(serializers.DictField(child=serializers.FloatField(), allow_null=True))
+    @extend_schema_field(serializers.DictField(child=ScoreField(), allow_null=True))
     def get_node_scores(self, decision: Decision) -> dict | None:
-        return self._explained(decision, "node_scores")
+        scores = self._explained(decision, "node_scores")
+        if not isinstance(scores, dict):
+            return scores
+        return {node: round_score(score) for node, score in scores.items()}
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField(), allow_null=True))
     def get_failed_nodes(self, decision: Decision) -> dict | None:
@@ -100,10 +104,10 @@ class DecisionSerializer(serializers.ModelSerializer):
         return self._explained(decision, "preemption")
 
 
-class AllocationSerializer(serializers.ModelSerializer):
+class AllocationSerializer(OutputModelSerializer):
     pod = serializers.CharField(source="pod.key", read_only=True)
     namespace = serializers.CharField(source="pod.namespace", read_only=True)
-    container = serializers.CharField(source="container_name", read_only=True)
+    container = OptionalTextField(source="container_name")
     card = serializers.CharField(source="card.uuid", read_only=True)
     node = serializers.CharField(source="card.node.name", read_only=True)
 
@@ -124,7 +128,7 @@ class AllocationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class CycleSerializer(serializers.ModelSerializer):
+class CycleSerializer(OutputModelSerializer):
     class Meta:
         model = Cycle
         fields = [
@@ -148,7 +152,7 @@ class CycleSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(OutputModelSerializer):
     class Meta:
         model = Event
         fields = [

@@ -13,7 +13,7 @@ from scheduling.engine import explain
 from scheduling.engine.annotations import GPU_POLICY, parse_chain
 from scheduling.models import INT32_MAX, Pod
 
-from .fields import StrictCharField, StrictIntegerField, StringMapField, max_length
+from .fields import OutputModelSerializer, StrictCharField, StrictIntegerField, StringMapField, max_length
 from .history import DecisionSerializer
 from .preemption import EvictionSerializer, NominationSerializer
 from .scenario import ContainerSpecSerializer, DeviceSerializer
@@ -63,7 +63,7 @@ class ContainerStatusSerializer(serializers.Serializer):
     devices = DeviceSerializer(many=True, help_text="the vGPUs this container holds now")
 
 
-class PodSerializer(serializers.ModelSerializer):
+class PodSerializer(OutputModelSerializer):
     """A pod as the list shows it."""
 
     node = serializers.CharField(source="node.name", read_only=True, allow_null=True)
@@ -187,7 +187,7 @@ class PodSubmittedSerializer(PodDetailSerializer):
         return self.context.get("warnings", {})
 
 
-class PendingPodSerializer(serializers.ModelSerializer):
+class PendingPodSerializer(OutputModelSerializer):
     """A waiting pod: how long, with which chain, and why (summed over nodes)."""
 
     age_seconds = serializers.SerializerMethodField()

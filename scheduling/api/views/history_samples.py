@@ -1,8 +1,9 @@
 """`GET history/samples/`: the usage history behind the dashboard's charts, oldest first.
 
 One row per sample (raw, 5-minute or hourly, as the retention left it); shares are 0..1.
-With `?node=` each row carries that node's share instead of the cluster's pending reasons,
-read from the row's JSON in SQL so the other nodes' shares never leave the database.
+With `?node=` each row carries that node's share instead of the cluster's pending reasons
+(then null), read from the row's JSON in SQL so the other nodes' shares never leave the
+database. With `?queues=true` each row carries its per-queue figures (null otherwise).
 """
 
 from __future__ import annotations
@@ -30,11 +31,18 @@ class SampleQuerySerializer(serializers.Serializer):
     since = serializers.DateTimeField(required=False, help_text="from this time (default: 6 hours ago)")
     until = serializers.DateTimeField(required=False, help_text="up to this time (default: now)")
     node = serializers.CharField(required=False, max_length=253, help_text="one node's share too")
+    queues = serializers.BooleanField(required=False, default=False, help_text="per-queue figures too")
 
     def validate(self, attrs):
         if "since" in attrs and "until" in attrs and attrs["since"] > attrs["until"]:
             raise serializers.ValidationError({"since": ["must not be after until"]})
         return attrs
+
+
+class QueueFiguresSerializer(serializers.Serializer):
+    vgpus = serializers.FloatField(help_text="vGPUs its pods hold (an average when folded)")
+    memory = serializers.FloatField(help_text="MiB its pods hold")
+    pending = serializers.FloatField(help_text="its pods pending")
 
 
 class SampleSerializer(serializers.Serializer):
@@ -45,13 +53,20 @@ class SampleSerializer(serializers.Serializer):
     cores = serializers.FloatField(help_text="share of the cluster's cores allocated, 0..1")
     pending = serializers.FloatField(help_text="pending pods (an average when folded)")
     pending_reasons = serializers.DictField(
-        child=serializers.FloatField(), required=False, help_text="top reasons -> pending pods"
+        child=serializers.FloatField(),
+        allow_null=True,
+        help_text="top reasons -> pending pods; null with ?node=",
     )
     placements = serializers.IntegerField(help_text="pods placed since the previous row")
     cycle_p50_ms = serializers.FloatField(allow_null=True)
     cycle_max_ms = serializers.FloatField(allow_null=True)
     node = serializers.FloatField(
         allow_null=True, help_text="with ?node=, the node's fullest share, 0..1; else null"
+    )
+    queues = serializers.DictField(
+        child=QueueFiguresSerializer(),
+        allow_null=True,
+        help_text="with ?queues=true, queue -> its own pods' figures (the busiest 50); else null",
     )
 
 
@@ -78,7 +93,7 @@ COLUMNS = (
 class SampleHistoryView(RoleView, APIView):
     """Cluster usage over time: allocated shares, pending pods, placements and cycle times."""
 
-    extra_query_parameters = ("since", "until", "node")
+    extra_query_parameters = ("since", "until", "node", "queues")
 
     @extend_schema(
         operation_id="history_samples",
@@ -106,6 +121,8 @@ class SampleHistoryView(RoleView, APIView):
             columns.append("node_share")
         else:
             columns.append("pending_reasons")
+        if query.validated_data["queues"]:
+            columns.append("queues")
         results = [_row(values, node is not None) for values in rows.values(*columns)[:MAX_ROWS]]
         body = {"since": since, "until": until, "node": node, "results": results}
         return Response(SamplesSerializer(body).data)
@@ -123,6 +140,8 @@ def _row(values: dict, for_node: bool) -> dict:
         "cycle_p50_ms": values["cycle_p50_ms"],
         "cycle_max_ms": values["cycle_max_ms"],
         "node": None,
+        "pending_reasons": None,
+        "queues": values.get("queues"),
     }
     if for_node:
         share = values["node_share"]

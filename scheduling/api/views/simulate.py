@@ -13,11 +13,13 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.throttling import ScopedRateThrottle, UserRateThrottle
 from rest_framework.views import APIView
 
 from scheduling.api import serializers as s
 from scheduling.api.parsers import ScenarioParser
+from scheduling.engine.errors import MAX_PROBLEMS, ScenarioProblems
 from scheduling.engine.scenario import parse_scenario, run_scenario
 from scheduling.roles import VIEWER
 from scheduling.services import simulations
@@ -29,6 +31,19 @@ class ScenarioTooBig(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "Scenario too big to simulate."
     default_code = "scenario_too_big"
+
+
+def every_problem(exc: ScenarioProblems) -> ValidationError:
+    """A 400 naming every problem of a malformed scenario, keyed by where each is (several
+    at one place are listed together), and how many more were only counted."""
+    errors: dict[str, list[str]] = {}
+    for problem in exc.problems:
+        errors.setdefault(problem.where or api_settings.NON_FIELD_ERRORS_KEY, []).append(problem.message)
+    if exc.total > len(exc.problems):
+        errors.setdefault(api_settings.NON_FIELD_ERRORS_KEY, []).append(
+            f"and {exc.total - len(exc.problems)} more problems"
+        )
+    return ValidationError(errors)
 
 
 class QueuedSimulationThrottle(UserRateThrottle):
@@ -69,8 +84,9 @@ class SimulateView(RoleView, APIView):
             **REFUSED,
         },
         description=(
-            "The same JSON as `manage.py simulate`. A malformed scenario is a 400 keyed by where "
-            "it is wrong, e.g. `nodes[1].devices[0].uuid`. Work is pods x (nodes + cards): up to "
+            "The same JSON as `manage.py simulate`. A malformed scenario is a 400 naming every "
+            f"problem (up to {MAX_PROBLEMS}, then `non_field_errors` counts the rest), keyed by "
+            "where each is, e.g. `nodes[1].devices[0].uuid`. Work is pods x (nodes + cards): up to "
             "HAMI_SIMULATE_SYNC_MAX_WORK the answer comes at once (200); up to HAMI_SIMULATE_MAX_WORK "
             "the simulation is queued (202, `url` gives its status and result); above, or a body over "
             "HAMI_SIMULATE_MAX_BODY_BYTES, 413 naming the limit."
@@ -88,9 +104,12 @@ class SimulateView(RoleView, APIView):
             raise ScenarioTooBig(
                 f"Scenario too big to simulate: {work}, more than HAMI_SIMULATE_MAX_WORK ({limit})."
             )
-        if work.units <= simulations.option("SIMULATE_SYNC_MAX_WORK"):
-            return Response(run_scenario(request.data, top=top))
-        parse_scenario(request.data)  # a malformed scenario is a 400 now, not a failed job later
+        try:
+            if work.units <= simulations.option("SIMULATE_SYNC_MAX_WORK"):
+                return Response(run_scenario(request.data, top=top))
+            parse_scenario(request.data)  # a malformed scenario is a 400 now, not a failed job later
+        except ScenarioProblems as exc:
+            raise every_problem(exc) from None
         throttle = QueuedSimulationThrottle()
         if not throttle.allow_request(request, self):
             self.throttled(request, throttle.wait())

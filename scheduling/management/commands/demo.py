@@ -6,15 +6,26 @@ token, reporting to this server's API like a real agent), starts the in-process 
 loop, trickles demo pods (and completes them after a while, so that waiting pods get
 placed), and serves the web app. With `--no-serve` there is no API to report to, so the
 nodes are loaded through the same service the report endpoint calls (`DemoInventory`).
+
+`--nodes N --pods M` loads a synthetic cluster instead of the demo nodes (the dashboard at
+scale), `--scenario FILE` the nodes and pods of a simulate scenario. The demo's logs go to
+`var/demo.log` (`--verbose`: to the console), so the dashboard login is the last thing
+printed; `--password` prints it again (a generated password is kept in `var/demo-login`,
+mode 0600).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import ctypes
+import functools
 import logging
+import logging.config
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,10 +38,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
+from django.utils import timezone
 
 from scheduling import services
 from scheduling.api.tokens import issue_agent_token
+from scheduling.engine.errors import ScenarioError
+from scheduling.engine.scenario import parse_scenario, read_scenario_file
+from scheduling.management.commands.simulate import problem_text
 from scheduling.models import Node, Pod, Queue
 from scheduling.pipeline.loop import SchedulerLoop
 
@@ -104,15 +119,20 @@ def demo_node_files() -> list[Path]:
 
 
 class DemoInventory:
-    """Reports the demo nodes, and again every `every` seconds as an agent's heartbeat."""
+    """Reports the nodes (the demo's, else `nodes`), and again every `every` seconds as an
+    agent's heartbeat."""
 
-    def __init__(self, every: float = 20.0):
-        self.nodes = [
-            document
-            for path in demo_node_files()
-            for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
-            if isinstance(document, dict)
-        ]
+    def __init__(self, every: float = 20.0, nodes: list[dict] | None = None):
+        self.nodes = (
+            nodes
+            if nodes is not None
+            else [
+                document
+                for path in demo_node_files()
+                for document in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+                if isinstance(document, dict)
+            ]
+        )
         self.every = every
         self.last = 0.0
 
@@ -125,7 +145,115 @@ class DemoInventory:
 
     def tick(self) -> None:
         if time.monotonic() - self.last >= self.every:
-            self.report()
+            self.heartbeat()
+
+    def heartbeat(self) -> None:
+        """Every node says it is alive: a node gone silent (not ready) by a full report, which
+        makes it ready again; the others by their heartbeat alone, in one UPDATE (a full report
+        of 1,000 synthetic nodes every 20 s would be most of the demo's load)."""
+        names = [node["name"] for node in self.nodes]
+        silent = set(Node.objects.filter(name__in=names, ready=False).values_list("name", flat=True))
+        for node in self.nodes:
+            if node["name"] in silent:
+                services.report_inventory(
+                    node["name"], node.get("labels"), node.get("annotations"), node.get("devices")
+                )
+        Node.objects.filter(name__in=names, ready=True).update(last_heartbeat=timezone.now())
+        self.last = time.monotonic()
+
+
+#: The synthetic cluster's node kinds, in turn: (card type, cards, MiB, NUMA nodes).
+SYNTHETIC_KINDS = [
+    ("NVIDIA-A100-SXM4-80GB", 8, 81920, 2),
+    ("NVIDIA-Tesla T4", 8, 15360, 2),
+    ("Tesla V100-SXM2-32GB", 8, 32768, 2),
+    ("NVIDIA-H100-80GB-HBM3", 4, 81920, 1),
+]
+SYNTHETIC_NAMESPACE = "synthetic"
+#: Pods submitted per transaction when loading many (`services.submit_pods`).
+SUBMIT_CHUNK = 500
+#: How many refused pods of a loaded cluster are printed (all are in the log).
+SHOWN_REFUSED = 5
+
+
+def synthetic_nodes(count: int) -> list[dict]:
+    """`count` nodes named `syn-0000`... of the SYNTHETIC_KINDS in turn, as agents report them."""
+    nodes = []
+    for i in range(count):
+        card_type, cards, memory, numas = SYNTHETIC_KINDS[i % len(SYNTHETIC_KINDS)]
+        name = f"syn-{i:04d}"
+        devices = [
+            {
+                "uuid": f"GPU-{name}-{k}",
+                "index": k,
+                "type": card_type,
+                "memory": memory,
+                "numa": k * numas // cards,
+            }
+            for k in range(cards)
+        ]
+        nodes.append({"name": name, "labels": {"hamiadmin.io/synthetic": "true"}, "devices": devices})
+    return nodes
+
+
+def synthetic_pods(count: int) -> list[dict]:
+    """`count` pods of the demo's POD_KINDS in turn, as `submit_pods` items."""
+    pods = []
+    for j in range(count):
+        prefix, annotations, containers = POD_KINDS[j % len(POD_KINDS)]
+        pods.append(
+            {
+                "namespace": SYNTHETIC_NAMESPACE,
+                "name": f"{prefix}-{j:05d}",
+                "annotations": dict(annotations),
+                "containers": containers,
+                "priority": j % 3,
+            }
+        )
+    return pods
+
+
+def scenario_cluster(path: str) -> tuple[list[dict], list[dict]]:
+    """The nodes (as agents report them) and pods (`submit_pods` items) of a simulate scenario.
+    The file is checked as `simulate` checks it (ScenarioError naming every problem). A card's
+    `used` is dropped: in a live cluster usage is the pods', not the report's."""
+    raw = read_scenario_file(path)
+    parse_scenario(raw)
+    nodes = [
+        {
+            "name": node["name"],
+            "labels": node.get("labels"),
+            "annotations": node.get("annotations"),
+            "devices": [{k: v for k, v in card.items() if k != "used"} for card in node.get("devices", [])],
+        }
+        for node in raw["nodes"]
+    ]
+    pods = [
+        {
+            "namespace": pod.get("namespace", "default"),
+            "name": pod["name"],
+            "annotations": pod.get("annotations") or {},
+            "containers": pod["containers"],
+            "init_containers": pod.get("initContainers") or [],
+            **({"priority": pod["priority"]} if "priority" in pod else {}),
+        }
+        for pod in raw["pods"]
+    ]
+    return nodes, pods
+
+
+def load_pods(items: list[dict]) -> tuple[int, list[str]]:
+    """Submit `items` in chunks (one transaction each); how many were taken, and why each
+    refused one was (`ns/name: field: message`)."""
+    taken, refused = 0, []
+    for start in range(0, len(items), SUBMIT_CHUNK):
+        chunk = items[start : start + SUBMIT_CHUNK]
+        for item, result in zip(chunk, services.submit_pods(chunk), strict=True):
+            if result.error is not None:
+                refused.append(f"{item.get('namespace')}/{item.get('name')}: {result.error}")
+            else:
+                taken += 1
+    return taken, refused
 
 
 def _die_with_parent() -> None:
@@ -144,11 +272,13 @@ def _stop_on_sigterm(signum, frame) -> None:
 class SimulatedAgents:
     """One `agents.nvml --simulate` process per demo node, reporting to this server's API."""
 
-    def __init__(self, api: str, interval: float = 15.0):
+    def __init__(self, api: str, interval: float = 15.0, output=None):
         self.api = api
         self.interval = interval
+        self.output = output  # where the agents write (the demo's log file); None: the console
         self.processes: list[subprocess.Popen] = []
         self.files = demo_node_files()
+        self.started = timezone.now()
 
     def node_names(self) -> list[str]:
         return [
@@ -159,6 +289,7 @@ class SimulatedAgents:
         ]
 
     def start(self) -> None:
+        self.started = timezone.now()
         for path, node in zip(self.files, self.node_names(), strict=True):
             # The key goes through the environment, not the command line (visible in `ps`).
             env = {**os.environ, "HAMIADMIN_AGENT_TOKEN": issue_agent_token(node), "NODE_NAME": node}
@@ -176,15 +307,24 @@ class SimulatedAgents:
                 "WARNING",
             ]
             self.processes.append(
-                subprocess.Popen(command, env=env, cwd=settings.BASE_DIR, preexec_fn=_die_with_parent)
+                subprocess.Popen(
+                    command,
+                    env=env,
+                    cwd=settings.BASE_DIR,
+                    stdout=self.output,
+                    stderr=self.output,
+                    preexec_fn=_die_with_parent,
+                )
             )
 
     def wait_for_nodes(self, timeout: float = 30.0) -> bool:
-        """True once every demo node has reported through the API."""
+        """True once every demo node has reported through the API since the agents started
+        (nodes of an earlier run are in the database already)."""
         names = set(self.node_names())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if set(Node.objects.filter(name__in=names).values_list("name", flat=True)) == names:
+            fresh = Node.objects.filter(name__in=names, last_heartbeat__gte=self.started)
+            if set(fresh.values_list("name", flat=True)) == names:
                 return True
             time.sleep(0.25)
         return False
@@ -197,6 +337,10 @@ class SimulatedAgents:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+#: How many pods of one kind the trickle lets wait at once (DemoWorkload.next_kind).
+WAITING_PER_KIND = 2
 
 
 class DemoWorkload:
@@ -257,16 +401,36 @@ class DemoWorkload:
                 [{"name": "rank", "resources": gpu(1)}],
             )
 
-    def submit(self, kind: str | None = None, priority: int | None = None) -> None:
+    def next_kind(self) -> tuple | None:
+        """The next kind in turn, passing over kinds with WAITING_PER_KIND pods waiting already
+        (None: every kind has): a mutex pod waits for an empty V100 card, and one submitted
+        every eight pods would otherwise pile up until waiting pods filled the workload."""
+        waiting = dict.fromkeys((k[0] for k in POD_KINDS), 0)
+        names = Pod.objects.filter(namespace=NAMESPACE, status=Pod.PENDING).values_list("name", flat=True)
+        for name in names:
+            prefix = name.rsplit("-", 1)[0]
+            if prefix in waiting:
+                waiting[prefix] += 1
+        for step in range(1, len(POD_KINDS) + 1):
+            kind = POD_KINDS[(self.counter + step) % len(POD_KINDS)]
+            if waiting[kind[0]] < WAITING_PER_KIND:
+                self.counter += step - 1
+                return kind
+        return None
+
+    def submit(self, kind: str | None = None, priority: int | None = None) -> bool:
+        """Submit a pod of `kind`, else of the next kind in turn; False when none is due."""
+        chosen = next(k for k in POD_KINDS if k[0] == kind) if kind else self.next_kind()
+        if chosen is None:
+            return False
         self.counter += 1
-        prefix, annotations, containers = (
-            next(k for k in POD_KINDS if k[0] == kind) if kind else POD_KINDS[self.counter % len(POD_KINDS)]
-        )
+        prefix, annotations, containers = chosen
         if priority is None:
             priority = 5 if prefix.startswith("mutex") else self.counter % 3
         services.submit_pod(
             NAMESPACE, f"{prefix}-{self.counter:04d}", annotations, containers, priority=priority
         )
+        return True
 
     @staticmethod
     def lifetime(name: str) -> int:
@@ -287,14 +451,15 @@ class DemoWorkload:
             self.submit()
 
 
-def run_demo_feed(inventory, workload, stopping: threading.Event, ready=None) -> None:
-    """Waits for the nodes (`ready()`), then keeps the workload (and any inventory) ticking."""
-    from django.utils import timezone
-
+def run_demo_feed(inventory, workload, stopping: threading.Event, ready=None, announce=None) -> None:
+    """Waits for the nodes (`ready()`), starts the workload, says the demo is up (`announce()`),
+    then keeps the workload (and any inventory) ticking."""
     if ready is not None and not ready():
         log.error("the demo nodes did not report in time; demo pods start anyway")
     close_old_connections()
     workload.start_fresh()
+    if announce is not None:
+        announce()
     while not stopping.wait(workload.interval):
         close_old_connections()
         try:
@@ -306,8 +471,131 @@ def run_demo_feed(inventory, workload, stopping: threading.Event, ready=None) ->
     connection.close()
 
 
+def wait_for_port(host: str, port: int, timeout: float = 30.0) -> bool:
+    """True once the web server accepts connections (so the login comes after its banner)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+# --- The login -------------------------------------------------------------------------------
+
+ADMIN = "admin"
+
+
+def login_file() -> Path:
+    """Where a generated demo password is kept, readable by its owner only."""
+    return Path(settings.VAR_DIR) / "demo-login"
+
+
+def store_password(password: str) -> None:
+    path = login_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(descriptor, 0o600)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(f"{ADMIN} {password}\n")
+
+
+def stored_password() -> str | None:
+    try:
+        user, _, password = login_file().read_text(encoding="utf-8").strip().partition(" ")
+    except OSError:
+        return None
+    return password if user == ADMIN and password else None
+
+
+def ensure_admin() -> str:
+    """The `admin` user, made or updated; its login as the demo shows it. DEMO_PASSWORD, when
+    set, is the password (and no file keeps it); else one is generated once and kept in
+    `login_file()` so `demo --password` can show it again."""
+    users = get_user_model()
+    chosen = os.environ.get("DEMO_PASSWORD", "")
+    user = users.objects.filter(username=ADMIN).first()
+    if chosen:
+        if user is None:
+            users.objects.create_superuser(ADMIN, "admin@example.invalid", chosen)
+        elif not user.check_password(chosen):
+            user.set_password(chosen)
+            user.save(update_fields=["password"])
+        login_file().unlink(missing_ok=True)
+        return f"{ADMIN} / (DEMO_PASSWORD)"
+    if user is None:
+        password = secrets.token_urlsafe(12)
+        users.objects.create_superuser(ADMIN, "admin@example.invalid", password)
+        store_password(password)
+        return f"{ADMIN} / {password}"
+    return known_login(user) or f"{ADMIN} / {UNKNOWN}"
+
+
+#: What the demo shows when no password it set opens the admin any more.
+UNKNOWN = "(changed since the demo set it; DEMO_PASSWORD=... make run sets a new one)"
+
+
+def known_login(user) -> str | None:
+    """The login of an existing admin, if a password this demo set still opens it; else None."""
+    chosen = os.environ.get("DEMO_PASSWORD", "")
+    if chosen and user.check_password(chosen):
+        return f"{ADMIN} / (DEMO_PASSWORD)"
+    password = stored_password()
+    if password and user.check_password(password):
+        return f"{ADMIN} / {password}"
+    return None
+
+
+# --- Logs ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def logs_to(path: Path | None):
+    """The demo's log lines go to `path` instead of the console while the demo runs, in the
+    console's format and redaction; yields a stream on the same file for what is printed
+    rather than logged (the web server's banner, the agents). None: all left on the console.
+
+    Through `settings.LOGGING` itself, not only the handlers: loading the WSGI application
+    runs `django.setup()` again, which would put the console handler back. The loggers it
+    configures get their handlers back afterwards."""
+    if path is None:
+        yield None
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    console = settings.LOGGING
+    to_file = copy.deepcopy(console)
+    for name, handler in to_file.get("handlers", {}).items():
+        if handler.get("class") == "logging.StreamHandler":
+            to_file["handlers"][name] = {
+                **{k: v for k, v in handler.items() if k != "stream"},
+                "class": "logging.FileHandler",
+                "filename": str(path),
+                "encoding": "utf-8",
+            }
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in console.get("loggers", {}))]
+    saved = [(logger, list(logger.handlers), logger.level, logger.propagate) for logger in loggers]
+    settings.LOGGING = to_file
+    logging.config.dictConfig(to_file)
+    stream = path.open("a", encoding="utf-8", buffering=1)
+    try:
+        yield stream
+    finally:
+        settings.LOGGING = console
+        for logger, handlers, level, propagate in saved:
+            for handler in logger.handlers:
+                if handler not in handlers:
+                    handler.close()
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+        stream.close()
+
+
 class Command(BaseCommand):
-    help = "Migrate, load a demo cluster, schedule in-process, trickle demo pods, and serve the web app."
+    help = (
+        "Migrate, load a demo cluster, schedule in-process, trickle demo pods, and serve the web app;"
+        " the dashboard login is printed last (again with --password)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
@@ -316,43 +604,132 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-serve", action="store_true", help="do not start the web server (keep scheduling)"
         )
+        parser.add_argument(
+            "--password", action="store_true", help="print the dashboard login of the demo admin and exit"
+        )
+        parser.add_argument(
+            "--verbose", action="store_true", help="show the demo's logs here instead of in var/demo.log"
+        )
+        parser.add_argument(
+            "--nodes",
+            type=int,
+            default=None,
+            help="a synthetic cluster of N nodes instead of the demo's three",
+        )
+        parser.add_argument("--pods", type=int, default=0, help="with --nodes: M synthetic pods to schedule")
+        parser.add_argument(
+            "--scenario", default=None, help="load the nodes and pods of a simulate scenario (FILE) instead"
+        )
+        parser.add_argument(
+            "--load-only",
+            action="store_true",
+            help="migrate, make the admin, load the cluster, print the login and exit",
+        )
 
     def handle(self, *args, **options):
-        (Path(settings.VAR_DIR)).mkdir(parents=True, exist_ok=True)
-        call_command("migrate", interactive=False, verbosity=0)
-        self.ensure_admin()
+        if options["password"]:
+            return self.show_login()
+        if options["nodes"] is not None and options["scenario"]:
+            self.fail("--nodes and --scenario both choose the cluster: give one")
+        if options["nodes"] is not None and options["nodes"] < 1:
+            self.fail(f"--nodes must be 1 or more, got {options['nodes']}")
+        if options["pods"] < 0 or (options["pods"] and options["nodes"] is None):
+            self.fail("--pods takes a count >= 0, with --nodes")
+        cluster = None
+        if options["scenario"]:
+            try:
+                cluster = scenario_cluster(options["scenario"])
+            except ScenarioError as exc:
+                sys.stderr.write(problem_text(options["scenario"], exc, program="demo"))
+                sys.exit(2)
+        elif options["nodes"] is not None:
+            cluster = (synthetic_nodes(options["nodes"]), synthetic_pods(options["pods"]))
+        Path(settings.VAR_DIR).mkdir(parents=True, exist_ok=True)
+        log_path = None if options["verbose"] else Path(settings.VAR_DIR) / "demo.log"
+        with logs_to(log_path) as log_stream:
+            call_command("migrate", interactive=False, verbosity=0)
+            login = ensure_admin()
+            if cluster is not None or options["load_only"]:
+                self.load(cluster, log_path)
+            if options["load_only"]:
+                self.announce(login, log_path, None, "")
+                return None
+            self.serve(options, login, log_path, log_stream, cluster)
+        return None
+
+    def load(self, cluster: tuple[list[dict], list[dict]] | None, log_path: Path | None) -> None:
+        """Report the nodes (the demo's when `cluster` is None) and submit the pods, saying how
+        long it took and which pods were refused (the first few here, all in the log)."""
+        inventory = DemoInventory(nodes=cluster[0] if cluster else None)
+        started = time.monotonic()
+        inventory.report()
+        taken, refused = load_pods(cluster[1]) if cluster else (0, [])
+        took = time.monotonic() - started
+        loaded = f"{len(inventory.nodes)} nodes and {taken} pods loaded in {took:.1f} s"
+        log.info("%s", loaded)
+        for line in refused:
+            log.warning("refused: %s", line)
+        for line in refused[:SHOWN_REFUSED]:
+            self.stdout.write(f"refused: {line}")
+        if len(refused) > SHOWN_REFUSED:
+            self.stdout.write(
+                f"refused: and {len(refused) - SHOWN_REFUSED} more (in {log_path or 'the log'})"
+            )
+        self.stdout.write(loaded)
+
+    def serve(self, options, login: str, log_path, log_stream, cluster) -> None:
         address = f"{options['host']}:{options['port']}"
         agent_host = "127.0.0.1" if options["host"] in ("0.0.0.0", "::") else options["host"]
         agents = inventory = None
         ready = None
-        if options["no_serve"]:
+        if cluster is not None:
+            inventory = DemoInventory(nodes=cluster[0])
+            inventory.last = time.monotonic()  # reported just now
+            origin = f"scenario {options['scenario']}" if options["scenario"] else "synthetic"
+            what = f"{len(cluster[0])} nodes ({origin})"
+        elif options["no_serve"]:
             inventory = DemoInventory()
             inventory.report()
-            names = [node["name"] for node in inventory.nodes]
+            what = f"{', '.join(node['name'] for node in inventory.nodes)} (loaded directly)"
         else:
-            agents = SimulatedAgents(f"http://{agent_host}:{options['port']}")
+            agents = SimulatedAgents(f"http://{agent_host}:{options['port']}", output=log_stream)
             agents.start()
             ready = agents.wait_for_nodes
-            names = agents.node_names()
-        self.stdout.write(
-            f"demo cluster: {', '.join(names)} ({'simulated NVML agents' if agents else 'loaded directly'})"
-        )
+            what = f"{', '.join(agents.node_names())} (simulated NVML agents)"
+        if ready is None and not options["no_serve"]:
+            ready = functools.partial(wait_for_port, agent_host, int(options["port"]))
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
         loop = SchedulerLoop()
         loop.start()
         stopping = threading.Event()
-        workload = _Idle() if options["no_pods"] else DemoWorkload()
+        trickle = not options["no_pods"] and not options["scenario"]
+        workload = DemoWorkload() if trickle else _Idle()
+        url = None if options["no_serve"] else f"http://{address}/"
         feed = threading.Thread(
-            target=run_demo_feed, args=(inventory, workload, stopping, ready), daemon=True, name="demo-feed"
+            target=run_demo_feed,
+            args=(
+                inventory,
+                workload,
+                stopping,
+                ready,
+                functools.partial(self.announce, login, log_path, url, what),
+            ),
+            daemon=True,
+            name="demo-feed",
         )
         feed.start()
-        self.stdout.write(f"open http://{address}/ (pods and nodes) or http://{address}/admin/")
         try:
             if options["no_serve"]:
                 while True:
                     time.sleep(1)
             else:
-                call_command("runserver", address, use_reloader=False, insecure_serving=True)
+                call_command(
+                    "runserver",
+                    address,
+                    use_reloader=False,
+                    insecure_serving=True,
+                    **({"stdout": log_stream, "stderr": log_stream} if log_stream else {}),
+                )
         except KeyboardInterrupt:
             pass
         finally:
@@ -361,28 +738,36 @@ class Command(BaseCommand):
             if agents is not None:
                 agents.stop()
 
-    def ensure_admin(self) -> None:
-        """User `admin`: password from DEMO_PASSWORD, else generated and shown once."""
-        users = get_user_model()
-        password = os.environ.get("DEMO_PASSWORD", "")
-        user = users.objects.filter(username="admin").first()
+    def announce(self, login: str, log_path: Path | None, url: str | None, what: str) -> None:
+        """What the demo is, where its logs are, then the dashboard and its login: the last
+        lines printed, after the startup noise."""
+        lines = []
+        if what:
+            lines.append(f"demo cluster: {what}")
+        lines.append(
+            f"logs: {log_path} (--verbose shows them here)" if log_path else "logs: here (--verbose)"
+        )
+        if url:
+            lines.append(f"dashboard: {url} (admin pages: {url}admin/)")
+        lines.append(self.style.SUCCESS(f"login: {login}") + "   (again: manage.py demo --password)")
+        self.stdout.write("\n".join(lines))
+
+    def show_login(self) -> None:
+        """`demo --password`: the demo admin's login, or why there is none to show (exit 1)."""
+        try:
+            user = get_user_model().objects.filter(username=ADMIN).first()
+        except DatabaseError:
+            user = None
         if user is None:
-            shown = password or secrets.token_urlsafe(12)
-            users.objects.create_superuser("admin", "admin@example.invalid", shown)
-            if password:
-                self.stdout.write("login: admin / (DEMO_PASSWORD)")
-            else:
-                self.stdout.write(
-                    self.style.WARNING(f"login: admin / {shown}   (shown once; set DEMO_PASSWORD to choose)")
-                )
-        elif password:
-            user.set_password(password)
-            user.save(update_fields=["password"])
-            self.stdout.write("login: admin / (DEMO_PASSWORD)")
-        else:
-            self.stdout.write(
-                "login: admin (password shown when it was created; set DEMO_PASSWORD to reset it)"
-            )
+            self.fail("no demo admin yet: `make run` (manage.py demo) makes it", code=1)
+        login = known_login(user)
+        if login is None:
+            self.fail(f"login: {ADMIN} / {UNKNOWN}", code=1)
+        self.stdout.write(f"login: {login}")
+
+    def fail(self, message: str, code: int = 2) -> None:
+        sys.stderr.write(f"demo: {message}\n")
+        sys.exit(code)
 
 
 class _Idle:
