@@ -87,8 +87,7 @@ class TokenWriteThrottle(SharedRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
 
 
-class LoginThrottle(SimpleRateThrottle):
-    cache = ConnectionProxy(caches, "shared")
+class LoginThrottle(SharedRateThrottle):
     scope = "login"
 
     def get_cache_key(self, request, view):

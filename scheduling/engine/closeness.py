@@ -17,6 +17,9 @@ the node is from taking it. Closeness, compared in this order (lower is closer):
   6. node name.
 
 The scheduler keeps the K closest (ClusterConfig.closest_nodes) with their card tables.
+For a pod whose one GPU container is the failing one (`evaluate.sweepable`),
+`closest_columns` computes these keys for every node at once over the card columns, so
+only the K kept nodes are evaluated.
 `hints` says, per close node, the smallest change that would make the pod fit, as data
 (kinds: `not-ready`, `never`, `free`, `numa`, `mutex`, `blocked`); `explain.hint_words`
 puts them in words. `unschedulable` is cluster-wide: no node could ever take the pod.

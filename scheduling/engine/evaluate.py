@@ -16,7 +16,10 @@ This module names no filter: it runs whichever the policy makes active.
 
 `sweep` is `evaluate_node` for every node at once over numpy columns (`CardColumns`), for
 the pods where it gives the same verdicts (`sweepable`): a new shape's first pass then costs
-a few array operations over all cards instead of a Python loop per card.
+a few array operations over all cards instead of a Python loop per card, and its verdicts
+stay columns (`Swept`) until one is read. `card_codes` (checks 1-10 over every card) is
+shared with `closeness.closest_columns`; `evaluate_alone` is the sweep's rule on one node,
+for the few nodes a shape re-checks after they changed.
 """
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ def holders_of(movable: list[Tenant]) -> tuple[dict[str, Holders], int]:
                 entry[0] += memory
                 entry[1] += cores
                 entry[2] += 1
-            on_card = [(uuid, *entry) for uuid, entry in merged.items()]
+            on_card = [(uuid, e[0], e[1], e[2]) for uuid, e in merged.items()]
         span = max(span, len(on_card))
         for uuid, memory, cores, slots in on_card:
             held = holders.get(uuid)
@@ -660,7 +660,7 @@ class Preemptor:
                 "node": p.node,
                 "victims": len(p.victims),
                 "memory": p.cost[1],
-                "why": "more victims or more work",
+                "why": _lost(p, best),
             }
             for p in found[1:KEEP]
         ]

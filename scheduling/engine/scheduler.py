@@ -5,14 +5,19 @@ per pod *shape* (what the pod asks and how it ranks) and per node version, and e
 keeps a `NodeIndex` per node policy: its fitting nodes in policy order, its failed nodes and
 reason sums, updated only for the nodes touched (`model.TOUCHES`) since it last looked. So
 a stream of similar pods costs the re-evaluation of the nodes that changed, not a walk over
-every node; a new shape's first pass over all cards is one columnar sweep
-(`evaluate.sweep`) when the pod allows it, else `evaluate_node` per node.
+every node. When the pod allows it (`evaluate.sweepable`: one GPU container, no choice of
+cards needed to decide), a new shape's first pass is one columnar sweep over all cards
+(`evaluate.sweep`) whose verdicts stay columns (`evaluate.Swept`) and whose index is built
+with array operations, many changed nodes are re-checked as one sweep over their cards,
+and a few with `evaluate.evaluate_alone`; else `evaluate_node` per node.
 Among the nodes where the pod fits, binpack takes the highest node score, spread the lowest,
 scores within 1e-9 tie and go by node name; the chosen node is evaluated once more to
 explain its cards. A pod that fits nowhere keeps the `config.closest_nodes` nodes that came
-closest (`engine.closeness`), with their card tables; their closeness is cached like the
-verdicts, per pod shape and node version, so explaining costs one explaining evaluation per
-changed node, not a sweep.
+closest (`engine.closeness`), with their card tables: for a sweepable pod every node's
+closeness key is computed over the card columns at once (`closeness.closest_columns`) and
+only the kept nodes are measured; else each failed node's closeness is cached like the
+verdicts, per pod shape and node version. Either way a pending decision measures the kept
+nodes that changed, not every failed node.
 """
 
 from __future__ import annotations
@@ -75,8 +80,7 @@ class NodeIndex:
         "position",
         "node_count",
         "held",
-        "_fit_keys",
-        "_unkeyed",
+        "order",
         "fit_entries",
         "_fail_names",
         "fail_entries",
@@ -94,8 +98,8 @@ class NodeIndex:
         self.position = -1  # TOUCHES position read up to; -1: never built
         self.node_count = -1
         self.held: dict[str, NodeVerdict] = {}
-        self._fit_keys: list[tuple[float, str]] | None = []
-        self._unkeyed: tuple | None = None  # (sorted values, names) until `fit_keys` is read
+        #: what the fitting nodes are sorted on: `(sign x score, name)` of an entry
+        self.order = lambda entry: (sign * entry[1], entry[0])
         self.fit_entries: list[tuple[str, float]] = []
         self._fail_names: list[str] | None = []
         self.fail_entries: list[tuple[str, NodeFailure]] = []
@@ -112,7 +116,6 @@ class NodeIndex:
         self.base = None
         self.held = dict(verdicts)
         fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
-        self._fit_keys, self._unkeyed = fit, None
         held = self.held
         self.fit_entries = [(name, held[name].score) for _, name in fit]
         self.fail_entries = [(name, v.failure) for name, v in verdicts if v.failure is not None]
@@ -143,7 +146,6 @@ class NodeIndex:
         order = np.argsort(values, kind="stable")  # equal values stay by name
         fit, values = fit[order], values[order]
         names = swept.names[fit].tolist()
-        self._fit_keys, self._unkeyed = None, (values, names)
         self.fit_entries = list(zip(names, swept.score[fit].tolist(), strict=True))
         failed = np.flatnonzero(~fits)
         self._fail_names = fail_names = swept.names[failed].tolist()
@@ -170,17 +172,6 @@ class NodeIndex:
         self.multiplicity = dict(zip(self.values, sizes.tolist(), strict=True))
         self.near = set(distinct[:-1][np.diff(distinct) < TOLERANCE].tolist())
         self._ranking = None
-
-    @property
-    def fit_keys(self) -> list[tuple[float, str]]:
-        """`(sign x score, name)` of the fitting nodes, sorted: what `update` bisects. A sweep's
-        index writes them out when first read, so a shape decided once never does."""
-        keys = self._fit_keys
-        if keys is None:
-            values, names = self._unkeyed
-            keys = self._fit_keys = list(zip(values.tolist(), names, strict=True))
-            self._unkeyed = None
-        return keys
 
     @property
     def fail_names(self) -> list[str]:
@@ -221,10 +212,7 @@ class NodeIndex:
                 carriers[reason] = carriers.get(reason, 0) + 1
             return
         value = self.sign * verdict.score
-        key = (value, name)
-        keys = self.fit_keys
-        i = bisect_left(keys, key)
-        keys.insert(i, key)
+        i = bisect_left(self.fit_entries, (value, name), key=self.order)
         self.fit_entries.insert(i, (name, verdict.score))
         count = self.multiplicity.get(value, 0)
         self.multiplicity[value] = count + 1
@@ -259,9 +247,7 @@ class NodeIndex:
                     del carriers[reason], reasons[reason]
             return
         value = self.sign * verdict.score
-        keys = self.fit_keys
-        i = bisect_left(keys, (value, name))
-        del keys[i]
+        i = bisect_left(self.fit_entries, (value, name), key=self.order)
         del self.fit_entries[i]
         count = self.multiplicity[value] - 1
         if count:
@@ -301,13 +287,9 @@ class NodeIndex:
 
     def _span(self, low: float, high: float) -> tuple[int, int, list[float]]:
         """Where the fitting nodes with `low <= sign x score < high` sit, and their values."""
-        if self._unkeyed is not None:
-            values = self._unkeyed[0]
-            a, b = np.searchsorted(values, (low, high)).tolist()
-            return a, b, values[a:b].tolist()
-        keys = self.fit_keys
-        a, b = bisect_left(keys, (low,)), bisect_left(keys, (high,))
-        return a, b, [key[0] for key in keys[a:b]]
+        entries, order = self.fit_entries, self.order
+        a, b = bisect_left(entries, (low,), key=order), bisect_left(entries, (high,), key=order)
+        return a, b, [self.sign * score for _, score in entries[a:b]]
 
     def _runs(self) -> list[tuple[float, float]]:
         """The runs of distinct values each less than 1e-9 above the one before: (first, last)."""
@@ -355,8 +337,10 @@ class ShapeTable:
 class Scheduler:
     """Decides pods against one snapshot; `schedule` also applies each placement to it."""
 
-    #: Cached node verdicts kept across all shapes (bounds memory: ~150 bytes each).
-    CACHE_ENTRIES = 500_000
+    #: Node verdicts cached across all shapes, as shapes x nodes: 100 shapes at 10,000 nodes
+    #: x 8 cards (a sweep's verdicts are columns, an index ~200 bytes a node: about 220 MiB
+    #: measured on top of the snapshot).
+    CACHE_ENTRIES = 1_000_000
     #: From how many nodes a new shape's first pass runs as one columnar sweep (numpy costs a
     #: fixed overhead per call that a few nodes do not pay back).
     SWEEP_NODES = 64

@@ -135,6 +135,12 @@ def preemption_of(name: str) -> dict:
         return {"status": None}
     return {
         "status": pod.status,
+        "reason": pod.reason,
+        "parked": pod.parked,
+        "next_attempt_at": pod.next_attempt_at,
+        "eviction_states": list(
+            Eviction.objects.filter(preemptor=pod).values_list("state", "victim__status")
+        ),
         "evictions": Eviction.objects.filter(preemptor=pod, state__in=Eviction.ACTIVE).count(),
         "nominations": Nomination.objects.filter(pod=pod).count(),
         "decided_by": list(Decision.objects.filter(pod=pod).values_list("cycle__worker", flat=True)),

@@ -371,3 +371,18 @@ def test_reclaim_between_weight_one_and_three_settles_at_a_quarter_and_does_not_
     assert all(h == (5, 15) for h in history[settled:]), history  # no flapping
     assert sum(evictions) == 15  # every eviction moved the split toward the fair share
     assert [a for a, _ in history] == sorted((a for a, _ in history), reverse=True)
+
+
+def test_each_alternative_says_why_it_lost():
+    w = World({"n1": [8000], "n2": [8000], "n3": [8000]})
+    w.run("one", "n1", {0: 5000})
+    w.run("two-a", "n2", {0: 2000})
+    w.run("two-b", "n2", {0: 3000})
+    w.run("heavier", "n3", {0: 6000})
+    (outcome,) = w.runner().run([job("p", mem=8000)])
+    preemption = outcome.decision.preemption
+    assert preemption["node"] == "n1"
+    assert {a["node"]: a["why"] for a in preemption["alternatives"]} == {
+        "n3": "6000 MiB evicted > 5000 MiB",
+        "n2": "2 victims > 1",
+    }
