@@ -61,6 +61,7 @@ def _queue(entry, where: str) -> QueueState:
         found.note(f"{where}.namespaces", "must be a list of namespace names")
     figures = {key: found.check(_figures, entry.get(key), f"{where}.{key}") for key in FIGURES}
     found.raise_any()
+    assert isinstance(name, str)
     state = QueueState(
         name=name,
         parent=parent,
@@ -127,6 +128,7 @@ def _group(entry, where: str) -> tuple[tuple[str, str], dict]:
         found.note(f"{where}.queue", "must be a queue name")
     min_resources = found.check(_figures, entry.get("min_resources"), f"{where}.min_resources")
     found.raise_any()
+    assert isinstance(name, str) and isinstance(namespace, str)
     return (namespace, name), {
         "min_member": min_member,
         "queue": queue,

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from .decision import SCHEDULED, Decision
-from .evaluate import evaluate_node
 from .model import PodSpec
 from .pod import ParsedPod
 from .preempt import Plan, Preemptor, Tenant, Victim, grants_of
@@ -79,25 +78,6 @@ class Consolidator:
             and self.spec_of(tenant) is not None
         )
 
-    def _fits_without(self, node, parsed: ParsedPod, moved: tuple[Tenant, ...]) -> bool:
-        by_uuid = {card.uuid: card for card in node.cards}
-        changed = []
-        for tenant in moved:
-            for uuid, memory, cores in tenant.holdings:
-                card = by_uuid.get(uuid)
-                if card is not None:
-                    card.used_slots -= 1
-                    card.used_memory -= memory
-                    card.used_cores -= cores
-                    changed.append((card, memory, cores))
-        try:
-            return evaluate_node(node, parsed.gpu_inits, list(parsed.apps), parsed.policy).fits
-        finally:
-            for card, memory, cores in changed:
-                card.used_slots += 1
-                card.used_memory += memory
-                card.used_cores += cores
-
     def _home(self, tenant: Tenant, statement) -> Decision | None:
         """The tenant decided on the cluster without its own node; assumed in `statement`."""
         spec = self.spec_of(tenant)
@@ -132,7 +112,7 @@ class Consolidator:
                 pool = movable if size == 1 else movable[:PAIR_POOL]
                 sets = sorted(combinations(pool, size), key=lambda group: sum(t.work for t in group))
                 for group in sets:
-                    if not self._fits_without(node, parsed, group):
+                    if not self.preemptor.fits_without(node, parsed, list(group)):
                         continue
                     moves = self._apply(group, statement)
                     if moves is not None:

@@ -485,7 +485,7 @@ class Preemptor:
             units.append((members, kind, why))
         return units
 
-    def _fits(self, node, parsed: ParsedPod, freed: list[Tenant]) -> bool:
+    def fits_without(self, node, parsed: ParsedPod, freed: list[Tenant]) -> bool:
         """Whether the pod fits `node` with `freed` tenants' holdings off its cards (restored after)."""
         by_uuid = {card.uuid: card for card in node.cards}
         changed = []
@@ -520,12 +520,12 @@ class Preemptor:
         def freed(chosen) -> list[Tenant]:
             return [t for members, _, _ in chosen for t in members]
 
-        if not units or not self._fits(node, parsed, freed(units)):
+        if not units or not self.fits_without(node, parsed, freed(units)):
             return None
         best = None
         # one unit alone, cheapest first (ties in preference order): the first that works is the cheapest
         for unit in sorted(units, key=lambda u: (len(u[0]), sum(t.work for t in u[0]))):
-            if here([unit]) >= need and self._fits(node, parsed, unit[0]):
+            if here([unit]) >= need and self.fits_without(node, parsed, unit[0]):
                 best = ((len(unit[0]), sum(t.work for t in unit[0])), [unit])
                 break
         if best is not None and len(best[1][0][0]) == 1:
@@ -533,11 +533,11 @@ class Preemptor:
         chosen: list = []
         for unit in units:  # greedy in preference order, then drop what is not needed
             chosen.append(unit)
-            if here(chosen) >= need and self._fits(node, parsed, freed(chosen)):
+            if here(chosen) >= need and self.fits_without(node, parsed, freed(chosen)):
                 break
         for unit in list(reversed(chosen)):
             rest = [u for u in chosen if u is not unit]
-            if rest and here(rest) >= need and self._fits(node, parsed, freed(rest)):
+            if rest and here(rest) >= need and self.fits_without(node, parsed, freed(rest)):
                 chosen = rest
         greedy_cost = (sum(len(u[0]) for u in chosen), sum(t.work for u in chosen for t in u[0]))
         if best is not None and best[0] <= greedy_cost:

@@ -97,6 +97,7 @@ def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
     for other, score in links.items():
         found.check(_int, score, f"{where}.links.{other}")
     found.raise_any()
+    assert isinstance(uuid, str)  # raise_any: every problem noted above is raised
     card = Card(
         uuid=uuid.strip(),
         type=card_type,
@@ -151,6 +152,7 @@ def parse_node(raw, where: str) -> Node:
     annotations = found.check(_strings, raw.get("annotations"), f"{where}.annotations")
     labels = found.check(_strings, raw.get("labels"), f"{where}.labels")
     found.raise_any()
+    assert isinstance(name, str)
     return Node(
         name=name.strip(),
         cards=cards,
@@ -209,6 +211,7 @@ def parse_pod_entry(raw, where: str) -> PodSpec:
         found.note(f"{where}.initContainers", "must be a list of containers")
     annotations = found.check(_dict, raw.get("annotations"), f"{where}.annotations")
     found.raise_any()
+    assert isinstance(name, str) and isinstance(containers, list)
     return PodSpec(
         name=name, namespace=namespace, annotations=annotations, containers=containers, init_containers=inits
     )

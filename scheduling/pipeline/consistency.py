@@ -176,11 +176,11 @@ def vanished_pods(view: KubernetesView, pod_ids=None) -> list[dict[str, Any]]:
     """Placed rows of Kubernetes pods (of the view's origins) the list does not hold, or
     holds as another uid. `pod_ids` narrows the look to those rows."""
     listed = {(pod.namespace, pod.name, pod.uid) for pod in view.pods}
-    rows = Pod.objects.filter(status__in=Pod.BOUND, origin__in=view.origins)
+    placed = Pod.objects.filter(status__in=Pod.BOUND, origin__in=view.origins)
     if pod_ids is not None:
-        rows = rows.filter(pk__in=pod_ids)
+        placed = placed.filter(pk__in=pod_ids)
     rows = (
-        rows.exclude(uid="").order_by("pk").values("id", "namespace", "name", "uid", "status", "node__name")
+        placed.exclude(uid="").order_by("pk").values("id", "namespace", "name", "uid", "status", "node__name")
     )
     return [
         {

@@ -26,6 +26,7 @@ from .inventory import cordon_card
 from .pods import (
     _pod_for_update,
     _release_allocations,
+    back_to_pending,
     capacity_changed,
     group_after_release,
     release_pod,
@@ -152,24 +153,7 @@ def _requeue_off(pod_id: int, node: Node, reason: str) -> bool:
         if pod.status not in Pod.BOUND or pod.node_id != node.pk:
             return False
         _release_allocations(pod, now)
-        pod.status, pod.node, pod.allocated = Pod.PENDING, None, ""
-        pod.scheduled_at = pod.bound_at = None
-        pod.next_attempt_at = None
-        pod.reason = reason[:1000]
-        pod.revision += 1
-        pod.save(
-            update_fields=[
-                "status",
-                "node",
-                "allocated",
-                "scheduled_at",
-                "bound_at",
-                "next_attempt_at",
-                "reason",
-                "revision",
-                "updated_at",
-            ]
-        )
+        back_to_pending(pod, reason)
         if pod.group_id is not None:
             group_after_release(pod.group_id, now)
         capacity_changed(f"requeue {pod.key}")

@@ -27,7 +27,14 @@ from scheduling.models.events import Event
 from scheduling.pipeline.options import option
 from scheduling.pipeline.triggers import request_cycle
 
-from .pods import _pod_for_update, _release_allocations, capacity_changed, group_after_release, release_pod
+from .pods import (
+    _pod_for_update,
+    _release_allocations,
+    back_to_pending,
+    capacity_changed,
+    group_after_release,
+    release_pod,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,48 +100,36 @@ def _evict_locally(eviction_id: int) -> int:
             return 0
         preemptor = _preemptor_key(eviction)
         freed = _release_allocations(pod, now)
-        pod.status, pod.node, pod.allocated = Pod.PENDING, None, ""
-        pod.scheduled_at = pod.bound_at = None
-        pod.next_attempt_at = None
         verb = "moved for" if eviction.kind == Eviction.CONSOLIDATE else "preempted by"
-        pod.reason = f"{verb} {preemptor}: {eviction.reason}"[:1000]
-        pod.revision += 1
-        pod.save(
-            update_fields=[
-                "status",
-                "node",
-                "allocated",
-                "scheduled_at",
-                "bound_at",
-                "next_attempt_at",
-                "reason",
-                "revision",
-                "updated_at",
-            ]
-        )
+        back_to_pending(pod, f"{verb} {preemptor}: {eviction.reason}")
         if pod.group_id is not None:
             group_after_release(pod.group_id, now)
         _end(eviction, Eviction.DONE, "evicted and requeued", now)
-        cards = ", ".join(eviction.cards)
-        record_event(
-            Event.PREEMPTION,
-            f"pod/{pod.key}",
-            "Preempted",
-            f"Preempted by {preemptor} on card {cards}: {eviction.reason}",
-            actor="scheduler",
-        )
-        if eviction.preemptor_id is not None:
-            record_event(
-                Event.PREEMPTION,
-                f"pod/{preemptor}",
-                "Preempting",
-                f"evicted {pod.key} on {eviction.node}",
-                actor="scheduler",
-                severity=Event.NORMAL,
-            )
+        _record_preempted(eviction, pod.key, "evicted")
         if freed:
             capacity_changed(f"evicted {pod.key}")
     return 1
+
+
+def _record_preempted(eviction: Eviction, victim: str, verb: str) -> None:
+    """The audit events of an eviction carried out: on the victim, and on its preemptor."""
+    preemptor = _preemptor_key(eviction)
+    record_event(
+        Event.PREEMPTION,
+        f"pod/{victim}",
+        "Preempted",
+        f"Preempted by {preemptor} on card {', '.join(eviction.cards)}: {eviction.reason}",
+        actor="scheduler",
+    )
+    if eviction.preemptor_id is not None:
+        record_event(
+            Event.PREEMPTION,
+            f"pod/{preemptor}",
+            "Preempting",
+            f"{verb} {victim} on {eviction.node}",
+            actor="scheduler",
+            severity=Event.NORMAL,
+        )
 
 
 @retry_on_conflict
@@ -147,23 +142,7 @@ def mark_evicting(eviction_id: int, message: str = "") -> bool:
     )
     eviction = Eviction.objects.select_related("victim", "preemptor").filter(pk=eviction_id).first()
     if eviction is not None and (updated or eviction.state == Eviction.DONE):
-        preemptor = _preemptor_key(eviction)
-        record_event(
-            Event.PREEMPTION,
-            f"pod/{eviction.victim.key}",
-            "Preempted",
-            f"Preempted by {preemptor} on card {', '.join(eviction.cards)}: {eviction.reason}",
-            actor="scheduler",
-        )
-        if eviction.preemptor_id is not None:
-            record_event(
-                Event.PREEMPTION,
-                f"pod/{preemptor}",
-                "Preempting",
-                f"evicting {eviction.victim.key} on {eviction.node}",
-                actor="scheduler",
-                severity=Event.NORMAL,
-            )
+        _record_preempted(eviction, eviction.victim.key, "evicting")
     return bool(updated)
 
 

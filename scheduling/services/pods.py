@@ -635,6 +635,31 @@ def _pod_for_update(pod) -> Pod:
     return queryset.get(pk=pod)
 
 
+#: The columns `back_to_pending` writes.
+BACK_TO_PENDING_FIELDS = (
+    "status",
+    "node",
+    "allocated",
+    "scheduled_at",
+    "bound_at",
+    "next_attempt_at",
+    "reason",
+    "revision",
+    "updated_at",
+)
+
+
+def back_to_pending(pod: Pod, reason: str, next_attempt_at=None) -> None:
+    """A placed pod, its cards already given back (`_release_allocations`), waits again as the
+    same incarnation: pending, no node, saying why. The caller holds the pod row's lock."""
+    pod.status, pod.node, pod.allocated = Pod.PENDING, None, ""
+    pod.scheduled_at = pod.bound_at = None
+    pod.next_attempt_at = next_attempt_at
+    pod.reason = reason[:1000]
+    pod.revision += 1
+    pod.save(update_fields=list(BACK_TO_PENDING_FIELDS))
+
+
 def _release_allocations(pod: Pod, now) -> bool:
     """Give back the cards of `pod`'s active allocations (`_release_allocations_of`)."""
     return _release_allocations_of([pod], now)
@@ -794,23 +819,10 @@ def requeue_placed_pod(
             transaction.on_commit(
                 partial(wake_pending_pods, but=pod.pk), robust=True
             )  # the others: this pod waits
-        pod.status, pod.node, pod.allocated = Pod.PENDING, None, ""
-        pod.scheduled_at = pod.bound_at = None
-        pod.next_attempt_at = now + timedelta(seconds=retry_after) if retry_after > 0 else None
-        pod.reason = (reason or "placement given back")[:1000]
-        pod.revision += 1
-        pod.save(
-            update_fields=[
-                "status",
-                "node",
-                "allocated",
-                "scheduled_at",
-                "bound_at",
-                "next_attempt_at",
-                "reason",
-                "revision",
-                "updated_at",
-            ]
+        back_to_pending(
+            pod,
+            reason or "placement given back",
+            now + timedelta(seconds=retry_after) if retry_after > 0 else None,
         )
         request_cycle(f"requeue {pod.key}")
     return pod

@@ -28,11 +28,11 @@ from .test_preempt import World, pod
 
 def plain_minimal(preemptor: Preemptor, node, parsed, units):
     everyone = [t for members, _, _ in units for t in members]
-    if not units or not preemptor._fits(node, parsed, everyone):
+    if not units or not preemptor.fits_without(node, parsed, everyone):
         return None
     best = None
     for unit in units:
-        if preemptor._fits(node, parsed, unit[0]):
+        if preemptor.fits_without(node, parsed, unit[0]):
             cost = (len(unit[0]), sum(t.work for t in unit[0]))
             if best is None or cost < best[0]:
                 best = (cost, [unit])
@@ -41,11 +41,11 @@ def plain_minimal(preemptor: Preemptor, node, parsed, units):
     chosen: list = []
     for unit in units:
         chosen.append(unit)
-        if preemptor._fits(node, parsed, [t for members, _, _ in chosen for t in members]):
+        if preemptor.fits_without(node, parsed, [t for members, _, _ in chosen for t in members]):
             break
     for unit in list(reversed(chosen)):
         rest = [u for u in chosen if u is not unit]
-        if rest and preemptor._fits(node, parsed, [t for members, _, _ in rest for t in members]):
+        if rest and preemptor.fits_without(node, parsed, [t for members, _, _ in rest for t in members]):
             chosen = rest
     greedy = (sum(len(u[0]) for u in chosen), sum(t.work for u in chosen for t in u[0]))
     return best[1] if best is not None and best[0] <= greedy else chosen
