@@ -326,10 +326,10 @@ def closest_columns(
     # only failed, ready nodes that might fit are measured: their freeable cards' shortfalls
     measured = failed & c.ready & ~never
     rows = np.flatnonzero(measured)
-    missing = np.maximum(0, count - passing[rows])
+    missing = np.maximum(0, count - np.asarray(passing)[rows])
     cards = np.flatnonzero(measured[c.node_of])
     gap = capacity[cards] & (code[cards] >= _CAPACITY_CODES[0]) & (code[cards] <= _CAPACITY_CODES[1])
-    asked = memory if ask.memory is not None else memory[cards]
+    asked = memory if ask.memory is not None else memory[cards]  # type: ignore[index]
     short_memory = np.maximum(0, asked - (c.memory[cards] - c.used_memory[cards]))
     short_cores = np.maximum(0, ask.cores - (c.cores[cards] - c.used_cores[cards]))
     radix = int(short_cores[gap].max(initial=0)) + 1

@@ -288,7 +288,8 @@ class NodeIndex:
     def _span(self, low: float, high: float) -> tuple[int, int, list[float]]:
         """Where the fitting nodes with `low <= sign x score < high` sit, and their values."""
         entries, order = self.fit_entries, self.order
-        a, b = bisect_left(entries, (low,), key=order), bisect_left(entries, (high,), key=order)
+        a = bisect_left(entries, (low,), key=order)  # type: ignore[arg-type]
+        b = bisect_left(entries, (high,), key=order)  # type: ignore[arg-type]
         return a, b, [self.sign * score for _, score in entries[a:b]]
 
     def _runs(self) -> list[tuple[float, float]]:
@@ -324,7 +325,7 @@ class ShapeTable:
             return cached[1]
         base = self.base
         i = base.position.get(name) if base is not None else None
-        if i is not None and base.versions[i] == version:
+        if i is not None and base is not None and base.versions[i] == version:
             verdict = base.verdict(i)
         elif alone is not None:
             verdict = evaluate_alone(node, alone, apps, policy)
