@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("HAMIADMIN_VAR_DIR", BASE_DIR / "var"))
@@ -23,6 +24,17 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def env_rate(name: str, default: str) -> str:
+    """A DRF throttle rate (`N/s`, `N/min`, `N/hour`, `N/day`) from the environment; empty
+    means the default. A malformed one stops start-up naming the variable, instead of every
+    throttled request failing later."""
+    value = (os.environ.get(name) or "").strip() or default
+    count, _, period = value.partition("/")
+    if not count.isdigit() or not period or period[0] not in "smhd":
+        raise ImproperlyConfigured(f"{name} must look like 600/s, 30/min, 20/hour or 1000/day, got {value!r}")
+    return value
 
 
 PRODUCTION = os.environ.get("HAMIADMIN_ENV", "development").strip().lower() == "production"
@@ -292,15 +304,15 @@ REST_FRAMEWORK = {
     # released, one token) pass. token-writes, login and simulate-queued count in the shared
     # cache (every process together), the others per process.
     "DEFAULT_THROTTLE_RATES": {
-        "agent-report": os.environ.get("HAMI_THROTTLE_REPORT", "600/min"),
-        "pod-submit": os.environ.get("HAMI_THROTTLE_SUBMIT", "300/s"),
+        "agent-report": env_rate("HAMI_THROTTLE_REPORT", "600/min"),
+        "pod-submit": env_rate("HAMI_THROTTLE_SUBMIT", "300/s"),
         # Every token-authenticated write, per token user (scheduling/api/throttles.py).
-        "token-writes": os.environ.get("HAMI_THROTTLE_TOKEN_WRITES", "600/s"),
+        "token-writes": env_rate("HAMI_THROTTLE_TOKEN_WRITES", "600/s"),
         # Sign-in forms sent to the dashboard, per client address, right or wrong.
-        "login": os.environ.get("HAMI_THROTTLE_LOGIN", "30/min"),
-        "simulate": os.environ.get("HAMI_THROTTLE_SIMULATE", "30/min"),
+        "login": env_rate("HAMI_THROTTLE_LOGIN", "30/min"),
+        "simulate": env_rate("HAMI_THROTTLE_SIMULATE", "30/min"),
         # Simulations sent to a worker, per user, counted in the shared cache.
-        "simulate-queued": os.environ.get("HAMI_THROTTLE_SIMULATE_QUEUED", "20/hour"),
+        "simulate-queued": env_rate("HAMI_THROTTLE_SIMULATE_QUEUED", "20/hour"),
     },
 }
 
