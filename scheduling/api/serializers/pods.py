@@ -142,14 +142,19 @@ class PodDetailSerializer(PodSerializer):
         rows = pod.nominations.filter(expires_at__gt=timezone.now()).select_related("card", "card__node")
         return NominationSerializer(rows.order_by("id"), many=True).data
 
-    @extend_schema_field(ContainerStatusSerializer(many=True))
-    def get_containers(self, pod: Pod) -> list[dict]:
+    def held(self, pod: Pod) -> dict[int, list[dict]]:
+        """The vGPUs each container holds, by container position."""
         held: dict[int, list[dict]] = {}
         active = pod.allocations.filter(active=True).select_related("card").order_by("container_index", "id")
         for allocation in active:
             held.setdefault(allocation.container_index, []).append(
                 {"uuid": allocation.card.uuid, "memory": allocation.memory, "cores": allocation.cores}
             )
+        return held
+
+    @extend_schema_field(ContainerStatusSerializer(many=True))
+    def get_containers(self, pod: Pod) -> list[dict]:
+        held = self.held(pod)
         out = []
         for position, spec in enumerate(pod.containers if isinstance(pod.containers, list) else []):
             spec = spec if isinstance(spec, dict) else {}
@@ -185,6 +190,26 @@ class PodSubmittedSerializer(PodDetailSerializer):
     )
     def get_warnings(self, pod: Pod) -> dict[str, list[str]]:
         return self.context.get("warnings", {})
+
+    # A row this submission created has no history yet: answered without a query each
+    # (they were half the cost of a submission).
+    def _new(self) -> bool:
+        return bool(self.context.get("new_row"))
+
+    def get_evictions(self, pod: Pod) -> list[dict]:
+        return [] if self._new() else super().get_evictions(pod)
+
+    def get_preemptions(self, pod: Pod) -> list[dict]:
+        return [] if self._new() else super().get_preemptions(pod)
+
+    def get_nominations(self, pod: Pod) -> list[dict]:
+        return [] if self._new() else super().get_nominations(pod)
+
+    def get_decision(self, pod: Pod) -> dict | None:
+        return None if self._new() else super().get_decision(pod)
+
+    def held(self, pod: Pod) -> dict[int, list[dict]]:
+        return {} if self._new() else super().held(pod)
 
 
 class PendingPodSerializer(OutputModelSerializer):

@@ -108,7 +108,9 @@ class PodViewSet(
             origin=Pod.API,
         )
         warnings = parse_pod(submitted.as_spec(), SchedulerConfig.current()).warnings()
-        answer = s.PodSubmittedSerializer(submitted, context={"warnings": warnings, "request": request})
+        answer = s.PodSubmittedSerializer(
+            submitted, context={"warnings": warnings, "request": request, "new_row": before is None}
+        )
         created = before is None or before in Pod.FINISHED
         return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
