@@ -1,7 +1,7 @@
 """Pipeline benchmark: pods per second from pending to committed allocation, and the
 latency from a release to the placement of a pod waiting for that capacity.
 
-    python -m bench.pipeline [--nodes 100,1000] [--pods 5000] [--backends sqlite,postgresql]
+    python -m bench.pipeline [--nodes 100,1000] [--pods 5000] [--backends sqlite,postgresql] [--workers 1]
 
 Each run gets a throwaway database: a temporary SQLite file, and a PostgreSQL database
 `hamiadmin_bench_<pid>_<random>` created for that run and dropped after it on the server of
@@ -17,7 +17,8 @@ Measured per run: 8 cards per node (A100 40 GB, 10 slots), `--pods` pods queued 
 the queue is empty: throughput = placed / time. `submit_pod/s` is the write path alone,
 one transaction per pod. Release latency: a pod pinned to a full card waits, the in-process
 scheduler loop runs, and the time from the release's commit to the waiting pod's commit
-is taken, several times.
+is taken, several times. `--workers 2` drains the queue with two processes at once
+(single-flight off: with it on, the second would only wait on the cycle lock).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def admin_sql(url: str, *statements: str) -> str | None:
     return None
 
 
-def run_child(database_url: str, backend: str, nodes: int, pods: int, scratch: str) -> dict:
+def run_child(database_url: str, backend: str, nodes: int, pods: int, scratch: str, workers: int = 1) -> dict:
     env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL",)}
     env.update(
         {
@@ -92,6 +93,8 @@ def run_child(database_url: str, backend: str, nodes: int, pods: int, scratch: s
             str(nodes),
             "--pods",
             str(pods),
+            "--workers",
+            str(workers),
         ],
         cwd=REPO,
         env=env,
@@ -143,22 +146,23 @@ def main_parent(args) -> None:
         for backend in args.backends.split(","):
             for nodes in (int(n) for n in args.nodes.split(",")):
                 print(
-                    f"running {backend} with {nodes} nodes x 8 cards, {args.pods} pods ...",
+                    f"running {backend} with {nodes} nodes x 8 cards, {args.pods} pods, "
+                    f"{args.workers} worker{'s' if args.workers != 1 else ''} ...",
                     file=sys.stderr,
                     flush=True,
                 )
-                rows.append(run_backend(backend, nodes, args.pods, scratch))
+                rows.append(run_backend(backend, nodes, args.pods, scratch, args.workers))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     sys.stderr.flush()
     print_table(rows)
 
 
-def run_backend(backend: str, nodes: int, pods: int, scratch: str) -> dict:
+def run_backend(backend: str, nodes: int, pods: int, scratch: str, workers: int = 1) -> dict:
     if backend == "sqlite":
         database = Path(scratch) / f"bench-{nodes}.sqlite3"
         try:
-            return run_child(f"sqlite:///{database}", backend, nodes, pods, scratch)
+            return run_child(f"sqlite:///{database}", backend, nodes, pods, scratch, workers)
         finally:
             for leftover in Path(scratch).glob(f"{database.name}*"):
                 leftover.unlink()
@@ -173,7 +177,7 @@ def run_backend(backend: str, nodes: int, pods: int, scratch: str) -> dict:
                 "skipped": f"skipped: PostgreSQL not reachable ({error})",
             }
         try:
-            return run_child(with_database(server, name), backend, nodes, pods, scratch)
+            return run_child(with_database(server, name), backend, nodes, pods, scratch, workers)
         finally:
             admin_sql(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
@@ -331,17 +335,54 @@ def drain_queue() -> tuple[list, float]:
     return reports, time.perf_counter() - started
 
 
+def start_drainer() -> subprocess.Popen:
+    """Another worker process on the same database draining the same queue (`--drain`)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.pipeline", "--drain"],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    process.started = time.perf_counter()  # type: ignore[attr-defined]
+    return process
+
+
+def finished_after(process: subprocess.Popen) -> float:
+    """Seconds from the drainer's start until it found the queue empty (what it printed)."""
+    out = (process.stdout.read() if process.stdout else "").strip().splitlines()
+    return float(json.loads(out[-1])["seconds"]) if out else 0.0
+
+
+def main_drain() -> None:
+    import django
+
+    django.setup()
+    _, seconds = drain_queue()
+    print(json.dumps({"seconds": seconds}))
+
+
 def main_child(args) -> None:
+    if args.workers > 1:  # single flight would keep all but one waiting on the cycle lock
+        os.environ["HAMI_SINGLE_FLIGHT"] = "0"
     import django
 
     django.setup()
     from django.core.management import call_command
 
+    from scheduling.models import Pod
+
     call_command("migrate", verbosity=0, interactive=False)
     build_cluster(args.nodes)
     queue_pods(args.pods)
+    others = [start_drainer() for _ in range(args.workers - 1)]
     reports, seconds = drain_queue()
-    placed = sum(len(report.placed) for report in reports)
+    for other in others:
+        other.wait(600)
+    seconds = max(seconds, *(finished_after(other) for other in others)) if others else seconds
+    placed = (
+        Pod.objects.filter(status=Pod.SCHEDULED).count() if others else sum(len(r.placed) for r in reports)
+    )
     submit_rate = measure_submit()
     latencies = measure_release_latency()
     print(
@@ -371,9 +412,18 @@ def main() -> None:
     parser.add_argument("--nodes", default="100,1000", help="comma list of cluster sizes (8 cards each)")
     parser.add_argument("--pods", type=int, default=5000)
     parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes draining the queue at once (more than one: single-flight off)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
+    if args.drain:
+        main_drain()
+    elif args.child:
         args.nodes = int(args.nodes)
         main_child(args)
     else:
