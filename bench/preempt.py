@@ -320,12 +320,7 @@ def audit(cluster: Cluster, running: Iterable[Tenant], nominations: dict[str, No
 
 
 def _move(node: Node, grants: list[tuple[str, int, int]], sign: int) -> None:
-    by_uuid = {card.uuid: card for card in node.cards}
-    for uuid, memory, cores in grants:
-        card = by_uuid[uuid]
-        card.used_slots += sign
-        card.used_memory += sign * memory
-        card.used_cores += sign * cores
+    node.shift(grants, sign)
     node.touch()
 
 

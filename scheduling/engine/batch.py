@@ -405,15 +405,13 @@ class Statement:
         """Move a tenant's holdings off (-1) or back on (+1) its cards; its gang's `gang-spread`
         marks go with them (the cards unmarked on the way off are marked again on the way back)."""
         node = self.scheduler.cluster.node(tenant.node)
+        node.shift(tenant.holdings, sign)
         by_uuid = {card.uuid: card for card in node.cards}
         removed = []
-        for uuid, memory, cores in tenant.holdings:
+        for uuid, _, _ in tenant.holdings:
             card = by_uuid.get(uuid)
             if card is None:
                 continue
-            card.used_slots += sign
-            card.used_memory += sign * memory
-            card.used_cores += sign * cores
             if sign < 0 and tenant.gang and tenant.gang in card.gangs:
                 held = list(card.gangs)
                 held.remove(tenant.gang)

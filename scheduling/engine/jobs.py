@@ -169,13 +169,7 @@ class JobRunner:
             node = self.scheduler.cluster.by_name.get(nominated.node)
             if node is None:
                 continue
-            by_uuid = {card.uuid: card for card in node.cards}
-            for uuid, memory, cores in nominated.grants:
-                card = by_uuid.get(uuid)
-                if card is not None:
-                    card.used_slots += sign
-                    card.used_memory += sign * memory
-                    card.used_cores += sign * cores
+            node.shift(nominated.grants, sign)
             node.touch()
 
     def run(self, jobs: list[Job]) -> list[Outcome]:
@@ -206,6 +200,7 @@ class JobRunner:
         first_miss: tuple[Member, Decision] | None = None
         for member in job.members:
             decision, parsed, plan, before = self._decide_member(job, member)
+            victims: list[Tenant] = []  # evicted for this member: only a kept, real preemption
             if decision.status == SCHEDULED:
                 used = decision_usage(decision)
                 why = self.book.over_limit(job.queue, used)
@@ -235,11 +230,10 @@ class JobRunner:
                             self.statement.rollback(before)
                         else:
                             placed.append(assumed)
+                            victims = [victim.tenant for victim in plan.victims]
                     else:
                         self.statement.assume(decision, job.queue, gang_key)
                         placed.append(decision)
-            real = plan is not None and decision.preemption and not decision.preemption.get("dry_run")
-            victims = [v.tenant for v in plan.victims] if real and plan is not None else []
             if decision.status != SCHEDULED and not victims and first_miss is None:
                 first_miss = (member, decision)
             if self.reserved and decision.status in (SCHEDULED, PENDING):

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 
 from .encoding import VENDOR, pairs_to_links
@@ -134,6 +134,19 @@ class Node:
 
     def pair_score(self, a: str, b: str) -> int:
         return self.links.get(frozenset((a, b)), 0)
+
+    def shift(self, holdings: Iterable[tuple[str, int, int]], sign: int) -> None:
+        """Add (`sign` 1) or take off (-1) vGPU holdings, one (card uuid, MiB, cores) per vGPU,
+        on this node's usage counters; a uuid it has no card for is skipped. It does not
+        touch the node: a caller that keeps the change does (one that restores it at once,
+        to try a fit, need not)."""
+        by_uuid = {card.uuid: card for card in self.cards}
+        for uuid, memory, cores in holdings:
+            card = by_uuid.get(uuid)
+            if card is not None:
+                card.used_slots += sign
+                card.used_memory += sign * memory
+                card.used_cores += sign * cores
 
     def touch(self) -> None:
         """Call after changing anything a decision reads on this node (usage, health, cordons)."""

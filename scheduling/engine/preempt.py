@@ -487,26 +487,12 @@ class Preemptor:
 
     def fits_without(self, node, parsed: ParsedPod, freed: list[Tenant]) -> bool:
         """Whether the pod fits `node` with `freed` tenants' holdings off its cards (restored after)."""
-        by_uuid = {card.uuid: card for card in node.cards}
-        changed = []
-        for tenant in freed:
-            if tenant.node != node.name:
-                continue
-            for uuid, memory, cores in tenant.holdings:
-                card = by_uuid.get(uuid)
-                if card is None:
-                    continue
-                card.used_slots -= 1
-                card.used_memory -= memory
-                card.used_cores -= cores
-                changed.append((card, memory, cores))
+        holdings = [holding for tenant in freed if tenant.node == node.name for holding in tenant.holdings]
+        node.shift(holdings, -1)
         try:
             return evaluate_node(node, parsed.gpu_inits, list(parsed.apps), parsed.policy).fits
         finally:
-            for card, memory, cores in changed:
-                card.used_slots += 1
-                card.used_memory += memory
-                card.used_cores += cores
+            node.shift(holdings, 1)
 
     def _minimal(self, node, parsed: ParsedPod, units, need: int = 0) -> list | None:
         """The cheapest set of units found on `node` that lets the pod fit, made minimal.

@@ -327,7 +327,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
             }
         )
         cards = lock_cards(wanted)
-        held = Held(preemption.nominated_usage(wanted, now), victim_holdings(victims, now), {})
+        held = Held(preemption.nominated_usage(wanted, now), victim_holdings(victims), {})
         added: dict[int, list[int]] = {}
         verdicts = recheck_all(fresh, cards, added, held)
         outcomes: list[tuple[Attempt, str, str]] = [(a, *verdicts[id(a)]) for a in fresh]
@@ -542,7 +542,7 @@ def _kept(attempt: Attempt) -> tuple[str, str]:
     return (PENDING, PREEMPTS) if attempt.victims else (SCHEDULED, "")
 
 
-def victim_holdings(victims: dict[int, tuple], now) -> dict[int, list[tuple[str, int, int, int]]]:
+def victim_holdings(victims: dict[int, tuple]) -> dict[int, list[tuple[str, int, int, int]]]:
     """Each locked victim that is still placed and not being evicted already: its active
     allocations as (card uuid, card pk, MiB, cores)."""
     placed = [pk for pk, (status, *_rest) in victims.items() if status in Pod.BOUND]

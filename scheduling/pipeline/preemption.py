@@ -7,8 +7,8 @@
 - `load_nominations`: the cards preemptors hold until their victims are gone.
 - `rules`: the PREEMPT_* options as the engine's `Rules`.
 - `hooks`: the write side (`services.evictions`) registers itself at start-up, since the
-  pipeline does not import the services: `settle` runs before each cycle plans, `carry_out`
-  after a commit that chose victims hamiadmin evicts itself.
+  pipeline does not import the services: `carry_out` runs after a commit that chose victims
+  hamiadmin evicts itself, `settle` after every commit and in housekeeping.
 """
 
 from __future__ import annotations

@@ -57,6 +57,22 @@ def _end(eviction: Eviction, state: str, message: str, now) -> None:
     eviction.save(update_fields=["state", "message", "finished_at", "updated_at"])
 
 
+def _give_up(eviction_id: int, states, state: str, message: str) -> Eviction | None:
+    """End an eviction that is in one of `states` without its victim going (cancelled,
+    refused): the row locked and ended, the preemptor's nominations dropped. None when it was
+    not in those states. Runs in the caller's transaction."""
+    eviction = (
+        Eviction.objects.select_for_update(of=("self",))
+        .select_related("victim", "preemptor")
+        .filter(pk=eviction_id, state__in=states)
+        .first()
+    )
+    if eviction is not None:
+        _end(eviction, state, message, timezone.now())
+        _drop_nominations(eviction)
+    return eviction
+
+
 def _drop_nominations(eviction: Eviction) -> None:
     """The preemptor's cards are free for all again, and it is due at once (after the commit,
     in its own statement: no pod lock is taken while the eviction row is held)."""
@@ -151,17 +167,7 @@ def cancel_eviction(eviction_id: int, why: str) -> bool:
     """A requested eviction no longer needed (its preemptor is gone or was placed elsewhere):
     it ends before anything is evicted, and the preemptor's nominations go."""
     with transaction.atomic():
-        eviction = (
-            Eviction.objects.select_for_update(of=("self",))
-            .select_related("victim", "preemptor")
-            .filter(pk=eviction_id, state=Eviction.REQUESTED)
-            .first()
-        )
-        if eviction is None:
-            return False
-        _end(eviction, Eviction.CANCELLED, why, timezone.now())
-        _drop_nominations(eviction)
-    return True
+        return _give_up(eviction_id, (Eviction.REQUESTED,), Eviction.CANCELLED, why) is not None
 
 
 @retry_on_conflict
@@ -170,16 +176,9 @@ def refuse_eviction(eviction_id: int, message: str) -> bool:
     go, and a new cycle lets the preemptor try the next victim set (this victim is left out
     for `pipeline.preemption.REFUSED_COOLDOWN_SECONDS`)."""
     with transaction.atomic():
-        eviction = (
-            Eviction.objects.select_for_update(of=("self",))
-            .select_related("victim", "preemptor")
-            .filter(pk=eviction_id, state__in=Eviction.ACTIVE)
-            .first()
-        )
+        eviction = _give_up(eviction_id, Eviction.ACTIVE, Eviction.REFUSED, message)
         if eviction is None:
             return False
-        _end(eviction, Eviction.REFUSED, message, timezone.now())
-        _drop_nominations(eviction)
         record_event(
             Event.PREEMPTION,
             f"pod/{_preemptor_key(eviction)}",
