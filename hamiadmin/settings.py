@@ -26,6 +26,26 @@ def env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
+def _env_number(name: str, default, kind):
+    value = (os.environ.get(name) or "").strip() or str(default)
+    try:
+        return kind(value)
+    except ValueError:
+        words = "a whole number" if kind is int else "a number"
+        raise ImproperlyConfigured(f"{name} must be {words}, got {value!r}") from None
+
+
+def env_int(name: str, default) -> int:
+    """A whole number from the environment; empty means the default, a malformed one stops
+    start-up naming the variable."""
+    return _env_number(name, default, int)
+
+
+def env_float(name: str, default) -> float:
+    """A number from the environment, as `env_int`."""
+    return _env_number(name, default, float)
+
+
 def env_rate(name: str, default: str) -> str:
     """A DRF throttle rate (`N/s`, `N/min`, `N/hour`, `N/day`) from the environment; empty
     means the default. A malformed one stops start-up naming the variable, instead of every
@@ -102,7 +122,7 @@ _default_sqlite = f"sqlite:///{VAR_DIR / 'hamiadmin.sqlite3'}"
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", _default_sqlite),
-        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        conn_max_age=env_int("DB_CONN_MAX_AGE", "60"),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -194,29 +214,29 @@ HAMIADMIN = {
     "GPU_SCHEDULER_POLICY": HAMI_CONFIG.gpu_scheduler_policy
     or os.environ.get("HAMI_GPU_SCHEDULER_POLICY", "spread"),
     "HAMI_CONFIG": HAMI_CONFIG,
-    "SAFETY_CYCLE_SECONDS": float(os.environ.get("HAMI_SAFETY_CYCLE_SECONDS", "5")),
-    "HEARTBEAT_TIMEOUT_SECONDS": float(os.environ.get("HAMI_HEARTBEAT_TIMEOUT_SECONDS", "60")),
-    "DECISIONS_PER_POD": int(os.environ.get("HAMI_DECISIONS_PER_POD", "20")),
+    "SAFETY_CYCLE_SECONDS": env_float("HAMI_SAFETY_CYCLE_SECONDS", "5"),
+    "HEARTBEAT_TIMEOUT_SECONDS": env_float("HAMI_HEARTBEAT_TIMEOUT_SECONDS", "60"),
+    "DECISIONS_PER_POD": env_int("HAMI_DECISIONS_PER_POD", "20"),
     # Single-flight (scheduling/locks.py): auto = PostgreSQL advisory lock on PostgreSQL, else a
     # Redis lease (renewed by its holder every third of the timeout), else process-local.
     "CYCLE_LOCK": os.environ.get("HAMI_CYCLE_LOCK", "auto"),
-    "CYCLE_LOCK_TIMEOUT_SECONDS": float(os.environ.get("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "3")),
+    "CYCLE_LOCK_TIMEOUT_SECONDS": env_float("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "3"),
     "SCHEDULER_NAME": os.environ.get("HAMI_SCHEDULER_NAME", "hami-scheduler"),
     # Pipeline (scheduling/pipeline): cycle size, back-off, triggers, history bounds.
     "SINGLE_FLIGHT": env_bool("HAMI_SINGLE_FLIGHT", True),
-    "CYCLE_MAX_PODS": int(os.environ.get("HAMI_CYCLE_MAX_PODS", "1000")),
-    "DECISION_TOP": int(os.environ.get("HAMI_DECISION_TOP", "20")),
-    "CLOSEST_NODES": int(os.environ.get("HAMI_CLOSEST_NODES", "5")),
-    "BACKOFF_BASE_SECONDS": float(os.environ.get("HAMI_BACKOFF_BASE_SECONDS", "0.5")),
-    "BACKOFF_MAX_SECONDS": float(os.environ.get("HAMI_BACKOFF_MAX_SECONDS", "30")),
-    "LOOP_POLL_SECONDS": float(os.environ.get("HAMI_LOOP_POLL_SECONDS", "0.5")),
-    "TRIGGER_DEBOUNCE_MS": int(os.environ.get("HAMI_TRIGGER_DEBOUNCE_MS", "100")),
-    "HOUSEKEEPING_SECONDS": float(os.environ.get("HAMI_HOUSEKEEPING_SECONDS", "30")),
-    "CYCLES_KEPT": int(os.environ.get("HAMI_CYCLES_KEPT", "10000")),
-    "FINISHED_PODS_KEPT_HOURS": float(os.environ.get("HAMI_FINISHED_PODS_KEPT_HOURS", "168")),
+    "CYCLE_MAX_PODS": env_int("HAMI_CYCLE_MAX_PODS", "1000"),
+    "DECISION_TOP": env_int("HAMI_DECISION_TOP", "20"),
+    "CLOSEST_NODES": env_int("HAMI_CLOSEST_NODES", "5"),
+    "BACKOFF_BASE_SECONDS": env_float("HAMI_BACKOFF_BASE_SECONDS", "0.5"),
+    "BACKOFF_MAX_SECONDS": env_float("HAMI_BACKOFF_MAX_SECONDS", "30"),
+    "LOOP_POLL_SECONDS": env_float("HAMI_LOOP_POLL_SECONDS", "0.5"),
+    "TRIGGER_DEBOUNCE_MS": env_int("HAMI_TRIGGER_DEBOUNCE_MS", "100"),
+    "HOUSEKEEPING_SECONDS": env_float("HAMI_HOUSEKEEPING_SECONDS", "30"),
+    "CYCLES_KEPT": env_int("HAMI_CYCLES_KEPT", "10000"),
+    "FINISHED_PODS_KEPT_HOURS": env_float("HAMI_FINISHED_PODS_KEPT_HOURS", "168"),
     # Batch (engine/jobs.py): a job still unplaced after this long holds the nodes it came
     # closest on for the rest of each cycle, so smaller jobs cannot starve it; <= 0: never.
-    "RESERVE_AFTER_SECONDS": float(os.environ.get("HAMI_RESERVE_AFTER_SECONDS", "300")),
+    "RESERVE_AFTER_SECONDS": env_float("HAMI_RESERVE_AFTER_SECONDS", "300"),
     # Preemption within a queue and reclaim across queues (engine/preempt.py, docs/preemption.md):
     # victims at or above PREEMPT_PROTECT_PRIORITY (Kubernetes' system classes by default) or
     # younger than the min runtime are never evicted; at most PREEMPT_MAX_CARDS_PER_CYCLE cards
@@ -225,22 +245,22 @@ HAMIADMIN = {
     "PREEMPTION": env_bool("HAMI_PREEMPTION", True),
     "RECLAIM": env_bool("HAMI_RECLAIM", True),
     "PREEMPT_DRY_RUN": env_bool("HAMI_PREEMPT_DRY_RUN", False),
-    "PREEMPT_MIN_RUNTIME_SECONDS": float(os.environ.get("HAMI_PREEMPT_MIN_RUNTIME_SECONDS", "0")),
-    "PREEMPT_PROTECT_PRIORITY": int(os.environ.get("HAMI_PREEMPT_PROTECT_PRIORITY", "2000000000")),
-    "PREEMPT_MAX_CARDS_PER_CYCLE": int(os.environ.get("HAMI_PREEMPT_MAX_CARDS_PER_CYCLE", "64")),
-    "PREEMPT_GRACE_SECONDS": float(os.environ.get("HAMI_PREEMPT_GRACE_SECONDS", "120")),
+    "PREEMPT_MIN_RUNTIME_SECONDS": env_float("HAMI_PREEMPT_MIN_RUNTIME_SECONDS", "0"),
+    "PREEMPT_PROTECT_PRIORITY": env_int("HAMI_PREEMPT_PROTECT_PRIORITY", "2000000000"),
+    "PREEMPT_MAX_CARDS_PER_CYCLE": env_int("HAMI_PREEMPT_MAX_CARDS_PER_CYCLE", "64"),
+    "PREEMPT_GRACE_SECONDS": env_float("HAMI_PREEMPT_GRACE_SECONDS", "120"),
     # Opt-in: a pod that fits nowhere may have one or two tenants hamiadmin runs itself moved
     # to other nodes, each with its new home held first (engine/consolidate.py).
     "CONSOLIDATION": env_bool("HAMI_CONSOLIDATION", False),
     # Test-only fault hook: sleep inside the commit after writing allocations (0 = off).
-    "FAULT_COMMIT_PAUSE_SECONDS": float(os.environ.get("HAMI_FAULT_COMMIT_PAUSE_SECONDS", "0")),
+    "FAULT_COMMIT_PAUSE_SECONDS": env_float("HAMI_FAULT_COMMIT_PAUSE_SECONDS", "0"),
     # Kubernetes integration (kube, docs/kubernetes.md).
     "EXTENDER_TOKEN": os.environ.get("HAMI_EXTENDER_TOKEN", ""),
     "KUBECONFIG": os.environ.get("HAMI_KUBECONFIG", ""),
     "BIND_PHASE_SUCCESS": env_bool("HAMI_BIND_PHASE_SUCCESS", True),
     # HAMi's node lock (hami.io/mutex.lock, kube/nodelock.py) around each bind: how long a lock
     # whose pod still waits is honoured before it is taken over; 0 turns the lock off.
-    "NODE_LOCK_SECONDS": float(os.environ.get("HAMI_NODE_LOCK_SECONDS", "15")),
+    "NODE_LOCK_SECONDS": env_float("HAMI_NODE_LOCK_SECONDS", "15"),
     # Admission webhook (kube/webhook, docs/kubernetes.md): `all` sets schedulerName on GPU pods
     # that name none, default-scheduler or hami-scheduler; `off` leaves it to the pods.
     "WEBHOOK_SCHEDULER_NAME": os.environ.get("HAMI_WEBHOOK_SCHEDULER_NAME", "all").strip().lower(),
@@ -253,21 +273,21 @@ HAMIADMIN = {
     ),
     # JSON: {"namespace": {"hami.io/gpu-scheduler-policy": "binpack", ...}}, added where a pod has none.
     "WEBHOOK_NAMESPACE_POLICIES": os.environ.get("HAMI_WEBHOOK_NAMESPACE_POLICIES", ""),
-    "WEBHOOK_MAX_BODY_BYTES": int(os.environ.get("HAMI_WEBHOOK_MAX_BODY_BYTES", str(16 * 1024 * 1024))),
+    "WEBHOOK_MAX_BODY_BYTES": env_int("HAMI_WEBHOOK_MAX_BODY_BYTES", str(16 * 1024 * 1024)),
     # Observability (docs/deploy.md): a bearer token for /metrics; without one /metrics is open
     # in development and closed (403) in production.
     "METRICS_TOKEN": os.environ.get("HAMI_METRICS_TOKEN", ""),
     # POST simulate/ (docs/api.md): work = pods x (nodes + cards). Up to SYNC_MAX_WORK it runs in
     # the request; up to MAX_WORK in a Celery worker (202 and a result URL); above, 413.
-    "SIMULATE_MAX_BODY_BYTES": int(os.environ.get("HAMI_SIMULATE_MAX_BODY_BYTES", str(2 * 1024 * 1024))),
-    "SIMULATE_SYNC_MAX_WORK": int(os.environ.get("HAMI_SIMULATE_SYNC_MAX_WORK", "500000")),
-    "SIMULATE_MAX_WORK": int(os.environ.get("HAMI_SIMULATE_MAX_WORK", "25000000")),
-    "SIMULATE_TIME_LIMIT_SECONDS": float(os.environ.get("HAMI_SIMULATE_TIME_LIMIT_SECONDS", "300")),
-    "SIMULATE_RESULT_SECONDS": int(os.environ.get("HAMI_SIMULATE_RESULT_SECONDS", "3600")),
+    "SIMULATE_MAX_BODY_BYTES": env_int("HAMI_SIMULATE_MAX_BODY_BYTES", str(2 * 1024 * 1024)),
+    "SIMULATE_SYNC_MAX_WORK": env_int("HAMI_SIMULATE_SYNC_MAX_WORK", "500000"),
+    "SIMULATE_MAX_WORK": env_int("HAMI_SIMULATE_MAX_WORK", "25000000"),
+    "SIMULATE_TIME_LIMIT_SECONDS": env_float("HAMI_SIMULATE_TIME_LIMIT_SECONDS", "300"),
+    "SIMULATE_RESULT_SECONDS": env_int("HAMI_SIMULATE_RESULT_SECONDS", "3600"),
     "SIMULATE_QUEUE": os.environ.get("HAMI_SIMULATE_QUEUE", "celery"),
     # Failed credentials per client address (hamiadmin/auth_failures.py): 0 switches it off.
-    "AUTH_FAILURE_LIMIT": int(os.environ.get("HAMI_AUTH_FAILURE_LIMIT", "10")),
-    "AUTH_FAILURE_WINDOW_SECONDS": int(os.environ.get("HAMI_AUTH_FAILURE_WINDOW_SECONDS", "300")),
+    "AUTH_FAILURE_LIMIT": env_int("HAMI_AUTH_FAILURE_LIMIT", "10"),
+    "AUTH_FAILURE_WINDOW_SECONDS": env_int("HAMI_AUTH_FAILURE_WINDOW_SECONDS", "300"),
 }
 
 # Celery beat: the safety cycle and housekeeping (scheduling/tasks.py).
@@ -335,7 +355,7 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("HAMI_MAX_BODY_BYTES", str(2 * 1024 * 1024)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("HAMI_MAX_BODY_BYTES", str(2 * 1024 * 1024))
 
 # --- Production posture -------------------------------------------------------
 # Each HTTPS setting `check --deploy` looks at comes from the environment under its own
@@ -344,7 +364,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("HAMI_MAX_BODY_BYTES", str(2 * 
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", PRODUCTION)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", PRODUCTION)
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", PRODUCTION)
-SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0"))
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0")
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", PRODUCTION)
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
