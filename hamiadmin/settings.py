@@ -233,6 +233,10 @@ HAMIADMIN = {
     "TRIGGER_DEBOUNCE_MS": env_int("HAMI_TRIGGER_DEBOUNCE_MS", "100"),
     "HOUSEKEEPING_SECONDS": env_float("HAMI_HOUSEKEEPING_SECONDS", "30"),
     "CYCLES_KEPT": env_int("HAMI_CYCLES_KEPT", "10000"),
+    # A worker keeps its snapshot between cycles and reads only what changed (pipeline/standing.py);
+    # it reads the cluster whole at least this often all the same.
+    "SNAPSHOT_KEEP": env_bool("HAMI_SNAPSHOT_KEEP", True),
+    "SNAPSHOT_REBUILD_SECONDS": env_float("HAMI_SNAPSHOT_REBUILD_SECONDS", "300"),
     "FINISHED_PODS_KEPT_HOURS": env_float("HAMI_FINISHED_PODS_KEPT_HOURS", "168"),
     # Batch (engine/jobs.py): a job still unplaced after this long holds the nodes it came
     # closest on for the rest of each cycle, so smaller jobs cannot starve it; <= 0: never.

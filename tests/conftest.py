@@ -73,3 +73,13 @@ def fresh_shared_cache():
     except (OSError, RedisError):
         pass
     yield
+
+
+@pytest.fixture(autouse=True)
+def no_standing_snapshot():
+    """Every test's first cycle reads the cluster whole: a snapshot kept from another test's
+    database (rolled back, its ids reused on SQLite) is not this test's cluster."""
+    from scheduling.pipeline.standing import STANDING
+
+    STANDING.clear()
+    yield

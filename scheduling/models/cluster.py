@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import models
+from django.db import connection, models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
@@ -227,3 +227,42 @@ def overcommitted_cards():
     return Card.objects.filter(
         Q(used_slots__gt=F("slots")) | Q(used_memory__gt=F("memory")) | Q(used_cores__gt=F("cores"))
     )
+
+
+class CapacityVersion(models.Model):
+    """One row whose `version` every change that may free capacity moves (the wake of
+    backed-off pods, `services.wake_pending_pods`, bumps it first thing).
+
+    A cycle reads it as it plans and again, share-locked, as its commit starts. Moved means
+    capacity was freed while it planned: the pods it could not place are not backed off, since
+    the wake could not reach them (they were not backed off yet) and would otherwise be lost
+    for up to BACKOFF_MAX_SECONDS. The share lock makes a wake wait for a commit that read the
+    old version, so that wake then finds the pods it backed off.
+    """
+
+    ROW = 1
+
+    version = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "capacity version"
+
+    def __str__(self) -> str:
+        return f"capacity version {self.version}"
+
+    @classmethod
+    def read(cls, share_lock: bool = False) -> int:
+        """The version now (0 before the first bump); `share_lock` holds it until the
+        transaction ends (PostgreSQL; SQLite serializes writers anyway)."""
+        if share_lock and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT version FROM {cls._meta.db_table} WHERE id = %s FOR SHARE", [cls.ROW])  # noqa: S608
+                row = cursor.fetchone()
+            return row[0] if row else 0
+        return cls.objects.filter(pk=cls.ROW).values_list("version", flat=True).first() or 0
+
+    @classmethod
+    def bump(cls) -> None:
+        """Move it: capacity may have been freed."""
+        if not cls.objects.filter(pk=cls.ROW).update(version=F("version") + 1):
+            cls.objects.get_or_create(pk=cls.ROW, defaults={"version": 1})

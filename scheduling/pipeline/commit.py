@@ -33,15 +33,13 @@ from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
-from scheduling.engine.consolidate import CONSOLIDATING
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
 from scheduling.engine.fit import check_card
 from scheduling.engine.jobs import GANG_TIMED_OUT
 from scheduling.engine.model import cordoned_uuids
-from scheduling.engine.preempt import NOMINATED, PREEMPTING
 
 from ..dbretry import retry_on_conflict
-from ..models import Allocation, Card, Cycle, Decision, Eviction, Nomination, Pod, PodGroup
+from ..models import Allocation, CapacityVersion, Card, Cycle, Decision, Eviction, Nomination, Pod, PodGroup
 from . import preemption
 from .observe import record_commit
 from .options import option
@@ -285,6 +283,12 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
     node_ids = snapshot.node_ids
     victim_ids = {victim[0] for a in plan.attempts for victim in a.victims}
     with transaction.atomic():
+        # before the pods (the lock order): a wake after this waits for this commit, so it sees
+        # what it backs off; a wake before it moved the version, and nothing is backed off
+        capacity_moved = (
+            plan.capacity_version is not None
+            and CapacityVersion.read(share_lock=True) != plan.capacity_version
+        )
         locked = {
             pk: (status, parked, revision, attempts)
             for pk, status, parked, revision, attempts in Pod.objects.select_for_update(no_key=True)
@@ -414,14 +418,8 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 report.rejected.append((attempt.key, pod["error"]))
             else:
                 pod["reason"] = decision.reason_text()
-                if not conflicted:
+                if not (conflicted or capacity_moved):  # capacity freed while planning: due at once
                     pod["next_attempt_at"] = backoff_until(pod["attempts"], now)
-                    if (decision.batch or {}).get("reason") in WAITING_FOR_VICTIMS:
-                        # a wake for its victims' release may have come while this cycle
-                        # planned: look again soon instead of backing off for up to 30 s
-                        pod["next_attempt_at"] = min(
-                            pod["next_attempt_at"], now + timedelta(seconds=VICTIM_RECHECK_SECONDS)
-                        )
                 report.pending.append((attempt.key, pod["reason"]))
             pods.append(pod)
             decisions.append(
@@ -457,14 +455,10 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
             finished_at=timezone.now(), commit_ms=report.commit_ms, duration_ms=report.duration_ms
         )
     report.cycle_id = cycle.pk
-    report.more = plan.full or conflicted
+    report.more = plan.full or conflicted or capacity_moved
     record_commit(report, outcomes, gang_waits)
     return report
 
-
-#: A pod waiting for its victims is tried again at least this often (seconds).
-VICTIM_RECHECK_SECONDS = 1.0
-WAITING_FOR_VICTIMS = (PREEMPTING, CONSOLIDATING, NOMINATED)
 
 #: The verdict text of a preemption kept by the commit: its evictions and nominations are written.
 PREEMPTS = "preempts"

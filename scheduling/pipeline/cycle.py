@@ -35,13 +35,14 @@ from scheduling.engine.jobs import (
 )
 from scheduling.engine.pod import describe_policy
 from scheduling.engine.preempt import Preemptor
-from scheduling.models import PodGroup
+from scheduling.models import CapacityVersion, PodGroup
 
 from . import preemption
 from .batch import GangState, load_book, load_gangs, load_namespace_book
 from .options import option
 from .plan import Attempt, CyclePlan, worker_name
 from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapshot, mark_gangs
+from .standing import STANDING
 
 log = logging.getLogger(__name__)
 
@@ -77,23 +78,46 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     full = len(rows) >= limit
     gangs = load_gangs(row[COL["group_id"]] for row in rows)
     rows += gang_members(gangs, {row[0] for row in rows})
-    snapshot = load_snapshot()
-    book = load_book()
-    namespaces = load_namespace_book()
-    if uses_gang_spread(rows, snapshot.config):
-        mark_gangs(snapshot.cluster)
-    snapshot_done = time.perf_counter()
-    scheduler = Scheduler(snapshot.cluster, snapshot.config)
-    groups_changed = expire_gangs(gangs, now)
-    jobs, held = build_jobs(rows, gangs, book, snapshot.config, now)
+    capacity_version = CapacityVersion.read()
+    with STANDING.use() as (snapshot, scheduler):
+        book = load_book()
+        namespaces = load_namespace_book()
+        if uses_gang_spread(rows, snapshot.config):
+            mark_gangs(snapshot.cluster)
+        snapshot_done = time.perf_counter()
+        groups_changed = expire_gangs(gangs, now)
+        attempts, nominated = plan_jobs(rows, gangs, book, namespaces, snapshot, scheduler, now)
+    groups_changed.update(gang_verdicts(gangs, attempts))
+    decided = time.perf_counter()
+    return CyclePlan(
+        snapshot=snapshot,
+        attempts=attempts,
+        trigger=trigger,
+        worker=worker,
+        started_at=started_at,
+        started=started,
+        snapshot_ms=(snapshot_done - started) * 1000,
+        decide_ms=(decided - snapshot_done) * 1000,
+        full=full,
+        groups=groups_changed,
+        nominated=nominated,
+        capacity_version=capacity_version,
+    )
+
+
+def plan_jobs(rows, gangs, book, namespaces, snapshot: Snapshot, scheduler: Scheduler, now):
+    """The due rows decided as jobs (`engine.jobs`) on `scheduler`, each seeing the
+    placements before it: an attempt per pod, and the keys of the pods nominated to cards."""
 
     def decide(spec: PodSpec):
         try:
             return scheduler.decide_parsed(spec)
         except Exception as exc:  # noqa: BLE001 - one odd pod must not stop the others
             log.exception("deciding %s failed", spec.key)
+            STANDING.spoil()  # it may have stopped half way through changing a node
             return unexpected_failure(spec, snapshot.config, exc), None
 
+    jobs, held = build_jobs(rows, gangs, book, snapshot.config, now)
     reserve_after = option("RESERVE_AFTER_SECONDS")
     rules = preemption.rules()
     preemptor = (
@@ -136,21 +160,7 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
         preempting = outcome.decision.preemption or {}
         if rules.dry_run and preempting.get("dry_run"):
             log.info("dry run: %s %s", outcome.member.spec.key, preempting.get("message"))
-    groups_changed.update(gang_verdicts(gangs, attempts))
-    decided = time.perf_counter()
-    return CyclePlan(
-        snapshot=snapshot,
-        attempts=attempts,
-        trigger=trigger,
-        worker=worker,
-        started_at=started_at,
-        started=started,
-        snapshot_ms=(snapshot_done - started) * 1000,
-        decide_ms=(decided - snapshot_done) * 1000,
-        full=full,
-        groups=groups_changed,
-        nominated=nominated,
-    )
+    return attempts, nominated
 
 
 COL = {name: i for i, name in enumerate(POD_COLUMNS)}

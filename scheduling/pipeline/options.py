@@ -34,6 +34,9 @@ DEFAULTS = {
     "PREEMPT_MAX_CARDS_PER_CYCLE": 64,
     "PREEMPT_GRACE_SECONDS": 120.0,
     "CONSOLIDATION": False,
+    # The standing snapshot (pipeline.standing): kept between cycles, read whole this often.
+    "SNAPSHOT_KEEP": True,
+    "SNAPSHOT_REBUILD_SECONDS": 300.0,
 }
 
 

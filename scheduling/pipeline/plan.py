@@ -54,6 +54,8 @@ class CyclePlan:
     groups: dict[int, tuple[str, str, str]] = field(default_factory=dict)
     #: Keys of the pods nominated to cards when the cycle planned (their nominations go once placed).
     nominated: frozenset[str] = frozenset()
+    #: `CapacityVersion` before the snapshot was read; None: back off regardless (one-pod plans).
+    capacity_version: int | None = None
 
 
 @dataclass

@@ -67,40 +67,62 @@ class Snapshot:
     card_ids: dict[str, int] = field(default_factory=dict)
 
 
-def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
-    """Nodes, present cards with their counters, and the config in force.
+NODE_COLUMNS = ("id", "name", "labels", "annotations", "ready")
 
-    The config in force gets `closest_nodes` from the CLOSEST_NODES option (how many close
-    nodes a pending decision keeps with their card tables). Cordon comes from `Card.cordoned` and from the node annotation `hami.io/device-cordon`
-    (the engine's Node applies the annotation). Absent cards are left out; a not-ready node
-    is kept so that pods see `NodeNotReady` for it.
-    """
-    if config is None:
-        config = replace(SchedulerConfig.current(), closest_nodes=option("CLOSEST_NODES"))
+
+def current_config() -> ClusterConfig:
+    """The config in force, with `closest_nodes` from the CLOSEST_NODES option (how many close
+    nodes a pending decision keeps with their card tables)."""
+    return replace(SchedulerConfig.current(), closest_nodes=option("CLOSEST_NODES"))
+
+
+def card_rows():
+    """Every present card as a row of CARD_COLUMNS."""
+    return Card.objects.filter(present=True).values_list(*CARD_COLUMNS)
+
+
+def node_rows():
+    """Every node as a row of NODE_COLUMNS."""
+    return Node.objects.values_list(*NODE_COLUMNS)
+
+
+def engine_node(row, cards) -> EngineNode:
+    """An engine node from a row of NODE_COLUMNS and its card rows (CARD_COLUMNS)."""
+    _, name, labels, annotations, ready = row
+    return EngineNode(
+        name=name,
+        cards=[engine_card(card[3:13], card[13:16]) for card in cards],
+        annotations=annotations if isinstance(annotations, dict) else {},
+        labels=labels if isinstance(labels, dict) else {},
+        ready=ready,
+        links=links_to_pairs([(card[3], card[2]) for card in cards]),
+    )
+
+
+def build_snapshot(cards, nodes, config: ClusterConfig) -> Snapshot:
+    """A snapshot from rows of CARD_COLUMNS and NODE_COLUMNS (a node without rows has no cards)."""
     per_node: dict[int, list] = {}
     card_ids: dict[str, int] = {}
-    for row in Card.objects.filter(present=True).values_list(*CARD_COLUMNS):
+    for row in cards:
         per_node.setdefault(row[1], []).append(row)
         card_ids[row[3]] = row[0]
-    nodes = []
+    engine_nodes = []
     node_ids: dict[str, int] = {}
-    for node_id, name, labels, node_annotations, ready in Node.objects.values_list(
-        "id", "name", "labels", "annotations", "ready"
-    ):
-        rows = per_node.get(node_id, [])
-        cards = [engine_card(row[3:13], row[13:16]) for row in rows]
-        nodes.append(
-            EngineNode(
-                name=name,
-                cards=cards,
-                annotations=node_annotations if isinstance(node_annotations, dict) else {},
-                labels=labels if isinstance(labels, dict) else {},
-                ready=ready,
-                links=links_to_pairs([(row[3], row[2]) for row in rows]),
-            )
-        )
-        node_ids[name] = node_id
-    return Snapshot(cluster=Cluster(nodes), config=config, node_ids=node_ids, card_ids=card_ids)
+    for row in nodes:
+        engine_nodes.append(engine_node(row, per_node.get(row[0], [])))
+        node_ids[row[1]] = row[0]
+    return Snapshot(cluster=Cluster(engine_nodes), config=config, node_ids=node_ids, card_ids=card_ids)
+
+
+def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
+    """Nodes, present cards with their counters, and the config in force (`current_config`).
+
+    Cordon comes from `Card.cordoned` and from the node annotation `hami.io/device-cordon`
+    (the engine's Node applies the annotation). Absent cards are left out; a not-ready node
+    is kept so that pods see `NodeNotReady` for it. Cycles keep theirs up to date instead
+    (`pipeline.standing`); this reads it whole.
+    """
+    return build_snapshot(card_rows(), node_rows(), config or current_config())
 
 
 def mark_gangs(cluster: Cluster) -> None:

@@ -23,7 +23,16 @@ from scheduling.dbretry import retry_on_conflict
 from scheduling.engine import ClusterConfig, PodInvalid, PodSpec
 from scheduling.engine.batch import GroupRef, group_ref, queue_ref
 from scheduling.engine.pod import ParsedPod, parse_pod
-from scheduling.models import INT32_MAX, Allocation, Card, Pod, PodGroup, Queue, SchedulerConfig
+from scheduling.models import (
+    INT32_MAX,
+    Allocation,
+    CapacityVersion,
+    Card,
+    Pod,
+    PodGroup,
+    Queue,
+    SchedulerConfig,
+)
 from scheduling.models.cluster import over_capacity_text
 from scheduling.pipeline.triggers import request_cycle
 
@@ -35,9 +44,12 @@ FINAL_STATUSES = (Pod.DELETED, Pod.SUCCEEDED, Pod.FAILED)
 def wake_pending_pods(but: int | None = None) -> int:
     """Capacity changed: every backed-off pending pod may be tried at once.
 
-    Its own transaction, holding nothing else: the pods are locked in primary-key order,
-    as the cycle commit locks them, so a wake and a commit wait for each other at worst."""
+    Its own transaction, holding nothing else: first the capacity version is moved (a cycle
+    planning now then backs off none of its pods, `CapacityVersion`), then the pods are locked
+    in primary-key order, as the cycle commit locks them, so a wake and a commit wait for each
+    other at worst."""
     with transaction.atomic():
+        CapacityVersion.bump()
         backed_off = Pod.objects.filter(status=Pod.PENDING, parked=False, next_attempt_at__isnull=False)
         if but is not None:
             backed_off = backed_off.exclude(pk=but)

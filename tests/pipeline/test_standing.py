@@ -1,0 +1,211 @@
+"""The standing snapshot (pipeline.standing): kept between cycles, it must always equal a
+snapshot read whole, and the kept scheduler must decide as a new one on that fresh read does,
+whatever was written in between and by whom (services, plain ORM updates, planning that was
+never committed)."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+from django.db.models import F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling import services
+from scheduling.engine import PodSpec, Scheduler
+from scheduling.models import Card, Node, Pod
+from scheduling.pipeline import plan_cycle, run_cycle
+from scheduling.pipeline.snapshot import load_snapshot
+from scheduling.pipeline.standing import STANDING
+
+from .conftest import card, limits, pod_kind, submit
+
+pytestmark = pytest.mark.django_db
+
+#: Writes the standing snapshot takes in place; any other rebuilds it.
+IN_PLACE = ("cycle", "plan only", "release", "cordon", "health", "ready", "counters", "heartbeat")
+STRUCTURAL = (
+    "annotation cordon",
+    "capacity",
+    "new node",
+    "card absent",
+    "labels",
+    "card deleted",
+    "node deleted",
+)
+
+PROBES = [
+    PodSpec(name="probe-a", containers=[{"name": "main", "resources": limits(gpu=1, mem=1000)}]),
+    PodSpec(
+        name="probe-b",
+        annotations={"hami.io/gpu-scheduler-policy": "binpack", "hami.io/node-scheduler-policy": "spread"},
+        containers=[{"name": "main", "resources": limits(gpu=2, mem=3000, cores=20)}],
+    ),
+]
+
+
+def describe(cluster) -> list:
+    """Everything a decision reads of a cluster, as plain data."""
+    return [
+        (
+            node.name,
+            node.ready,
+            node.labels,
+            node.annotations,
+            [
+                (c.uuid, c.index, c.type, c.slots, c.memory, c.cores, c.numa, c.health, c.cordoned, c.mode)
+                + (c.used_slots, c.used_memory, c.used_cores, c.gangs)
+                for c in node.cards
+            ],
+        )
+        for node in cluster.nodes
+    ]
+
+
+def assert_standing_is_fresh() -> None:
+    with STANDING.use() as (snapshot, scheduler):
+        fresh = load_snapshot()
+        assert describe(snapshot.cluster) == describe(fresh.cluster)
+        assert snapshot.node_ids == fresh.node_ids and snapshot.card_ids == fresh.card_ids
+        new = Scheduler(fresh.cluster, fresh.config)
+        for probe in PROBES:
+            assert scheduler.decide(probe).as_dict() == new.decide(probe).as_dict()
+
+
+def start_cluster(rng: random.Random) -> None:
+    Pod.objects.all().delete()
+    Node.objects.all().delete()
+    STANDING.clear()
+    for n in range(rng.randint(1, 4)):
+        services.report_inventory(
+            f"node{n}", {}, {}, [card(f"GPU-{n}-{i}", i, memory=rng.choice([8000, 16000])) for i in range(4)]
+        )
+
+
+def apply(kind: str, rng: random.Random, step: int) -> None:
+    """One write of `kind` to the database (or, for `plan only`, to the kept snapshot alone)."""
+    cards = list(Card.objects.filter(present=True).order_by("uuid"))
+    some = rng.choice(cards) if cards else None
+    if kind in ("cycle", "plan only"):
+        for n in range(rng.randint(1, 3)):
+            annotations, resources = pod_kind(rng)
+            submit(
+                f"p{step}-{n}", annotations=annotations, containers=[{"name": "main", "resources": resources}]
+            )
+        if kind == "cycle":
+            run_cycle()
+        else:
+            plan_cycle()  # assumed on the kept cards, never committed
+    elif kind == "release":
+        placed = list(Pod.objects.filter(status=Pod.SCHEDULED).order_by("pk"))
+        if placed:
+            services.release_pod(rng.choice(placed), Pod.SUCCEEDED)
+    elif some is None:
+        return
+    elif kind == "cordon":
+        services.cordon_card(some.uuid, not some.cordoned)
+    elif kind == "health":
+        Card.objects.filter(pk=some.pk).update(health=not some.health)
+    elif kind == "ready":
+        Node.objects.filter(pk=some.node_id).update(ready=~F("ready"))
+    elif kind == "counters":  # a writer the snapshot was never told about
+        Card.objects.filter(pk=some.pk).update(used_memory=F("used_memory") + 1)
+    elif kind == "heartbeat":
+        node = some.node
+        devices = [
+            {"uuid": c.uuid, "index": c.index, "memory": c.memory} for c in node.cards.filter(present=True)
+        ]
+        services.report_inventory(node.name, node.labels, node.annotations, devices)
+    elif kind == "annotation cordon":
+        Node.objects.filter(pk=some.node_id).update(annotations={"hami.io/device-cordon": some.uuid})
+    elif kind == "capacity":
+        Card.objects.filter(pk=some.pk).update(memory=some.memory + 1000)
+    elif kind == "new node":
+        services.report_inventory(f"extra{step}", {}, {}, [card(f"GPU-x{step}-0", 0)])
+    elif kind == "card absent":
+        Card.objects.filter(pk=some.pk).update(present=False)
+    elif kind == "card deleted":  # rows gone: only the counts tell
+        Card.objects.filter(pk=some.pk, allocations__isnull=True).delete()
+    elif kind == "node deleted":
+        Node.objects.filter(pk=some.node_id).exclude(cards__allocations__isnull=False).delete()
+    elif kind == "labels":
+        Node.objects.filter(pk=some.node_id).update(labels={"zone": f"z{step}"})
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), kinds=st.lists(st.sampled_from(IN_PLACE + STRUCTURAL), max_size=12))
+def test_the_kept_snapshot_equals_a_fresh_read_after_any_write(seed, kinds):
+    rng = random.Random(seed)
+    start_cluster(rng)
+    assert_standing_is_fresh()
+    for step, kind in enumerate(kinds):
+        rebuilds = STANDING.rebuilds
+        apply(kind, rng, step)
+        assert_standing_is_fresh()
+        if kind in IN_PLACE and kind != "cycle":  # a cycle's commit may find more to read
+            assert STANDING.rebuilds == rebuilds, f"{kind} rebuilt the kept snapshot"
+
+
+def test_ordinary_cycles_never_read_the_cluster_whole_again():
+    rng = random.Random(7)
+    start_cluster(rng)
+    assert_standing_is_fresh()  # read whole once
+    rebuilds = STANDING.rebuilds
+    for step in range(6):
+        apply("cycle", rng, step)
+        apply("release", rng, step)
+    assert STANDING.rebuilds == rebuilds
+    assert STANDING.refreshes >= 6
+    assert_standing_is_fresh()
+
+
+def test_a_changed_capacity_rebuilds_it():
+    start_cluster(random.Random(1))
+    assert_standing_is_fresh()
+    rebuilds = STANDING.rebuilds
+    apply("capacity", random.Random(2), 0)
+    assert_standing_is_fresh()
+    assert STANDING.rebuilds == rebuilds + 1
+
+
+def test_an_error_while_planning_forgets_it():
+    start_cluster(random.Random(3))
+    with pytest.raises(RuntimeError), STANDING.use():
+        raise RuntimeError("planning failed half way")
+    assert STANDING.snapshot is None
+    assert_standing_is_fresh()
+
+
+@pytest.mark.django_db(transaction=True)  # the second thread reads on its own connection
+def test_a_second_planner_in_the_process_gets_a_fresh_snapshot_of_its_own():
+    start_cluster(random.Random(4))
+    other: list = []
+    with STANDING.use() as (kept, _):
+        thread = threading.Thread(target=lambda: other.append(describe(load_other())))
+        thread.start()
+        thread.join()
+        assert other and other[0] == describe(kept.cluster)
+
+
+def load_other():
+    """What a second thread gets while the kept snapshot is in use (its own connection)."""
+    from django.db import connection
+
+    try:
+        with STANDING.use() as (snapshot, _):
+            assert snapshot is not STANDING.snapshot
+            return snapshot.cluster
+    finally:
+        connection.close()
+
+
+def test_turned_off_every_cycle_reads_the_cluster_whole(settings):
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "SNAPSHOT_KEEP": False}
+    start_cluster(random.Random(5))
+    with STANDING.use() as (first, _):
+        pass
+    with STANDING.use() as (second, _):
+        pass
+    assert first is not second and STANDING.rebuilds == 0
