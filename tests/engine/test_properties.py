@@ -2,6 +2,7 @@
 
 No card is ever given more than it has; the same input gives the same output whatever the
 order cards and nodes are listed in; every chosen card passed every filter the pod asked for.
+The scenarios are read from random byte tapes (`worlds`), one Hypothesis draw each.
 """
 
 from __future__ import annotations
@@ -23,132 +24,24 @@ from .builders import (
     GPUCORES,
     GPUMEM,
     GPUMEM_PERCENTAGE,
-    NODE_POLICY,
     NOUSE_TYPE,
     NOUSE_UUID,
     NUMA_BIND,
     USE_TYPE,
     USE_UUID,
-    WEIGHTS,
+)
+from .worlds import DEFAULT_EXAMPLES, from_tape, property_examples, read_scenario
+
+#: 100 examples a test at the default `HAMI_PROPERTY_EXAMPLES`, scaled with it.
+BOUNDED = settings(
+    max_examples=max(1, 100 * property_examples() // DEFAULT_EXAMPLES),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
-BOUNDED = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-TYPES = ["NVIDIA-Tesla T4", "NVIDIA-A100-SXM4-40GB", "NVIDIA-H100"]
-TYPE_FRAGMENTS = ["t4", "A100", "nvidia", "h1", "v100"]
-CHAIN_ITEMS = ["binpack", "spread", "numa", "mutex", "topology-aware", " Binpack", "fastest"]
-WEIGHT_VALUES = ["slot=1,core=1,memory=1", "slot=0,core=2,memory=1", " memory = 3 , slot=1,core=0"]
 NODE_NAMES = ["alpha", "bravo", "charlie"]
-
-
-def mostly(draw, usual: list, odd: list):
-    """One of `usual`, or now and then one of `odd`: edge cases without starving the placements."""
-    return draw(st.sampled_from(odd if draw(st.integers(0, 7)) == 0 else usual))
-
-
-@st.composite
-def node_strategy(draw, name: str) -> dict:
-    count = mostly(draw, [4, 2, 3], [1, 0])
-    indices = draw(st.permutations(range(count)))
-    cards = []
-    for position in range(count):
-        slots = mostly(draw, [10, 4], [2, 1, 0])
-        memory = mostly(draw, [16000, 8000], [1000, 0])
-        cores = mostly(draw, [100], [50, 0])
-        tenants = mostly(draw, [0, 0, 1], [2, slots])
-        uuid = f"{name}-{position}"
-        entry = {
-            "uuid": uuid,
-            "index": indices[position],
-            "memory": memory,
-            "slots": slots,
-            "cores": cores,
-            "type": draw(st.sampled_from(TYPES)),
-            "numa": draw(st.integers(0, 1)),
-            "health": mostly(draw, [True], [False]),
-            "used": {
-                "slots": min(tenants, slots),
-                "memory": mostly(draw, [0, memory // 4], [memory // 2, memory]) if tenants else 0,
-                "cores": mostly(draw, [0, cores // 4], [cores // 2, cores]) if tenants else 0,
-            },
-        }
-        links = {}
-        for other in range(position + 1, count):
-            score = draw(st.sampled_from([0, 10, 40, 100, 200]))
-            if score:
-                links[f"{name}-{other}"] = score
-        if links:
-            entry["links"] = links
-        cards.append(entry)
-    raw = {"name": name, "devices": cards}
-    if cards and draw(st.integers(0, 4)) == 0:
-        cordoned = draw(st.lists(st.sampled_from([c["uuid"] for c in cards]), max_size=2, unique=True))
-        raw["annotations"] = {CORDON: ",".join(cordoned)}
-    return raw
-
-
-@st.composite
-def container_strategy(draw, name: str, gpu_required: bool) -> dict:
-    """Valid asks only. `gpumem` and `gpumem-percentage` never together: SPEC 2 does not settle
-    whether `gpumem-percentage: 100` beside a `gpumem` still makes the ask exclusive."""
-    limits = {}
-    gpu = mostly(draw, [1, 1, 2, None], [3, 4])
-    memory_kind = mostly(draw, ["mem", "mem", "pct"], ["none"])
-    cores = mostly(draw, [0, 20, None], [50, 100])
-    if gpu is not None:
-        limits[GPU] = gpu
-    if memory_kind == "mem":
-        limits[GPUMEM] = mostly(draw, [500, 2000], [0, 8000])
-    elif memory_kind == "pct":
-        limits[GPUMEM_PERCENTAGE] = mostly(draw, [10, 25], [50, 100])
-    if cores is not None:
-        limits[GPUCORES] = cores
-    if not limits and (gpu_required or draw(st.booleans())):
-        limits[GPU] = 1
-    if not limits:
-        return {"name": name, "resources": {"limits": {"cpu": "1"}}}
-    section = draw(st.sampled_from(["limits", "requests"]))
-    return {"name": name, "resources": {section: limits}}
-
-
-@st.composite
-def pod_strategy(draw, name: str, uuids: list[str]) -> dict:
-    annotations = {}
-    if draw(st.booleans()):
-        annotations[GPU_POLICY] = ",".join(draw(st.lists(st.sampled_from(CHAIN_ITEMS), max_size=3)))
-    if draw(st.booleans()):
-        annotations[NODE_POLICY] = draw(st.sampled_from(["binpack", "spread", "Spread", "roundrobin"]))
-    if draw(st.booleans()):
-        annotations[WEIGHTS] = draw(st.sampled_from(WEIGHT_VALUES))
-    for key, pool in (
-        (USE_UUID, uuids),
-        (NOUSE_UUID, uuids),
-        (USE_TYPE, TYPE_FRAGMENTS),
-        (NOUSE_TYPE, TYPE_FRAGMENTS),
-    ):
-        if pool and draw(st.integers(0, 7)) == 0:
-            annotations[key] = ",".join(draw(st.lists(st.sampled_from(pool), max_size=2, unique=True)))
-    if draw(st.integers(0, 3)) == 0:
-        annotations[NUMA_BIND] = "true"
-    count = draw(st.integers(1, 2))
-    containers = [draw(container_strategy(f"c{i}", gpu_required=i == 0)) for i in range(count)]
-    raw = {"name": name, "annotations": annotations, "containers": containers}
-    if draw(st.integers(0, 4)) == 0:
-        raw["initContainers"] = [draw(container_strategy("init", gpu_required=True))]
-    return raw
-
-
-@st.composite
-def scenario_strategy(draw) -> dict:
-    names = draw(st.lists(st.sampled_from(NODE_NAMES), min_size=1, max_size=3, unique=True))
-    nodes = [draw(node_strategy(name)) for name in names]
-    uuids = [c["uuid"] for n in nodes for c in n["devices"]]
-    pods = [draw(pod_strategy(f"pod-{i}", uuids)) for i in range(draw(st.integers(1, 6)))]
-    config = {
-        "node_scheduler_policy": draw(st.sampled_from(["binpack", "spread"])),
-        "gpu_scheduler_policy": draw(st.sampled_from(["spread", "binpack", "mutex,binpack", "numa,spread"])),
-    }
-    return {"config": config, "nodes": nodes, "pods": pods}
+#: 1 to 3 nodes of up to 4 cards, 1 to 6 pods, the cluster policies (`worlds`).
+SCENARIOS = from_tape(384, read_scenario, NODE_NAMES, (1, 3), (1, 6))
 
 
 # -- helpers reading the input beside the output ----------------------------------------------
@@ -188,7 +81,7 @@ TEXT_ITEM = re.compile(r"^(\d+)/(\d+) (\w+)$")
 
 
 @BOUNDED
-@given(scenario_strategy())
+@given(SCENARIOS)
 def test_no_card_is_ever_given_more_than_it_has(raw):
     out = run_scenario(copy.deepcopy(raw))["pods"]
     held = {
@@ -210,7 +103,7 @@ def test_no_card_is_ever_given_more_than_it_has(raw):
 
 
 @BOUNDED
-@given(scenario_strategy())
+@given(SCENARIOS)
 def test_same_input_same_output(raw):
     first = json.dumps(run_scenario(copy.deepcopy(raw)))
     second = json.dumps(run_scenario(copy.deepcopy(raw)))
@@ -218,7 +111,7 @@ def test_same_input_same_output(raw):
 
 
 @BOUNDED
-@given(scenario_strategy(), st.randoms(use_true_random=False))
+@given(SCENARIOS, st.randoms(use_true_random=False))
 def test_listing_order_of_nodes_and_cards_does_not_change_decisions(raw, rnd):
     shuffled = copy.deepcopy(raw)
     rnd.shuffle(shuffled["nodes"])
@@ -228,7 +121,7 @@ def test_listing_order_of_nodes_and_cards_does_not_change_decisions(raw, rnd):
 
 
 @BOUNDED
-@given(scenario_strategy())
+@given(SCENARIOS)
 def test_remembered_node_verdicts_decide_as_fresh_ones(raw):
     """The scheduler reuses node verdicts between similar pods; that must never change a decision."""
     cached_cluster, config, pods = parse_scenario(copy.deepcopy(raw))
@@ -239,7 +132,7 @@ def test_remembered_node_verdicts_decide_as_fresh_ones(raw):
 
 
 @BOUNDED
-@given(scenario_strategy())
+@given(SCENARIOS)
 def test_chosen_cards_are_eligible_and_pass_every_filter_asked_for(raw):
     out = run_scenario(copy.deepcopy(raw))["pods"]
     by_uuid = cards_by_uuid(raw)
@@ -299,7 +192,7 @@ def test_chosen_cards_are_eligible_and_pass_every_filter_asked_for(raw):
 
 
 @BOUNDED
-@given(scenario_strategy())
+@given(SCENARIOS)
 def test_failure_texts_account_for_every_card_and_sum_into_reasons(raw):
     """The failed reasons (data) say what the texts say; node_order is node_scores as a list."""
     out = run_scenario(copy.deepcopy(raw))["pods"]

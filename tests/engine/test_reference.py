@@ -4,18 +4,27 @@
 it last looked. The reference here is the walk it replaced: evaluate every node with
 `evaluate.evaluate_node`, order the fitting ones per SPEC 7 (binpack high first, spread low
 first, scores within 1e-9 grouped from the lowest and ordered by name), sum the failed
-nodes' reasons. Streams interleave placements (`assume`), their rollback (`unassume`),
-reports that change a node's usage, health or cards behind the scheduler's back, and
-cordons; after every step the indexed decision must equal the reference one, and also a
-fresh scheduler's (no index history), explanation included.
+nodes' reasons, and let the chain choose the cards on the first node. Streams interleave
+placements (`assume`), their rollback (`unassume`), reports that change a node's usage,
+health or cards behind the scheduler's back, and cordons; after every step the indexed
+decision must equal the reference one (node, cards, node ranking, failures, reason counts);
+at the end of the stream every pod is decided again and must also equal a fresh scheduler's
+decision (no index history), explanation included.
+
+An example is one random cluster with one stream. `HAMI_PROPERTY_EXAMPLES` of them (10,000
+unless set) are split over the batches of the two stream tests (cluster policies x columnar,
+shapes kept x node policy), so pytest-xdist spreads them over its workers. Each is read from
+one random tape (`worlds`): about 1 ms to make, the rest (about 5 ms) is deciding.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+import pytest
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from scheduling.engine.chain import TOLERANCE
@@ -28,10 +37,24 @@ from scheduling.engine.pod import parse_pod
 from scheduling.engine.scenario import parse_scenario
 from scheduling.engine.scheduler import NodeIndex, Scheduler, _order_nodes
 
-from .test_properties import node_strategy, pod_strategy
+from .worlds import GPU_POLICIES, NODE_POLICIES, Tape, from_tape, property_examples, read_scenario, read_steps
 
-STREAMS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-ORDERS = settings(max_examples=1500, deadline=None)
+EXAMPLES = property_examples()
+#: The batches of the stream tests: (node policy, GPU policy, columnar) and (shapes kept, node policy).
+STREAM_BATCHES = [(n, g, c) for n in NODE_POLICIES for g in GPU_POLICIES for c in (False, True)]
+KEPT_BATCHES = [(kept, n) for kept in (1, 2, 3) for n in NODE_POLICIES]
+#: The share of the examples each stream test takes; the rest of the file scales with them.
+STREAM_SHARE, KEPT_SHARE = 0.6, 0.4
+
+
+def batch(examples: float, batches: int = 1) -> settings:
+    """Settings for one batch of `examples` split over `batches` (at least one each)."""
+    return settings(
+        max_examples=max(1, round(examples / batches)),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
 
 NAMES = [f"n{i:02d}" for i in range(12)]
 
@@ -66,8 +89,29 @@ def reference_sweep(cluster: Cluster, parsed) -> tuple[list, list, dict]:
     return reference_order(fitting), failed, reasons
 
 
-def check_against_reference(scheduler: Scheduler, pod) -> object:
+def reference_cards(cluster: Cluster, parsed, name: str) -> tuple[list, list]:
+    """The cards the chain gives each container on node `name`: (app containers, GPU init
+    containers), each a list of (uuid, MiB, cores); an app container without GPU gets []."""
+    node = cluster.node(name)
+    verdict = evaluate_node(node, parsed.gpu_inits, list(parsed.apps), parsed.policy, explain=True)
+    assert verdict.grants is not None and verdict.init_grants is not None
+
+    def named(grants):
+        return [(node.cards[position].uuid, memory, cores) for position, memory, cores in grants or []]
+
+    return [named(g) for g in verdict.grants], [named(g) for g in verdict.init_grants]
+
+
+def granted(placements) -> list[list[tuple[str, int, int]]]:
+    return [[(d.uuid, d.memory, d.cores) for d in placement.devices] for placement in placements]
+
+
+def check_against_reference(scheduler: Scheduler, pod, fresh: bool = False) -> object:
+    """The decision equals the reference's; with `fresh`, also a fresh scheduler's, explanation included."""
     decision = scheduler.decide(pod)
+    if fresh:
+        again = Scheduler(scheduler.cluster, scheduler.config).decide(pod)
+        assert decision.as_dict() == again.as_dict()
     try:
         parsed = parse_pod(pod, scheduler.config)
     except PodInvalid:
@@ -78,28 +122,50 @@ def check_against_reference(scheduler: Scheduler, pod) -> object:
     assert decision.node == (ranking[0][0] if ranking else None)
     assert decision.node_failures == failed
     assert decision.reasons == reasons
-    fresh = Scheduler(scheduler.cluster, scheduler.config).decide(copy.deepcopy(pod))
-    assert decision.as_dict() == fresh.as_dict()
+    if ranking:
+        apps, inits = reference_cards(scheduler.cluster, parsed, ranking[0][0])
+        assert granted(decision.containers) == apps
+        assert [devices for devices in granted(decision.init_containers) if devices] == inits
     return decision
 
 
-@st.composite
-def stream_strategy(draw) -> tuple[dict, list[tuple]]:
-    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=8, unique=True))
-    nodes = [draw(node_strategy(name)) for name in names]
-    uuids = [c["uuid"] for n in nodes for c in n["devices"]]
-    pods = [draw(pod_strategy(f"pod-{i}", uuids)) for i in range(draw(st.integers(2, 8)))]
-    config = {
-        "node_scheduler_policy": draw(st.sampled_from(["binpack", "spread"])),
-        "gpu_scheduler_policy": draw(st.sampled_from(["spread", "binpack", "mutex,binpack", "numa,spread"])),
-    }
-    steps = []
-    for _ in range(draw(st.integers(4, 24))):
-        kind = draw(
-            st.sampled_from(["place", "place", "place", "decide", "unassume", "report", "cordon", "card"])
-        )
-        steps.append((kind, draw(st.integers(0, 1 << 16)), draw(st.integers(0, 1 << 16))))
-    return {"config": config, "nodes": nodes, "pods": pods}, steps
+def read_stream(tape: Tape, most_nodes: int) -> tuple[dict, list[tuple]]:
+    """A cluster of 1 to `most_nodes` nodes, 2 to 6 pods, and a stream of 4 to 20 steps
+    (without the cluster policies: each test's batch names them)."""
+    raw = read_scenario(tape, NAMES, (1, most_nodes), (2, 6), config={})
+    return raw, read_steps(tape, 4, 20)
+
+
+STREAMS = from_tape(512, read_stream, 8)
+#: Where the point is shapes evicted and nodes shared, not the cluster's size.
+SMALLER_STREAMS = from_tape(512, read_stream, 6)
+
+
+class Reported:
+    """A failing example as Hypothesis reports it: the scenario as SPEC 9 JSON (for
+    `manage.py simulate`) and the steps, rendered only when it is reported."""
+
+    def __init__(self, scenario: dict, steps: list):
+        self.scenario, self.steps = scenario, steps
+
+    def __repr__(self) -> str:
+        return f"scenario: {json.dumps(self.scenario)}\nsteps: {self.steps}"
+
+
+def start(raw: dict, steps: list, node_policy: str, gpu_policy: str):
+    """The scenario read under the batch's cluster policies: (cluster, config, pods)."""
+    config = {"node_scheduler_policy": node_policy, "gpu_scheduler_policy": gpu_policy}
+    note(Reported({**raw, "config": config}, steps))
+    return parse_scenario({**copy.deepcopy(raw), "config": config})
+
+
+def assert_pods_unchanged(pods: list, raw: dict) -> None:
+    """Deciding reads a pod and never writes it: the pods, decided over and over without a
+    copy, still hold what the scenario gave."""
+    for pod, spec in zip(pods, raw["pods"], strict=True):
+        assert pod.annotations == spec["annotations"]
+        assert pod.containers == spec["containers"]
+        assert pod.init_containers == spec.get("initContainers", [])
 
 
 def apply_step(scheduler: Scheduler, pods: list, assumed: list, step: tuple) -> None:
@@ -107,7 +173,7 @@ def apply_step(scheduler: Scheduler, pods: list, assumed: list, step: tuple) -> 
     cluster = scheduler.cluster
     node = cluster.nodes[a % len(cluster.nodes)]
     if kind in ("place", "decide"):
-        decision = check_against_reference(scheduler, copy.deepcopy(pods[a % len(pods)]))
+        decision = check_against_reference(scheduler, pods[a % len(pods)])
         if kind == "place" and decision.status == "scheduled":
             scheduler.assume(decision)
             assumed.append(decision)
@@ -138,13 +204,16 @@ def apply_step(scheduler: Scheduler, pods: list, assumed: list, step: tuple) -> 
         node.touch()
 
 
-@STREAMS
-@given(stream_strategy(), st.booleans())
-def test_a_stream_with_placements_rollbacks_reports_and_cordons_decides_as_the_sweep(stream, columnar):
+@pytest.mark.parametrize(("node_policy", "gpu_policy", "columnar"), STREAM_BATCHES)
+@batch(EXAMPLES * STREAM_SHARE, len(STREAM_BATCHES))
+@given(stream=STREAMS)
+def test_a_stream_with_placements_rollbacks_reports_and_cordons_decides_as_the_sweep(
+    node_policy, gpu_policy, columnar, stream
+):
     """`columnar`: new shapes go through the numpy sweep (`evaluate.sweep`) however few the
     nodes, and so do the nodes changed since a shape's index last looked."""
     raw, steps = stream
-    cluster, config, pods = parse_scenario(copy.deepcopy(raw))
+    cluster, config, pods = start(raw, steps, node_policy, gpu_policy)
     scheduler = Scheduler(cluster, config)
     scheduler.SWEEP_NODES = 0 if columnar else Scheduler.SWEEP_NODES
     scheduler.RESWEEP_NODES = 1 if columnar else Scheduler.RESWEEP_NODES
@@ -152,16 +221,18 @@ def test_a_stream_with_placements_rollbacks_reports_and_cordons_decides_as_the_s
     for step in steps:
         apply_step(scheduler, pods, assumed, step)
     for pod in pods:
-        check_against_reference(scheduler, copy.deepcopy(pod))
+        check_against_reference(scheduler, pod, fresh=True)
+    assert_pods_unchanged(pods, raw)
 
 
-@STREAMS
-@given(stream_strategy(), st.integers(1, 3))
-def test_a_scheduler_that_keeps_few_shapes_still_decides_as_the_sweep(stream, kept):
+@pytest.mark.parametrize(("kept", "node_policy"), KEPT_BATCHES)
+@batch(EXAMPLES * KEPT_SHARE, len(KEPT_BATCHES))
+@given(stream=SMALLER_STREAMS, gpu_policy=st.sampled_from(GPU_POLICIES))
+def test_a_scheduler_that_keeps_few_shapes_still_decides_as_the_sweep(kept, node_policy, stream, gpu_policy):
     """Evicted shapes are rebuilt from scratch; a second cluster over the same nodes sees the
     first one's placements."""
     raw, steps = stream
-    cluster, config, pods = parse_scenario(copy.deepcopy(raw))
+    cluster, config, pods = start(raw, steps, node_policy, gpu_policy)
     scheduler = Scheduler(cluster, config, cached_shapes=kept)
     scheduler.SWEEP_NODES = 0
     other = Scheduler(Cluster(list(cluster.nodes)), config)
@@ -169,8 +240,9 @@ def test_a_scheduler_that_keeps_few_shapes_still_decides_as_the_sweep(stream, ke
     for n, step in enumerate(steps):
         apply_step(scheduler if n % 2 else other, pods, assumed, step)
     for pod in pods:
-        check_against_reference(scheduler, copy.deepcopy(pod))
-        check_against_reference(other, copy.deepcopy(pod))
+        check_against_reference(scheduler, pod, fresh=True)
+        check_against_reference(other, pod)
+    assert_pods_unchanged(pods, raw)
 
 
 def _verdict(score: float) -> NodeVerdict:
@@ -182,7 +254,7 @@ BASES = [3.0, 2.5, 0.0, 1.0]
 OFFSETS = [0.0, 4e-16, 8.9e-16, 3e-10, 6e-10, 9e-10, 1.2e-9, 2e-9, 0.1]
 
 
-@ORDERS
+@batch(EXAMPLES * 0.15)
 @given(
     st.lists(
         st.tuples(
@@ -212,14 +284,15 @@ def test_the_index_orders_nodes_as_spec_7_through_any_sequence_of_changes(change
         assert index.ranking() == reference_order(list(fitting)) == _order_nodes(list(fitting))
 
 
-@STREAMS
-@given(stream_strategy())
-def test_the_columnar_closeness_keeps_the_nodes_node_closeness_ranks_closest(stream):
+@pytest.mark.parametrize("node_policy", NODE_POLICIES)
+@batch(EXAMPLES * 0.025, len(NODE_POLICIES))
+@given(stream=STREAMS, gpu_policy=st.sampled_from(GPU_POLICIES))
+def test_the_columnar_closeness_keeps_the_nodes_node_closeness_ranks_closest(node_policy, stream, gpu_policy):
     """`closeness.closest_columns` orders the failed nodes by the key `node_closeness` gives
     each (missing cards, blocked ones, the smallest shortfalls, name), and says whether none of
     them could ever take the pod as `cluster_never` does, after any stream of changes."""
     raw, steps = stream
-    cluster, config, pods = parse_scenario(copy.deepcopy(raw))
+    cluster, config, pods = start(raw, steps, node_policy, gpu_policy)
     scheduler = Scheduler(cluster, config)
     scheduler.SWEEP_NODES = 0
     assumed: list = []
@@ -227,7 +300,7 @@ def test_the_columnar_closeness_keeps_the_nodes_node_closeness_ranks_closest(str
         apply_step(scheduler, pods, assumed, step)
     for pod in pods:
         try:
-            parsed = parse_pod(copy.deepcopy(pod), config)
+            parsed = parse_pod(pod, config)
         except PodInvalid:
             continue
         inits, apps, policy = parsed.gpu_inits, list(parsed.apps), parsed.policy
