@@ -101,7 +101,7 @@ class Consolidator:
         pod fits `node`; or None, the statement unchanged."""
         tenants = self.preemptor.tenants
         nodes = []
-        for name, _ in decision.node_failures[:NODE_LIMIT]:
+        for name in self.scheduler.failed_names(parsed)[:NODE_LIMIT]:
             movable = [t for t in tenants.by_node.get(name, ()) if self._movable(t)]
             node = self.scheduler.cluster.by_name.get(name)
             if movable and node is not None and node.ready:

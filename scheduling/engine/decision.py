@@ -86,8 +86,11 @@ OUTCOMES = (SCHEDULED, PENDING, REJECTED, CONFLICT)
 class Decision:
     """Where a pod goes and why. `node_ranking` is in policy order (best first);
     `node_failures` is sorted by node name, each node's failure as data (`fit.NodeFailure`);
-    `reasons` sums each reason over the failed nodes. A rejected pod has `error`, the
-    `error_field` at fault and, where callers act on its kind, an `error_code`.
+    `reasons` sums each reason over the failed nodes. A scheduler with a `keep` bound
+    (`Scheduler.keep`) gives only the first `keep` entries of both lists; `nodes_fit` and
+    `nodes_failed` count all of them either way (-1, the default, when constructed: the lists
+    are complete, so their lengths). A rejected pod has `error`, the `error_field` at fault
+    and, where callers act on its kind, an `error_code`.
 
     `containers` are the app containers only: they hold their cards, so they are what usage,
     allocation rows and the node score count. `init_containers` (one per init container of
@@ -105,6 +108,8 @@ class Decision:
     policy: dict | None = None
     node_ranking: list[tuple[str, float]] = field(default_factory=list)
     node_failures: list[tuple[str, NodeFailure]] = field(default_factory=list)
+    nodes_fit: int = -1
+    nodes_failed: int = -1
     reasons: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     error_field: str | None = None
@@ -120,6 +125,12 @@ class Decision:
     #: alternatives), or, when it tried and nothing helped, `{"tried": True, "why": ...}`.
     preemption: dict | None = None
 
+    def __post_init__(self) -> None:
+        if self.nodes_fit < 0:
+            self.nodes_fit = len(self.node_ranking)
+        if self.nodes_failed < 0:
+            self.nodes_failed = len(self.node_failures)
+
     @property
     def unschedulable(self) -> bool:
         """Pending, and no node could ever take the pod as it asks (`never` says why)."""
@@ -127,7 +138,7 @@ class Decision:
 
     @property
     def failed_nodes(self) -> list[tuple[str, str]]:
-        """(node, `N/M Reason, ...`) per failed node, by node name."""
+        """(node, `N/M Reason, ...`) per failed node in `node_failures`, by node name."""
         return [(name, failure.text) for name, failure in self.node_failures]
 
     @property
@@ -150,6 +161,7 @@ class Decision:
 
     @property
     def node_score(self) -> float | None:
+        """The chosen node's score: the first entry of the ranking (kept under any `keep`)."""
         for name, score in self.node_ranking:
             if name == self.node:
                 return score
@@ -168,14 +180,15 @@ class Decision:
         return self._failure_text()
 
     def _failure_text(self) -> str:
-        total = len(self.node_failures)
+        total = self.nodes_failed
         if not total:
             return "0/0 nodes are available: no GPU nodes"
         summary = ", ".join(f"{n} {reason}" for reason, n in sorted(self.reasons.items()))
         return f"0/{total} nodes are available: {summary}"
 
     def as_dict(self, top: int | None = None) -> dict:
-        """The pod object of SPEC 9's output. `top` keeps the K best node scores and K failed nodes.
+        """The pod object of SPEC 9's output. `top` keeps the K best node scores and K failed nodes
+        (the same dict as from a decision kept to `keep` >= K entries).
 
         Beyond SPEC 9's fields: `failed_reasons`, each failed node's failure as data
         (`{node: {"cards": M, "reasons": {code: N}}}`, the nodes of `failed_nodes`),
@@ -201,8 +214,8 @@ class Decision:
             "allocated": self.allocated,
             "node_scores": {name: round(score, 6) for name, score in ranking},
             "failed_nodes": {name: failure.text for name, failure in failed},
-            "nodes_fit": len(self.node_ranking),
-            "nodes_failed": len(self.node_failures),
+            "nodes_fit": self.nodes_fit,
+            "nodes_failed": self.nodes_failed,
             "reasons": dict(sorted(self.reasons.items())),
             "policy": self.policy,
             "error": self.error,

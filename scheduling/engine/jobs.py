@@ -341,7 +341,7 @@ class JobRunner:
             and decision.status == PENDING
             and decision.batch is None
             and decision.never is None
-            and bool(decision.node_failures)
+            and decision.nodes_failed > 0
         )
 
     def _gate(self, job: Job, gang: Gang) -> tuple[str, str] | None:

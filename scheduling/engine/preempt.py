@@ -583,7 +583,7 @@ class Preemptor:
         reclaim_why = self._below_share(queue, ask) if self.rules.reclaim else "reclaim is off"
         reclaim_ok = self.rules.reclaim and reclaim_why is None
         key = (parsed.shape, priority, queue, reclaim_ok)
-        seen = (TOUCHES.position, len(self.cards_evicted), len(decision.node_failures))
+        seen = (TOUCHES.position, len(self.cards_evicted), decision.nodes_failed)
         nothing = self._nothing.get(key)
         if nothing is not None and nothing[0] == seen:
             return None, nothing[1], dict(nothing[2])
@@ -593,7 +593,7 @@ class Preemptor:
         hopeless = []
         table = self._table(key)
         by_node, changes = self.tenants.by_node, self.tenants.changes
-        for name, _ in decision.node_failures:
+        for name in self.scheduler.failed_names(parsed):  # all of them: the decision keeps a few
             if not by_node.get(name):
                 misses[NO_TENANTS] = misses.get(NO_TENANTS, 0) + 1
                 continue

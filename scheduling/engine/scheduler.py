@@ -18,6 +18,10 @@ closeness key is computed over the card columns at once (`closeness.closest_colu
 only the kept nodes are measured; else each failed node's closeness is cached like the
 verdicts, per pod shape and node version. Either way a pending decision measures the kept
 nodes that changed, not every failed node.
+With `keep=K` (`Scheduler.keep`, or per call) a decision holds only the K best fitting nodes
+and the first K failed ones, read off the index without copying or re-sorting the rest, and
+counts them all (`Decision.nodes_fit`, `nodes_failed`): a warm decision then costs the
+changed nodes and K, not the cluster (issue 18).
 """
 
 from __future__ import annotations
@@ -59,6 +63,16 @@ def _order_nodes(keyed: list[tuple[float, str, float]]) -> list[tuple[str, float
                 start = i
         keyed = out
     return [(name, score) for _, name, score in keyed]
+
+
+def _checked_keep(keep) -> int | None:
+    """A decision's bound on its node lists: None (all) or a whole number from 1 (the chosen
+    node's score, `Decision.node_score`, is read from the first entry)."""
+    if keep is None:
+        return None
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep: a whole number from 1, or None for every node, not {keep!r}")
+    return keep
 
 
 class NodeIndex:
@@ -265,24 +279,35 @@ class NodeIndex:
             else:
                 near.discard(prev)
 
-    def ranking(self) -> list[tuple[str, float]]:
-        """`(name, score)` of the fitting nodes in policy order, as `_order_nodes` gives it."""
+    def ranking(self, top: int | None = None) -> list[tuple[str, float]]:
+        """`(name, score)` of the fitting nodes in policy order, as `_order_nodes` gives it; with
+        `top`, its first `top` entries only. Those cost `top`, not the fitting nodes: the index
+        already holds them sorted on `(sign x score, name)`, and only the runs of near scores
+        that start before `top` are re-sorted by name."""
+        if top is not None:
+            top = max(0, top)
         if self._ranking is not None:
-            return self._ranking
-        out = self.fit_entries.copy()
+            return self._ranking if top is None else self._ranking[:top]
+        entries = self.fit_entries
+        end = len(entries) if top is None else min(top, len(entries))
+        out = entries[:end]
         if self.near:
             for low, high in self._runs():
                 a, b, values = self._span(low, math.nextafter(high, math.inf))
-                if high - low < TOLERANCE:  # one group: just by name
-                    out[a:b] = sorted(out[a:b])
-                    continue
+                if a >= end:
+                    break  # runs come in order: the rest lie past `top`
+                whole = high - low < TOLERANCE  # one group: just by name
                 start = a
                 for i in range(a + 1, b + 1):
-                    if i == b or values[i - a] - values[start - a] >= TOLERANCE:
+                    if i == b or (not whole and values[i - a] - values[start - a] >= TOLERANCE):
                         if i - start > 1:
-                            out[start:i] = sorted(out[start:i])
+                            stop = min(i, end)
+                            out[start:stop] = sorted(entries[start:i])[: stop - start]
                         start = i
-        self._ranking = out
+                        if start >= end:
+                            break
+        if top is None:
+            self._ranking = out
         return out
 
     def _span(self, low: float, high: float) -> tuple[int, int, list[float]]:
@@ -349,10 +374,18 @@ class Scheduler:
     RESWEEP_NODES = 32
 
     def __init__(
-        self, cluster: Cluster, config: ClusterConfig | None = None, cached_shapes: int | None = None
+        self,
+        cluster: Cluster,
+        config: ClusterConfig | None = None,
+        cached_shapes: int | None = None,
+        keep: int | None = None,
     ):
         self.cluster = cluster
         self.config = config or ClusterConfig()
+        #: How many entries of `node_ranking` and of `node_failures` a decision holds (None:
+        #: all). A caller that stores only the top K (`Decision.as_dict(top=K)`, K <= keep)
+        #: then pays for K nodes per decision, not for the cluster (issue 18).
+        self.keep = _checked_keep(keep)
         self._verdicts: OrderedDict[tuple, ShapeTable] = OrderedDict()
         self._closeness: OrderedDict[tuple, dict[str, tuple[int, NodeCloseness]]] = OrderedDict()
         self._never: dict[tuple, dict] = {}
@@ -500,13 +533,15 @@ class Scheduler:
         table[node.name] = (node.version, closeness)
         return closeness
 
-    def decide(self, pod: PodSpec) -> Decision:
-        """Where `pod` would go on the snapshot as it is now. Does not change the snapshot."""
-        return self.decide_parsed(pod)[0]
+    def decide(self, pod: PodSpec, keep: int | None = None) -> Decision:
+        """Where `pod` would go on the snapshot as it is now. Does not change the snapshot.
+        `keep`: as `Scheduler.keep`, for this decision only (None: the scheduler's)."""
+        return self.decide_parsed(pod, keep)[0]
 
-    def decide_parsed(self, pod: PodSpec) -> tuple[Decision, ParsedPod | None]:
+    def decide_parsed(self, pod: PodSpec, keep: int | None = None) -> tuple[Decision, ParsedPod | None]:
         """`decide`, plus the pod as read (None when it is invalid), for callers that
         re-check the placement later with the same asks (the pipeline's commit)."""
+        bound = self.keep if keep is None else _checked_keep(keep)
         started = time.perf_counter()
         try:
             parsed = parse_pod(pod, self.config)
@@ -522,16 +557,20 @@ class Scheduler:
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
             return decision, None
-        decision = self._decide_parsed(pod, parsed)
+        decision = self._decide_parsed(pod, parsed, bound)
         decision.duration_ms = (time.perf_counter() - started) * 1000
         return decision, parsed
 
-    def _decide_parsed(self, pod: PodSpec, parsed: ParsedPod) -> Decision:
+    def _decide_parsed(self, pod: PodSpec, parsed: ParsedPod, keep: int | None) -> Decision:
         policy = parsed.policy
         sign = -1.0 if policy.node_policy == "binpack" else 1.0
         index = self._index_for(parsed, sign)
-        ranking = list(index.ranking())
-        failed = list(index.fail_entries)
+        if keep is None:
+            ranking = list(index.ranking())
+            failed = list(index.fail_entries)
+        else:  # the best `keep` and the first `keep` by name; the counts below stay exact
+            ranking = index.ranking(keep)
+            failed = index.fail_entries[:keep]
         reasons = dict(index.reasons)
         decision = Decision(
             name=pod.name,
@@ -540,6 +579,8 @@ class Scheduler:
             policy=policy.as_dict(),
             node_ranking=ranking,
             node_failures=failed,
+            nodes_fit=len(index.fit_entries),
+            nodes_failed=len(index.fail_entries),
             reasons=reasons,
             warnings=[
                 f"{where}: {message}" for where, messages in parsed.warnings().items() for message in messages
@@ -551,8 +592,15 @@ class Scheduler:
             decision.node = node.name
             decision.containers, decision.init_containers = self._explain(node, parsed)
         elif failed:
-            decision.closest, decision.never = self.closest(parsed, list(index.fail_names))
+            decision.closest, decision.never = self.closest(parsed, index.fail_names)
         return decision
+
+    def failed_names(self, parsed: ParsedPod) -> list[str]:
+        """Every node `parsed` fails on now, by name: what a decision kept to `keep` entries
+        leaves out, for callers that search them all (preemption). Right after the pod was
+        decided its index is up to date, so no node is evaluated again; the list is a copy."""
+        sign = -1.0 if parsed.policy.node_policy == "binpack" else 1.0
+        return list(self._index_for(parsed, sign).fail_names)
 
     def _explain(
         self, node: Node, parsed: ParsedPod

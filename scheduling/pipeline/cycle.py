@@ -109,9 +109,11 @@ def plan_jobs(rows, gangs, book, namespaces, snapshot: Snapshot, scheduler: Sche
     """The due rows decided as jobs (`engine.jobs`) on `scheduler`, each seeing the
     placements before it: an attempt per pod, and the keys of the pods nominated to cards."""
 
+    keep = max(1, option("DECISION_TOP"))  # what the commit stores of a decision
+
     def decide(spec: PodSpec):
         try:
-            return scheduler.decide_parsed(spec)
+            return scheduler.decide_parsed(spec, keep=keep)
         except Exception as exc:  # noqa: BLE001 - one odd pod must not stop the others
             log.exception("deciding %s failed", spec.key)
             STANDING.spoil()  # it may have stopped half way through changing a node
