@@ -30,6 +30,7 @@ api = [
     path("agents/report/", views.AgentReportView.as_view(), name="agent-report"),
     path("pods/", pods, name="pod-list"),
     path("pods/bulk/", include("scheduling.api.views.bulk")),
+    path("pods/bulk/release/", include("scheduling.api.views.bulk_release")),
     path(f"pods/{NAMESPACE}/{NAME}/", pod, name="pod-detail"),
     path(f"pods/{NAMESPACE}/{NAME}/complete/", pod_complete, name="pod-complete"),
     path(f"pods/{NAMESPACE}/{NAME}/decision/", views.PodDecisionView.as_view(), name="pod-decision"),

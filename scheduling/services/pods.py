@@ -1,6 +1,6 @@
-"""Pods: submission (one, or many in one transaction: `submit_pods`), release, binding marks
-and requeues, and what follows a change of capacity (`capacity_changed`: wake the
-backed-off pods after the commit, ask for a cycle).
+"""Pods: submission (one, or many in one transaction: `submit_pods`), release (one, or many
+in one transaction: `release_pods`), binding marks and requeues, and what follows a change
+of capacity (`capacity_changed`: wake the backed-off pods after the commit, ask for a cycle).
 Locks the pod first, then the cards its allocations hold, by primary key
 (docs/architecture.md, "Lock order").
 """
@@ -151,7 +151,8 @@ class Submission:
 class Submitted:
     """What became of item `index` of `submit_pods`: CREATED (a new row, or a finished pod's
     new incarnation), UPDATED, UNCHANGED or REFUSED (`error` names the field). `previous_uid`
-    is the row's uid before this write ("" for a new row)."""
+    is the row's uid before this write ("" for a new row); `inserted`: the row is new (it has
+    no history: no decisions, evictions or nominations)."""
 
     index: int
     outcome: str
@@ -159,6 +160,7 @@ class Submitted:
     error: PodInvalid | None = None
     previous_uid: str = ""
     submission: Submission | None = None
+    inserted: bool = False
 
     @property
     def warnings(self) -> dict[str, list[str]]:
@@ -364,8 +366,14 @@ def _write_alone(index: int, submission: Submission) -> Submitted:
         )
 
 
-class _Raced(Exception):
-    """A concurrent submission inserted one of the pods after `_write` found no row for it."""
+class _InsertRefused(Exception):
+    """The insert of these pods broke a constraint: a race (a concurrent submission inserted
+    one of them after `_write` found no row for it) if one of them exists once the
+    transaction is rolled back, else the database's own error (`cause`)."""
+
+    def __init__(self, keys: list[tuple[str, str]], cause: IntegrityError):
+        super().__init__(str(cause))
+        self.keys, self.cause = keys, cause
 
 
 #: How many times `_write_atomically` starts again after losing an insert race.
@@ -380,7 +388,9 @@ def _write_atomically(accepted: list[tuple[int, Submission]]) -> list[Submitted]
         try:
             with transaction.atomic():
                 return _write(accepted, timezone.now())
-        except _Raced:
+        except _InsertRefused as refused:
+            if not Pod.objects.filter(_named(refused.keys)).exists():
+                raise refused.cause from None
             if attempt == RACE_ATTEMPTS - 1:
                 raise IntegrityError("pods kept being created concurrently; gave up") from None
     raise AssertionError("unreachable")
@@ -398,7 +408,7 @@ def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
     placed pod asked for new containers is REFUSED, before anything is written), the cards
     of replaced incarnations given back, then the groups (`_group_for`, as `release_pod`
     and the commit write them last), then new rows inserted together and changed rows
-    updated together. One cycle is asked for after the commit. Raises _Raced."""
+    updated together. One cycle is asked for after the commit. Raises _InsertRefused."""
     rows = _locked_rows([submission.key for _, submission in accepted])
     done: dict[int, Submitted] = {}
     judged: list[tuple[int, Submission, str]] = []
@@ -522,29 +532,31 @@ def _named(keys: list[tuple[str, str]]) -> Q:
     return where
 
 
-def _locked_rows(keys: list[tuple[str, str]]) -> dict[tuple[str, str], Pod]:
-    """The existing rows of these pods, locked in primary-key order (the lock order)."""
+def _locked_rows(keys: list[tuple[str, str]], *, with_node: bool = False) -> dict[tuple[str, str], Pod]:
+    """The existing rows of these pods, locked in primary-key order (the lock order);
+    `with_node` reads their nodes in the same query without locking them."""
     if not keys:
         return {}
-    rows = Pod.objects.select_for_update(no_key=True).filter(_named(keys)).order_by("pk")
-    return {(pod.namespace, pod.name): pod for pod in rows}
+    rows = Pod.objects.select_for_update(no_key=True, of=("self",) if with_node else ())
+    if with_node:
+        rows = rows.select_related("node")
+    return {(pod.namespace, pod.name): pod for pod in rows.filter(_named(keys)).order_by("pk")}
 
 
 def _insert(fresh: list[tuple[int, Submission]], placements, now) -> list[Submitted]:
-    """Insert the pods that had no row, together. Raises _Raced when a concurrent
-    submission created one of them meanwhile (the unique name)."""
+    """Insert the pods that had no row, together. Raises _InsertRefused when the database
+    refuses them (a concurrent submission created one meanwhile: the unique name), judged by
+    `_write_atomically` once the transaction is rolled back: no savepoint around the insert,
+    two round trips less for every submission."""
     if not fresh:
         return []
     pods = [_new_pod(submission, *placements[index], now) for index, submission in fresh]
     try:
-        with transaction.atomic():
-            Pod.objects.bulk_create(pods)
-    except IntegrityError:
-        if Pod.objects.filter(_named([submission.key for _, submission in fresh])).exists():
-            raise _Raced from None
-        raise
+        Pod.objects.bulk_create(pods)
+    except IntegrityError as exc:
+        raise _InsertRefused([submission.key for _, submission in fresh], exc) from exc
     return [
-        Submitted(index, CREATED, pod, submission=submission)
+        Submitted(index, CREATED, pod, submission=submission, inserted=True)
         for (index, submission), pod in zip(fresh, pods, strict=True)
     ]
 
@@ -637,8 +649,9 @@ def _group_for(namespace: str, ref: GroupRef | None, named_queue: str | None) ->
 
 
 def _pod_for_update(pod) -> Pod:
-    """`pod` as a Pod, a primary key, or "namespace/name"; locked."""
-    queryset = Pod.objects.select_for_update(no_key=True)
+    """`pod` as a Pod, a primary key, or "namespace/name"; locked, its node read in the same
+    query (not locked: the lock order takes no node after a pod)."""
+    queryset = Pod.objects.select_for_update(no_key=True, of=("self",)).select_related("node")
     if isinstance(pod, Pod):
         return queryset.get(pk=pod.pk)
     if isinstance(pod, str):
@@ -709,6 +722,23 @@ def _release_allocations_of(pods: list[Pod], now) -> bool:
     return True
 
 
+#: The columns a release writes on the pod (`_finish`).
+RELEASED_FIELDS = ("status", "finished_at", "next_attempt_at", "reason", "revision", "updated_at")
+
+
+def _finish(pod: Pod, final_status: str, now) -> None:
+    """The pod's row as a release leaves it, in memory: `final_status`, finished now, saying
+    where it ran. Its node is read already (`_pod_for_update`, `_locked_rows`)."""
+    pod.status, pod.finished_at, pod.next_attempt_at = final_status, now, None
+    pod.reason = f"{final_status} after {'running on ' + pod.node.name if pod.node_id else 'no placement'}"
+    pod.revision += 1
+
+
+def _check_final_status(final_status: str) -> None:
+    if final_status not in FINAL_STATUSES:
+        raise ValueError(f"final_status must be one of {', '.join(FINAL_STATUSES)}, got {final_status!r}")
+
+
 @retry_on_conflict
 def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None = None) -> Pod | None:
     """The pod finished, failed or was deleted: give back its cards and wake the scheduler.
@@ -717,9 +747,9 @@ def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None =
     `expected_uid`: release only that incarnation. When the row now holds another uid (the
     pod was deleted and created again meanwhile), nothing is written and None is returned,
     so a late release meant for the old pod can never hit the new one.
+    `release_pods` is the same for many pods in one transaction.
     Raises Pod.DoesNotExist, ValueError."""
-    if final_status not in FINAL_STATUSES:
-        raise ValueError(f"final_status must be one of {', '.join(FINAL_STATUSES)}, got {final_status!r}")
+    _check_final_status(final_status)
     now = timezone.now()
     with transaction.atomic():
         pod = _pod_for_update(pod)
@@ -728,14 +758,8 @@ def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None =
         if pod.status in Pod.FINISHED:
             return pod
         freed = _release_allocations(pod, now)
-        pod.status, pod.finished_at, pod.next_attempt_at = final_status, now, None
-        pod.reason = (
-            f"{final_status} after {'running on ' + pod.node.name if pod.node_id else 'no placement'}"
-        )
-        pod.revision += 1
-        pod.save(
-            update_fields=["status", "finished_at", "next_attempt_at", "reason", "revision", "updated_at"]
-        )
+        _finish(pod, final_status, now)
+        pod.save(update_fields=list(RELEASED_FIELDS))
         if pod.group_id is not None:
             group_after_release(pod.group_id, now)
         if freed:
@@ -743,35 +767,180 @@ def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None =
     return pod
 
 
+#: What became of one item of `release_pods` (`Released.outcome`); UNCHANGED: it had finished
+#: already, REFUSED: `error` names the field.
+RELEASED = "released"
+#: The keys an item of `release_pods` may have: `uid` (optional) releases only that incarnation.
+RELEASE_KEYS = ("namespace", "name", "uid")
+
+
+@dataclass(slots=True)
+class Released:
+    """What became of item `index` of `release_pods`: RELEASED, UNCHANGED or REFUSED (`error`
+    names the field; `pod` is the row when there is one, as it is now)."""
+
+    index: int
+    outcome: str
+    pod: Pod | None = None
+    error: PodInvalid | None = None
+
+
+def release_pods(
+    items: Iterable, final_status: str = Pod.DELETED, *, placed_only: bool = False
+) -> list[Released]:
+    """`release_pod` for many pods: one result per item, in order, all written in one
+    transaction (pods, then cards, then groups: the lock order), one cycle asked for.
+
+    Each item is an object of `RELEASE_KEYS`: the pod's `namespace` and `name`, and `uid` to
+    release only that incarnation. Each pod ends as `release_pod` would leave it, one item
+    after another: a finished pod is UNCHANGED. REFUSED, naming the field and writing
+    nothing for that item: an unknown key or a malformed value, a pod an earlier item named
+    (`name`), no such pod (`name`), another incarnation than `uid` (`uid`), and with
+    `placed_only` (the rule of `POST pods/<ns>/<name>/complete/`) a pod that is not scheduled
+    or running (`status`), judged under the pod's lock. Raises ValueError for `final_status`."""
+    _check_final_status(final_status)
+    items = list(items)
+    again = named_again(items)
+    results: list[Released | None] = []
+    wanted: list[tuple[int, dict]] = []
+    for index, item in enumerate(items):
+        try:
+            asked = _release_item(item)
+            if index in again:
+                raise again[index]
+        except PodInvalid as exc:
+            results.append(Released(index, REFUSED, error=exc))
+            continue
+        results.append(None)
+        wanted.append((index, asked))
+    if wanted:
+        for done in _release_together(wanted, final_status, placed_only):
+            results[done.index] = done
+    return [done for done in results if done is not None]
+
+
+def _release_item(item) -> dict:
+    """An item of `release_pods`, checked; PodInvalid naming the field."""
+    if not isinstance(item, dict):
+        raise PodInvalid("pod", f"must be an object of {', '.join(RELEASE_KEYS)}")
+    for key in item:
+        if key not in RELEASE_KEYS:
+            raise PodInvalid(str(key), f"unknown field; an item takes {', '.join(RELEASE_KEYS)}")
+    for field in RELEASE_KEYS:
+        value = item.get(field, "")
+        if field != "uid" and (not isinstance(value, str) or not value.strip()):
+            raise PodInvalid(field, "required: a non-empty string")
+        if not isinstance(value, str) or "\x00" in value or len(value) > _max_length(field):
+            raise PodInvalid(field, f"must be a string of at most {_max_length(field)} characters, no NUL")
+    return {"namespace": item["namespace"], "name": item["name"], "uid": item.get("uid") or None}
+
+
+@retry_on_conflict
+def _release_together(wanted: list[tuple[int, dict]], final_status: str, placed_only: bool) -> list[Released]:
+    """The checked items released in one transaction: the pods locked by primary key and
+    judged, their cards given back together, the rows written together, then their groups
+    judged member by member in item order, as `group_after_release` after each pod."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = _locked_rows([(asked["namespace"], asked["name"]) for _, asked in wanted], with_node=True)
+        done: list[Released] = []
+        releasing: list[Pod] = []
+        for index, asked in wanted:
+            pod = rows.get((asked["namespace"], asked["name"]))
+            if pod is None:
+                done.append(
+                    Released(
+                        index,
+                        REFUSED,
+                        error=PodInvalid("name", f"no pod {asked['namespace']}/{asked['name']}"),
+                    )
+                )
+            elif asked["uid"] is not None and pod.uid != asked["uid"]:
+                why = f"{pod.key} is another incarnation now (uid {pod.uid!r}); nothing released"
+                done.append(Released(index, REFUSED, pod, PodInvalid("uid", why)))
+            elif placed_only and pod.status not in Pod.BOUND:
+                why = f"pod {pod.key} is {pod.status}: only a scheduled or running pod can end {final_status}"
+                done.append(Released(index, REFUSED, pod, PodInvalid("status", why)))
+            elif pod.status in Pod.FINISHED:
+                done.append(Released(index, UNCHANGED, pod))
+            else:
+                releasing.append(pod)
+                done.append(Released(index, RELEASED, pod))
+        if not releasing:
+            return done
+        freed = _release_allocations_of(releasing, now)
+        for pod in releasing:
+            _finish(pod, final_status, now)
+        groups = _groups_after_release(releasing, now)
+        _save({RELEASED_FIELDS: releasing}, now)
+        for group in groups:
+            group.save(update_fields=list(GROUP_PHASE_FIELDS))
+        if freed:
+            capacity_changed(
+                f"released {releasing[0].key}" if len(releasing) == 1 else f"released {len(releasing)} pods"
+            )
+    return done
+
+
+def _groups_after_release(released: list[Pod], now) -> list[PodGroup]:
+    """`group_after_release` for each released member, in order, over the members' statuses
+    read once, before the released rows are written: each group is judged as it stood after
+    that member ended. The groups that changed, to be written after the pods and cards."""
+    group_ids = {pod.group_id for pod in released if pod.group_id is not None}
+    if not group_ids:
+        return []
+    groups = {group.pk: group for group in PodGroup.objects.filter(pk__in=group_ids)}
+    members: dict[int, dict[int, str]] = defaultdict(dict)
+    for group_id, pk, status in Pod.objects.filter(group_id__in=groups).values_list(
+        "group_id", "pk", "status"
+    ):
+        members[group_id][pk] = status
+    changed: dict[int, PodGroup] = {}
+    for pod in released:
+        group = groups.get(pod.group_id)
+        if group is None:
+            continue
+        members[group.pk][pod.pk] = pod.status
+        if _judge_group(group, list(members[group.pk].values()), now):
+            changed[group.pk] = group
+    return [changed[pk] for pk in sorted(changed)]
+
+
+#: The columns `group_after_release` writes.
+GROUP_PHASE_FIELDS = ("phase", "reason", "conditions", "running_at", "finished_at", "updated_at")
+
+
 def group_after_release(group_id: int, now) -> None:
     """A member ended: the group completes when every member succeeded, fails when all ended
-    and some did not succeed, and goes back in the queue when it fell below `min_member`.
-    Written last, after the pod and cards (the lock order)."""
+    and some did not succeed, and goes back in the queue when it fell below `min_member`
+    (`_judge_group`). Written last, after the pod and cards (the lock order)."""
     group = PodGroup.objects.filter(pk=group_id).first()
     if group is None:
         return
-    statuses = list(group.pods.values_list("status", flat=True))
+    if _judge_group(group, list(group.pods.values_list("status", flat=True)), now):
+        group.save(update_fields=list(GROUP_PHASE_FIELDS))
+
+
+def _judge_group(group: PodGroup, statuses: list[str], now) -> bool:
+    """The group's phase after a member ended, given its members' statuses, set in memory;
+    whether anything changed."""
     live = [status for status in statuses if status not in Pod.FINISHED and status != Pod.REJECTED]
     placed = sum(status in Pod.BOUND for status in statuses)
     if not live:
         succeeded = statuses.count(Pod.SUCCEEDED)
         if statuses and succeeded == len(statuses):
-            changed = group.set_phase(PodGroup.COMPLETED, "Completed", f"{succeeded} members succeeded", now)
-        else:
-            changed = group.set_phase(
-                PodGroup.FAILED, "MembersEnded", f"{succeeded}/{len(statuses)} members succeeded", now
-            )
-    elif group.phase == PodGroup.RUNNING and placed < group.min_member:
-        changed = group.set_phase(
+            return group.set_phase(PodGroup.COMPLETED, "Completed", f"{succeeded} members succeeded", now)
+        return group.set_phase(
+            PodGroup.FAILED, "MembersEnded", f"{succeeded}/{len(statuses)} members succeeded", now
+        )
+    if group.phase == PodGroup.RUNNING and placed < group.min_member:
+        return group.set_phase(
             PodGroup.INQUEUE,
             "BelowMinMember",
             f"{placed}/{group.min_member} members placed after one ended",
             now,
         )
-    else:
-        return
-    if changed:
-        group.save(update_fields=["phase", "reason", "conditions", "running_at", "finished_at", "updated_at"])
+    return False
 
 
 @retry_on_conflict

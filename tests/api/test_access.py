@@ -35,6 +35,13 @@ ENDPOINTS = [
     ("get", "/api/v1/pods/default/placed/", "viewer", None),
     ("delete", "/api/v1/pods/default/placed/", "operator", None),
     ("post", "/api/v1/pods/default/placed/complete/", "operator", None),
+    ("post", "/api/v1/pods/bulk/", "operator", {"pods": [gpu_pod("fresh-bulk", mem=1000)]}),
+    (
+        "post",
+        "/api/v1/pods/bulk/release/",
+        "operator",
+        {"pods": [{"namespace": "default", "name": "placed"}], "status": "succeeded"},
+    ),
     ("get", "/api/v1/pending/", "viewer", None),
     ("get", "/api/v1/decisions/?pod=default/placed", "viewer", None),
     ("get", "/api/v1/decisions/{decision}/", "viewer", None),

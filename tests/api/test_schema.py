@@ -39,6 +39,7 @@ ENDPOINTS = {
     "/api/v1/cards/{uuid}/reassign/": {"post"},
     "/api/v1/pods/": {"get", "post"},
     "/api/v1/pods/bulk/": {"post"},
+    "/api/v1/pods/bulk/release/": {"post"},
     "/api/v1/pods/{namespace}/{name}/": {"get", "delete"},
     "/api/v1/pods/{namespace}/{name}/complete/": {"post"},
     "/api/v1/pods/{namespace}/{name}/decision/": {"get"},

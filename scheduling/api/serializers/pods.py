@@ -143,7 +143,11 @@ class PodDetailSerializer(PodSerializer):
         return NominationSerializer(rows.order_by("id"), many=True).data
 
     def held(self, pod: Pod) -> dict[int, list[dict]]:
-        """The vGPUs each container holds, by container position."""
+        """The vGPUs each container holds, by container position. Nothing when the context says
+        the pod was `released` by this request: the release gave them all back in its own
+        transaction, and no cycle places a finished pod (answered without a query)."""
+        if self.context.get("released") and pod.status in Pod.FINISHED:
+            return {}
         held: dict[int, list[dict]] = {}
         active = pod.allocations.filter(active=True).select_related("card").order_by("container_index", "id")
         for allocation in active:

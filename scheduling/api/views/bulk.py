@@ -99,13 +99,14 @@ def _refused(index: int, field: str, message: str) -> dict:
     }
 
 
-def _pods_of(body) -> list:
-    """The request's `pods`, or a 400 naming `pods` (or the stray key)."""
+def pods_of(body, takes: tuple[str, ...] = ("pods",)) -> list:
+    """The request's `pods`, or a 400 naming `pods` (or the stray key: the body takes the
+    keys `takes`)."""
     if not isinstance(body, dict):
         raise ValidationError({"pods": ["the body must be an object with a list of pods"]})
-    stray = sorted(str(key) for key in body if key != "pods")
+    stray = sorted(str(key) for key in body if key not in takes)
     if stray:
-        raise ValidationError({key: ["unknown field; the body takes pods"] for key in stray})
+        raise ValidationError({key: [f"unknown field; the body takes {', '.join(takes)}"] for key in stray})
     pods = body.get("pods")
     if not isinstance(pods, list) or not pods:
         raise ValidationError({"pods": [f"required: a list of 1 to {MAX_PODS} pods"]})
@@ -143,7 +144,7 @@ class PodBulkSubmitView(RoleView, APIView):
         ),
     )
     def post(self, request):
-        raw = _pods_of(request.data)
+        raw = pods_of(request.data)
         again = named_again(
             [{"namespace": "default", **item} if isinstance(item, dict) else item for item in raw]
         )

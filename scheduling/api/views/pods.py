@@ -6,13 +6,14 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 
 from scheduling import filtersets, services
 from scheduling.api import serializers as s
-from scheduling.engine.pod import parse_pod
-from scheduling.models import Pod, SchedulerConfig
+from scheduling.models import Pod
+from scheduling.services.pods import CREATED, release_pods
 
 from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, RoleView
 
@@ -93,25 +94,26 @@ class PodViewSet(
         body = s.PodSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         pod = body.validated_data
-        before = Pod.objects.filter(namespace=pod["namespace"], name=pod["name"]).values_list(
-            "status", flat=True
-        )
-        before = before.first()
-        submitted = services.submit_pod(
-            pod["namespace"],
-            pod["name"],
-            pod["annotations"],
-            pod["containers"],
-            pod["initContainers"],
-            pod["priority"],
-            uid=pod["uid"],
+        (done,) = services.submit_pods(
+            [
+                {
+                    "namespace": pod["namespace"],
+                    "name": pod["name"],
+                    "annotations": pod["annotations"],
+                    "containers": pod["containers"],
+                    "init_containers": pod["initContainers"],
+                    "priority": pod["priority"],
+                    "uid": pod["uid"],
+                }
+            ],
             origin=Pod.API,
         )
-        warnings = parse_pod(submitted.as_spec(), SchedulerConfig.current()).warnings()
+        if done.error is not None:
+            raise done.error  # a 400 naming the field (scheduling/api/errors.py)
         answer = s.PodSubmittedSerializer(
-            submitted, context={"warnings": warnings, "request": request, "new_row": before is None}
+            done.pod, context={"warnings": done.warnings, "request": request, "new_row": done.inserted}
         )
-        created = before is None or before in Pod.FINISHED
+        created = done.outcome == CREATED
         return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def destroy(self, request, namespace=None, name=None):
@@ -122,12 +124,20 @@ class PodViewSet(
         return self._release(Pod.SUCCEEDED)
 
     def _release(self, final_status: str) -> Response:
-        pod = self.get_object()
-        if final_status == Pod.SUCCEEDED and pod.status not in Pod.BOUND:
+        """`release_pods` for this one pod: its row locked once, a complete of a pod that is
+        not placed refused under that lock (409), no such pod 404."""
+        (done,) = release_pods(
+            [{"namespace": self.kwargs["namespace"], "name": self.kwargs["name"]}],
+            final_status,
+            placed_only=final_status == Pod.SUCCEEDED,
+        )
+        if done.pod is None:
+            raise NotFound("No Pod matches the given query.")
+        if done.error is not None:
+            pod = done.pod
             raise Conflict(f"pod {pod.key} is {pod.status}: only a scheduled or running pod can complete")
-        services.release_pod(pod, final_status)  # its own transaction, retried on a deadlock
-        pod.refresh_from_db()
-        return Response(s.PodDetailSerializer(pod, context={"request": self.request}).data)
+        context = {"request": self.request, "released": True}  # the row as written, its cards given back
+        return Response(s.PodDetailSerializer(done.pod, context=context).data)
 
 
 @extend_schema_view(
