@@ -8,7 +8,9 @@ each a fresh process (start included), and prints both, their ratio and the plac
 counts of each from that one run (issue 18: 5,000 nodes x 8 cards, 10,000 pods, at most 5x).
 BENCH_SIM_NODES (a comma list, default 5000), BENCH_SIM_PODS (10000), BENCH_SIM_RUNS (1: the
 best of that many, alternating); BENCH_SIMULATE=0 skips it. BENCH_NODES (default
-100,1000,5000) are the decision-latency sizes; empty, that part is skipped.
+100,1000,5000) are the decision-latency sizes; empty, that part is skipped. Decisions keep
+BENCH_KEEP (20) nodes of their ranking, as the pipeline keeps `HAMI_DECISION_TOP`; 0 keeps
+them all (what `simulate` without `--top` prints).
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ def measure(nodes: int, pods: int, cold_pods: int = 200) -> dict:
     cluster, config, pod_specs = parse_scenario(
         {"nodes": synthetic_nodes(nodes), "pods": synthetic_pods(pods)}
     )
-    scheduler = Scheduler(cluster, config)
+    keep = int(os.environ.get("BENCH_KEEP", "20")) or None
+    scheduler = Scheduler(cluster, config, keep=keep)
     latencies = []
     placed = 0
     started = time.perf_counter()
@@ -231,7 +234,10 @@ def simulate_line(result: dict) -> str:
 
 def print_latencies(sizes: list[int], pods: int) -> None:
     """The decision-latency table: one row per cluster size."""
-    print(f"engine: one decision per pod, mixed stream of {pods} pods, 8 cards per node")
+    keep = os.environ.get("BENCH_KEEP", "20")
+    print(
+        f"engine: one decision per pod, mixed stream of {pods} pods, 8 cards per node, keeping {keep} nodes (0: all)"
+    )
     print("(cold ms: median of one decision with the node-verdict cache emptied first;")
     print(" new shape ms: median and p90 of BENCH_COLD_PODS pods, each asking a gpumem drawn afresh;")
     print(" cpu ms / new cpu: the medians in process CPU time, less moved by other load)")
