@@ -10,7 +10,8 @@ BENCH_SIM_NODES (a comma list, default 5000), BENCH_SIM_PODS (10000), BENCH_SIM_
 best of that many, alternating); BENCH_SIMULATE=0 skips it. BENCH_NODES (default
 100,1000,5000) are the decision-latency sizes; empty, that part is skipped. Decisions keep
 BENCH_KEEP (20) nodes of their ranking, as the pipeline keeps `HAMI_DECISION_TOP`; 0 keeps
-them all (what `simulate` without `--top` prints).
+them all (what `simulate` without `--top` prints). Then the engine's resident size at
+BENCH_MEMORY_NODES (10000; empty skips it) x 8 cards with 100 shapes cached.
 """
 
 from __future__ import annotations
@@ -255,11 +256,54 @@ def print_latencies(sizes: list[int], pods: int) -> None:
         )
 
 
+def resident_mib() -> float:
+    """This process's resident memory now (Linux), in MiB."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def memory_line(nodes: int, shapes: int = 100) -> str:
+    """The engine's resident size at `nodes` x 8 cards with `shapes` pod shapes cached
+    (issue 18: under 1 GiB at 10,000 nodes with 100 shapes): the process before the cluster
+    is read, with the cluster, and with every shape decided once (and a few placed)."""
+    start = resident_mib()
+    cluster, config, _ = parse_scenario({"nodes": synthetic_nodes(nodes), "pods": []})
+    keep = int(os.environ.get("BENCH_KEEP", "20")) or None
+    scheduler = Scheduler(cluster, config, keep=keep, cached_shapes=shapes)
+    loaded = resident_mib()
+    asks = [{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000 + 100 * n} for n in range(shapes)]
+    pods = parse_scenario(
+        {
+            "nodes": [],
+            "pods": [
+                {"name": f"shape{n}", "containers": [{"name": "main", "resources": {"limits": limits}}]}
+                for n, limits in enumerate(asks)
+            ],
+        }
+    )[2]
+    for n, pod in enumerate(pods):
+        if n % 10 == 0:
+            scheduler.schedule(pod)
+        else:
+            scheduler.decide(pod)
+    cached = resident_mib()
+    return (
+        f"memory, {nodes} nodes x 8 cards: process {start:.0f} MiB, with the cluster {loaded:.0f} MiB, "
+        f"with {shapes} shapes cached {cached:.0f} MiB (engine: {cached - start:.0f} MiB; issue 18: under 1 GiB)"
+    )
+
+
 def main() -> None:
     sizes = [int(s) for s in os.environ.get("BENCH_NODES", "100,1000,5000").split(",") if s.strip()]
     pods = int(os.environ.get("BENCH_PODS", "2000"))
     if sizes:
         print_latencies(sizes, pods)
+    memory = os.environ.get("BENCH_MEMORY_NODES", "10000")
+    if memory:
+        print(memory_line(int(memory)), flush=True)
     if os.environ.get("BENCH_SIMULATE", "1") == "1":
         sim_pods = int(os.environ.get("BENCH_SIM_PODS", "10000"))
         runs = int(os.environ.get("BENCH_SIM_RUNS", "1"))
