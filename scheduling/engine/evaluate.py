@@ -25,6 +25,7 @@ for the few nodes a shape re-checks after they changed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -231,10 +232,63 @@ def evaluate_node(
     )
 
 
+def evaluate_unpinned(
+    node: Node, inits: list[ContainerAsk], apps: list[ContainerAsk | None], policy: PodPolicy
+) -> NodeVerdict | None:
+    """`evaluate_node`'s verdict for a pod pinned to card UUIDs (use-gpuuuid) on a node none of
+    whose cards carries one, else None: there the first GPU container fails whatever the
+    usage, every card at check 4 or before, so no card is scored, ranked or chosen."""
+    pins = policy.use_uuids
+    if not pins:
+        return None
+    first = next(chain(inits, (ask for ask in apps if ask is not None)), None)
+    cards = node.cards
+    if first is None or any(card.uuid in pins for card in cards):
+        return None
+    if not node.ready:
+        return NodeVerdict(False, failure=NodeFailure(len(cards), {R.NODE_NOT_READY: len(cards)}))
+    if len(cards) < first.count:
+        return NodeVerdict(False, failure=NodeFailure(len(cards), {R.NODE_INSUFFICIENT_DEVICE: len(cards)}))
+    counts: dict[str, int] = {}
+    for card in cards:
+        rejected = check_card(card, first, 0, policy, (card.used_slots, card.used_memory, card.used_cores))
+        assert rejected is not None  # check 4 at the latest
+        counts[rejected[0]] = counts.get(rejected[0], 0) + 1
+    return NodeVerdict(False, failure=NodeFailure(len(cards), counts))
+
+
+def sweep_pinned(
+    columns: CardColumns,
+    nodes: list[Node],
+    inits: list[ContainerAsk],
+    apps: list[ContainerAsk | None],
+    policy: PodPolicy,
+) -> Swept:
+    """`evaluate_node` for every node at once for a pod pinned to card UUIDs (use-gpuuuid),
+    whatever its containers: on a node that carries none of them the first GPU container fails
+    (`evaluate_unpinned`), its reasons counted over the columns; the few nodes that carry one
+    are evaluated in full."""
+    c = columns
+    first = next(chain(inits, (ask for ask in apps if ask is not None)))
+    codes = card_codes(c, first, policy, exclusions=True)
+    assert codes is not None  # card by card when a hook has no columns
+    code, reasons = codes
+    width = len(reasons) + 1
+    counts = np.bincount(c.node_of * width + code, minlength=c.count * width).reshape(c.count, width)
+    fits = np.zeros(c.count, dtype=bool)
+    fail_id, failures = _failures(counts, fits, c.ready, c.sizes, first.count, reasons)
+    swept = Swept(fits, np.zeros(c.count), fail_id, failures, c)
+    holders = np.unique(c.node_of[c.uuid_cards(policy.use_uuids)])
+    for i in holders.tolist():
+        swept.put(i, evaluate_node(nodes[i], inits, apps, policy))
+    return swept
+
+
 def evaluate_alone(
     node: Node, ask: ContainerAsk, apps: list[ContainerAsk | None], policy: PodPolicy
 ) -> NodeVerdict:
-    """`evaluate_node` for a pod `sweepable` accepts, on one node, as `sweep` does it: the
+    """`evaluate_node` for a pod `sweepable` accepts (`exclusions` allowed), on one node, as
+    `sweep` does it: the
     cards are only counted (no evaluation objects, no ranking), the node score is SPEC 7's
     with `ask.count` cards of `ask` added (the same integer sums and float operations as
     `node_score`). A percentage ask on cards that differ in MiB needs the choice: `evaluate_node`."""
@@ -316,6 +370,10 @@ class CardColumns:
         type_ids: dict[str, int] = {}
         self.type_id = np.array([type_ids.setdefault(c.type, len(type_ids)) for c in cards], dtype=np.int64)
         self.types = list(type_ids)
+        mode_ids: dict[str, int] = {}
+        self.mode_id = np.array([mode_ids.setdefault(c.mode, len(mode_ids)) for c in cards], dtype=np.int64)
+        self.modes = list(mode_ids)
+        self._by_uuid: dict[str, list[int]] | None = None
         self.slots = np.array([c.slots for c in cards], dtype=np.int64)
         self.memory = np.array([c.memory for c in cards], dtype=np.int64)
         self.cores = np.array([c.cores for c in cards], dtype=np.int64)
@@ -333,11 +391,11 @@ class CardColumns:
         self.card_memory = np.array(
             [node.cards[0].memory if node.cards else 0 for node in nodes], dtype=np.int64
         )
-        self.cards_at = [tuple((c.slots, c.memory, c.cores, c.type) for c in node.cards) for node in nodes]
+        self.cards_at = [_fixed(node) for node in nodes]
 
     def refresh(self, i: int, node: Node) -> bool:
         cards = node.cards
-        if tuple((c.slots, c.memory, c.cores, c.type) for c in cards) != self.cards_at[i]:
+        if _fixed(node) != self.cards_at[i]:
             return False
         at = int(self.start[i])
         for offset, card in enumerate(cards, at):
@@ -369,8 +427,17 @@ class CardColumns:
         part.slot = np.arange(len(node_of), dtype=np.int64) - start[node_of]
         part.width = int(sizes[0]) if len(rows) and bool((sizes == sizes[0]).all()) else None
         part.cards = [self.cards[i] for i in cards.tolist()]
-        part.types = self.types
-        for column in ("type_id", "slots", "memory", "cores", "used_slots", "used_memory", "used_cores"):
+        part.types, part.modes, part._by_uuid = self.types, self.modes, None
+        for column in (
+            "type_id",
+            "mode_id",
+            "slots",
+            "memory",
+            "cores",
+            "used_slots",
+            "used_memory",
+            "used_cores",
+        ):
             setattr(part, column, getattr(self, column)[cards])
         part.health, part.cordoned = self.health[cards], self.cordoned[cards]
         for column in ("ready", "node_slots", "node_cores", "node_memory", "mixed_memory", "card_memory"):
@@ -378,16 +445,36 @@ class CardColumns:
         part.cards_at = [self.cards_at[i] for i in rows]
         return part
 
+    def uuid_cards(self, uuids) -> list[int]:
+        """The positions of the cards whose UUID is one of `uuids` (a map built on first use:
+        only pods that name UUIDs read it; `refresh` refuses a node whose UUIDs changed)."""
+        by_uuid = self._by_uuid
+        if by_uuid is None:
+            by_uuid = self._by_uuid = {}
+            for offset, card in enumerate(self.cards):
+                by_uuid.setdefault(card.uuid, []).append(offset)
+        return [offset for uuid in uuids for offset in by_uuid.get(uuid, ())]
+
+
+def _fixed(node: Node) -> tuple:
+    """What of a node's cards `CardColumns` reads once (capacities, type, mode, UUID): a node
+    whose cards change in any of it is read again whole (`refill`)."""
+    return tuple((c.slots, c.memory, c.cores, c.type) for c in node.cards)
+
 
 def sweepable(
-    inits: list[ContainerAsk], apps: list[ContainerAsk | None], policy: PodPolicy
+    inits: list[ContainerAsk], apps: list[ContainerAsk | None], policy: PodPolicy, exclusions: bool = False
 ) -> ContainerAsk | None:
     """The one GPU container's ask when `sweep` decides this pod exactly as `evaluate_node`:
     no GPU init container, one GPU app container, no UUID or mode constraint, and no active
     filter with a hook over the fitting cards (check 11); card hooks (check 6) run over the
-    columns when the filter has `rejects_columns`, else card by card inside the sweep."""
+    columns when the filter has `rejects_columns`, else card by card inside the sweep.
+    `exclusions`: UUID and mode constraints allowed (`sweep` checks them; the columnar
+    closeness, `closeness.closest_columns`, does not)."""
     gpu = [ask for ask in apps if ask is not None]
-    if inits or len(gpu) != 1 or policy.use_modes or policy.use_uuids or policy.nouse_uuids:
+    if inits or len(gpu) != 1:
+        return None
+    if not exclusions and (policy.use_modes or policy.use_uuids or policy.nouse_uuids):
         return None
     if any(f.decides_fit and _overrides(f, "rejects_fitting") for f in policy.active_filters):
         return None
@@ -413,13 +500,35 @@ def type_excluded(columns: CardColumns, policy: PodPolicy) -> np.ndarray | None:
     return np.array(excluded, dtype=bool)[columns.type_id]
 
 
+def mode_excluded(columns: CardColumns, policy: PodPolicy) -> np.ndarray:
+    """Per card, whether vgpu-mode excludes it (check 3a: a card that registers no mode passes)."""
+    excluded = [bool(mode) and mode.lower() not in policy.use_modes for mode in columns.modes]
+    return np.array(excluded, dtype=bool)[columns.mode_id]
+
+
+def uuid_excluded(columns: CardColumns, policy: PodPolicy) -> np.ndarray:
+    """Per card, whether use/nouse-gpuuuid excludes it (check 4)."""
+    excluded = np.full(len(columns.slots), bool(policy.use_uuids), dtype=bool)
+    if policy.use_uuids:
+        excluded[columns.uuid_cards(policy.use_uuids)] = False
+    if policy.nouse_uuids:
+        excluded[columns.uuid_cards(policy.nouse_uuids)] = True
+    return excluded
+
+
 def card_codes(
-    columns: CardColumns, ask: ContainerAsk, policy: PodPolicy, card_by_card: bool = True
+    columns: CardColumns,
+    ask: ContainerAsk,
+    policy: PodPolicy,
+    card_by_card: bool = True,
+    exclusions: bool = False,
 ) -> tuple[np.ndarray, list[str]] | None:
     """Checks 1-10 of SPEC 4 for `ask` on every card of `columns`: per card the code of the
     first failed check (0: fits), code k naming `reasons[k - 1]` (`_SWEEP_REASONS`, then the
     reasons of card hooks not among them). A card hook without `rejects_columns` runs card
-    by card, or, without `card_by_card`, the answer is None."""
+    by card, or, without `card_by_card`, the answer is None. With `exclusions`, checks 3a
+    and 4 (vgpu-mode, use/nouse-gpuuuid) too, their reasons after `_SWEEP_REASONS` when the
+    pod names them; without, the caller has made sure it names none."""
     c = columns
     code = np.zeros(len(c.slots), dtype=np.int64)
 
@@ -431,8 +540,14 @@ def card_codes(
     excluded = type_excluded(c, policy)
     if excluded is not None:
         mark(excluded, 3)
-    mark(c.used_slots >= c.slots, 4)
     reasons = list(_SWEEP_REASONS)
+    if exclusions and policy.use_modes:
+        reasons.append(R.CARD_MODE_MISMATCH)
+        mark(mode_excluded(c, policy), len(reasons))
+    if exclusions and (policy.use_uuids or policy.nouse_uuids):
+        reasons.append(R.CARD_UUID_MISMATCH)
+        mark(uuid_excluded(c, policy), len(reasons))
+    mark(c.used_slots >= c.slots, 4)
     hooks = [f for f in policy.active_filters if f.decides_fit and _overrides(f, "rejects")]
     for card_filter in hooks:
         # check 6: each card filter's own hook on the cards still in; a reason is counted by
@@ -508,14 +623,15 @@ def sweep(
     apps: list[ContainerAsk | None],
     policy: PodPolicy,
 ) -> Swept:
-    """`evaluate_node` for every node at once, for a pod `sweepable` accepts: checks 1-10 of
+    """`evaluate_node` for every node at once, for a pod `sweepable` accepts (`exclusions`
+    allowed): checks 1-10 of
     SPEC 4 in order over all cards as arrays, the reasons counted per node, and the node score
     of SPEC 7 with the same float operations in the same order (so equal to the last bit).
     With one GPU container the score does not depend on which fitting cards are taken when
     they all take the same MiB; a percentage ask on a node whose cards differ in MiB is left
     to `evaluate_node`. Nodes whose cards fail with the same counts share one failure."""
     c = columns
-    codes = card_codes(c, ask, policy)
+    codes = card_codes(c, ask, policy, exclusions=True)
     assert codes is not None  # card by card when a hook has no columns
     code, reasons = codes
     width = len(reasons) + 1

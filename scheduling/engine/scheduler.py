@@ -31,6 +31,7 @@ import math
 import time
 from bisect import bisect_left
 from collections import OrderedDict
+from operator import itemgetter
 
 import numpy as np
 
@@ -38,7 +39,17 @@ from .chain import TOLERANCE, ranking_order
 from .closeness import NodeCloseness, closest_columns, cluster_never, never_reason, node_closeness
 from .decision import PENDING, REJECTED, SCHEDULED, CardVerdict, ContainerPlacement, Decision, DeviceGrant
 from .errors import PodInvalid
-from .evaluate import CardColumns, NodeVerdict, Swept, evaluate_alone, evaluate_node, sweep, sweepable
+from .evaluate import (
+    CardColumns,
+    NodeVerdict,
+    Swept,
+    evaluate_alone,
+    evaluate_node,
+    evaluate_unpinned,
+    sweep,
+    sweep_pinned,
+    sweepable,
+)
 from .fit import NodeFailure
 from .model import TOUCHES, Cluster, ClusterConfig, Node, PodSpec
 from .pod import ParsedPod, describe_policy, parse_pod
@@ -65,6 +76,10 @@ def _order_nodes(keyed: list[tuple[float, str, float]]) -> list[tuple[str, float
     return [(name, score) for _, name, score in keyed]
 
 
+#: a fitting node's name in its `NodeIndex.fit_keys` entry
+_name = itemgetter(1)
+
+
 def _checked_keep(keep) -> int | None:
     """A decision's bound on its node lists: None (all) or a whole number from 1 (the chosen
     node's score, `Decision.node_score`, is read from the first entry)."""
@@ -79,9 +94,11 @@ class NodeIndex:
     """One pod shape under one node policy: every node's verdict, kept in the order a decision
     reads them, so a decision costs the nodes that changed since the last one, not a sweep.
 
-    Fitting nodes are kept sorted on `(sign x score, name)`, failed ones by name, the reason
-    counts summed over the failed nodes; a changed node is taken out and put back with its
-    new verdict. The 1e-9 rule of SPEC 7 only matters where two distinct scores are that close:
+    Fitting nodes are kept as `(sign x score, name)` keys, sorted (`fit_keys`: plain tuples, so
+    finding a node's place compares them without a key function, and the score is `sign x`
+    the first item again, exactly, as the sign is +-1), failed ones by name, the reason counts
+    summed over the failed nodes; a changed node is taken out and put back with its new
+    verdict. The 1e-9 rule of SPEC 7 only matters where two distinct scores are that close:
     the distinct scores and the set of those with a near successor (`near`) are kept too, so
     the ranking re-sorts by name only the runs `_order_nodes` would re-sort, and exactly as it
     would: a run can never reach across a gap of 1e-9 or more, so its groups start where the
@@ -94,8 +111,7 @@ class NodeIndex:
         "position",
         "node_count",
         "held",
-        "order",
-        "fit_entries",
+        "fit_keys",
         "_fail_names",
         "fail_entries",
         "reasons",
@@ -112,9 +128,7 @@ class NodeIndex:
         self.position = -1  # TOUCHES position read up to; -1: never built
         self.node_count = -1
         self.held: dict[str, NodeVerdict] = {}
-        #: what the fitting nodes are sorted on: `(sign x score, name)` of an entry
-        self.order = lambda entry: (sign * entry[1], entry[0])
-        self.fit_entries: list[tuple[str, float]] = []
+        self.fit_keys: list[tuple[float, str]] = []  # (sign x score, name) of the fitting nodes, sorted
         self._fail_names: list[str] | None = []
         self.fail_entries: list[tuple[str, NodeFailure]] = []
         self.reasons: dict[str, int] = {}  # reason -> its count summed over the failed nodes
@@ -129,9 +143,7 @@ class NodeIndex:
         sign = self.sign
         self.base = None
         self.held = dict(verdicts)
-        fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
-        held = self.held
-        self.fit_entries = [(name, held[name].score) for _, name in fit]
+        self.fit_keys = fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
         self.fail_entries = [(name, v.failure) for name, v in verdicts if v.failure is not None]
         self._fail_names = None
         reasons: dict[str, int] = {}
@@ -159,8 +171,7 @@ class NodeIndex:
         values = self.sign * swept.score[fit]
         order = np.argsort(values, kind="stable")  # equal values stay by name
         fit, values = fit[order], values[order]
-        names = swept.names[fit].tolist()
-        self.fit_entries = list(zip(names, swept.score[fit].tolist(), strict=True))
+        self.fit_keys = list(zip(values.tolist(), swept.names[fit].tolist(), strict=True))
         failed = np.flatnonzero(~fits)
         self._fail_names = fail_names = swept.names[failed].tolist()
         failures = swept.failures
@@ -226,8 +237,9 @@ class NodeIndex:
                 carriers[reason] = carriers.get(reason, 0) + 1
             return
         value = self.sign * verdict.score
-        i = bisect_left(self.fit_entries, (value, name), key=self.order)
-        self.fit_entries.insert(i, (name, verdict.score))
+        key = (value, name)
+        keys = self.fit_keys
+        keys.insert(bisect_left(keys, key), key)
         count = self.multiplicity.get(value, 0)
         self.multiplicity[value] = count + 1
         if count:
@@ -261,8 +273,8 @@ class NodeIndex:
                     del carriers[reason], reasons[reason]
             return
         value = self.sign * verdict.score
-        i = bisect_left(self.fit_entries, (value, name), key=self.order)
-        del self.fit_entries[i]
+        keys = self.fit_keys
+        del keys[bisect_left(keys, (value, name))]
         count = self.multiplicity[value] - 1
         if count:
             self.multiplicity[value] = count
@@ -288,9 +300,9 @@ class NodeIndex:
             top = max(0, top)
         if self._ranking is not None:
             return self._ranking if top is None else self._ranking[:top]
-        entries = self.fit_entries
-        end = len(entries) if top is None else min(top, len(entries))
-        out = entries[:end]
+        keys = self.fit_keys
+        end = len(keys) if top is None else min(top, len(keys))
+        kept = keys[:end]
         if self.near:
             for low, high in self._runs():
                 a, b, values = self._span(low, math.nextafter(high, math.inf))
@@ -302,20 +314,22 @@ class NodeIndex:
                     if i == b or (not whole and values[i - a] - values[start - a] >= TOLERANCE):
                         if i - start > 1:
                             stop = min(i, end)
-                            out[start:stop] = sorted(entries[start:i])[: stop - start]
+                            kept[start:stop] = sorted(keys[start:i], key=_name)[: stop - start]
                         start = i
                         if start >= end:
                             break
+        sign = self.sign
+        out = [(name, sign * value) for value, name in kept]
         if top is None:
             self._ranking = out
         return out
 
     def _span(self, low: float, high: float) -> tuple[int, int, list[float]]:
         """Where the fitting nodes with `low <= sign x score < high` sit, and their values."""
-        entries, order = self.fit_entries, self.order
-        a = bisect_left(entries, (low,), key=order)  # type: ignore[arg-type]
-        b = bisect_left(entries, (high,), key=order)  # type: ignore[arg-type]
-        return a, b, [self.sign * score for _, score in entries[a:b]]
+        keys = self.fit_keys
+        a = bisect_left(keys, (low,))  # (low,) sorts before every (low, name)
+        b = bisect_left(keys, (high,))
+        return a, b, [value for value, _ in keys[a:b]]
 
     def _runs(self) -> list[tuple[float, float]]:
         """The runs of distinct values each less than 1e-9 above the one before: (first, last)."""
@@ -343,7 +357,8 @@ class ShapeTable:
 
     def verdict(self, node: Node, inits: list, apps: list, policy, alone=None) -> NodeVerdict:
         """The node's verdict at its version: cached, from the last sweep, or evaluated now
-        (`evaluate_alone` when the pod is `sweepable`: `alone` is its ask)."""
+        (`evaluate_alone` when the pod is `sweepable`: `alone` is its ask; `evaluate_unpinned`
+        when it is pinned to UUIDs the node does not carry)."""
         name, version = node.name, node.version
         cached = self.verdicts.get(name)
         if cached is not None and cached[0] == version:
@@ -355,7 +370,7 @@ class ShapeTable:
         elif alone is not None:
             verdict = evaluate_alone(node, alone, apps, policy)
         else:
-            verdict = evaluate_node(node, inits, apps, policy)
+            verdict = evaluate_unpinned(node, inits, apps, policy) or evaluate_node(node, inits, apps, policy)
         self.verdicts[name] = (version, verdict)
         return verdict
 
@@ -417,15 +432,19 @@ class Scheduler:
         nodes = self.cluster.nodes
         inits, apps, policy = parsed.gpu_inits, list(parsed.apps), parsed.policy
         # the one GPU container's ask when the pod needs no choice of cards to be decided
-        ask = sweepable(inits, apps, policy)
+        ask = sweepable(inits, apps, policy, exclusions=True)
         touched = TOUCHES.since(index.position) if index.node_count == len(nodes) else None
         if touched is None:
             index.position = TOUCHES.position
             index.node_count = len(nodes)
-            if ask is None or len(nodes) < self.SWEEP_NODES:
+            if len(nodes) < self.SWEEP_NODES or (ask is None and not policy.use_uuids):
                 index.rebuild([(node.name, table.verdict(node, inits, apps, policy, ask)) for node in nodes])
                 return index
-            table.base = swept = sweep(self._columns_now(), nodes, ask, apps, policy)
+            if ask is not None:
+                swept = sweep(self._columns_now(), nodes, ask, apps, policy)
+            else:  # pinned to UUIDs: only the nodes that carry one are evaluated in full
+                swept = sweep_pinned(self._columns_now(), nodes, inits, apps, policy)
+            table.base = swept
             index.rebuild_swept(swept)
             return index
         changed, index.position = touched
@@ -508,18 +527,68 @@ class Scheduler:
                 kept = [self._closeness_of(table, nodes[i], parsed) for i in found.top]
                 never = never_reason(ask, parsed.policy, found.largest, found.most) if found.never else None
                 return [c.detail() for c in kept], never
+        if parsed.policy.use_uuids and len(nodes) >= self.SWEEP_NODES:
+            return self._closest_pinned(parsed, names, shape, table, keep)
         measured = [self._closeness_of(table, self.cluster.node(name), parsed) for name in names]
         never = None
         if measured and all(c.never for c in measured):
-            # capacities only, so once per shape and set of nodes
-            never_key = (shape, len(measured))
-            never = self._never.get(never_key)
-            if never is None:
-                asks = [*inits, *(ask for ask in apps if ask is not None)]
-                never = self._never[never_key] = cluster_never(
-                    [c.node for c in measured], asks, parsed.policy
-                )
+            never = self._cluster_never(parsed, shape, len(measured), lambda: [c.node for c in measured])
         return [c.detail() for c in heapq.nsmallest(keep, measured, key=lambda c: c.key)], never
+
+    def _cluster_never(self, parsed: ParsedPod, shape: tuple, failed: int, nodes) -> dict:
+        """`cluster_never` over the failed nodes (`nodes()` lists them, or as many as give the
+        same answer); capacities only, so once per shape and number of failed nodes."""
+        never_key = (shape, failed)
+        never = self._never.get(never_key)
+        if never is None:
+            asks = [*parsed.gpu_inits, *(ask for ask in parsed.apps if ask is not None)]
+            never = self._never[never_key] = cluster_never(nodes(), asks, parsed.policy)
+        return never
+
+    def _closest_pinned(
+        self, parsed: ParsedPod, names: list[str], shape: tuple, table: dict, keep: int
+    ) -> tuple[list[dict], dict | None]:
+        """`closest` for a pod pinned to card UUIDs (use-gpuuuid), measuring the failed nodes
+        that carry one and `keep` of the others: on a node without one no card could ever pass
+        check 4, so `node_closeness` would give it the key (not ready, never, far, ..., name);
+        those come after every other ready node, ready ones first, each by name (`names`, the
+        index's failed nodes, are sorted by name). No node without a pinned card could ever take
+        the pod, so whether none at all could is the carriers' answer, over the largest card
+        and the most cards of all failed nodes (`cluster_never` over the carriers and the nodes
+        that hold those)."""
+        columns = self._columns_now()
+        nodes = self.cluster.nodes
+        carriers = {
+            nodes[i].name for i in np.unique(columns.node_of[columns.uuid_cards(parsed.policy.use_uuids)])
+        }
+        by_name = self.cluster.by_name
+        measured = [self._closeness_of(table, by_name[name], parsed) for name in names if name in carriers]
+        others: list[Node] = []
+        for ready in (True, False):
+            for name in names:
+                if len(others) >= keep:
+                    break
+                node = by_name[name]
+                if bool(node.ready) == ready and name not in carriers:
+                    others.append(node)
+        measured += [self._closeness_of(table, node, parsed) for node in others]
+        never = None
+        if names and all(c.never for c in measured):
+            never = self._cluster_never(
+                parsed, shape, len(names), lambda: [c.node for c in measured] + self._extremes(columns, names)
+            )
+        return [c.detail() for c in heapq.nsmallest(keep, measured, key=lambda c: c.key)], never
+
+    def _extremes(self, columns: CardColumns, names: list[str]) -> list[Node]:
+        """Among the nodes named, one holding the largest card (MiB) and one with the most cards."""
+        rows = np.array([columns.position[name] for name in names], dtype=np.int64)
+        failed = np.zeros(columns.count, dtype=bool)
+        failed[rows] = True
+        memory = np.where(failed[columns.node_of], columns.memory, -1)
+        picked = {int(rows[np.argmax(columns.sizes[rows])])}
+        if len(memory) and memory.max() >= 0:  # else no failed node has a card
+            picked.add(int(columns.node_of[np.argmax(memory)]))
+        return [self.cluster.nodes[i] for i in sorted(picked)]
 
     @staticmethod
     def _closeness_of(table: dict, node: Node, parsed: ParsedPod) -> NodeCloseness:
@@ -579,7 +648,7 @@ class Scheduler:
             policy=policy.as_dict(),
             node_ranking=ranking,
             node_failures=failed,
-            nodes_fit=len(index.fit_entries),
+            nodes_fit=len(index.fit_keys),
             nodes_failed=len(index.fail_entries),
             reasons=reasons,
             warnings=[

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Q
@@ -296,23 +297,35 @@ def submit_pods(items: Iterable, *, validate: bool = True, origin: str = Pod.API
     if origin not in ORIGIN_VALUES:
         raise ValueError(f"origin must be one of {', '.join(ORIGIN_VALUES)}, got {origin!r}")
     config = SchedulerConfig.current() if validate else None
-    items = list(items)
-    again = named_again(items)
-    results: list[Submitted | None] = []
-    accepted: list[tuple[int, Submission]] = []
-    for index, item in enumerate(items):
-        try:
-            submission = _checked(**_arguments(item), validate=validate, origin=origin, config=config)
-            if index in again:
-                raise again[index]
-        except PodInvalid as exc:
-            results.append(Submitted(index, REFUSED, error=exc))
-            continue
-        results.append(None)
-        accepted.append((index, submission))
+    results, accepted = sort_out(
+        list(items),
+        lambda item: _checked(**_arguments(item), validate=validate, origin=origin, config=config),
+        lambda index, exc: Submitted(index, REFUSED, error=exc),
+    )
     for done in _write_apart_if_refused(accepted):
         results[done.index] = done
     return [done for done in results if done is not None]
+
+
+def sort_out(items: list, check, refused) -> tuple[list, list[tuple[int, Any]]]:
+    """The items of a batch checked one by one (`check` returns the item as the writer takes
+    it or raises PodInvalid naming the field) and refused when an earlier item named the same
+    pod: a list with `refused(index, exc)` for each bad item and None for each good one (its
+    result comes from the write), and the good ones as (index, checked item)."""
+    again = named_again(items)
+    results: list = []
+    accepted: list[tuple[int, Any]] = []
+    for index, item in enumerate(items):
+        try:
+            checked = check(item)
+            if index in again:
+                raise again[index]
+        except PodInvalid as exc:
+            results.append(refused(index, exc))
+            continue
+        results.append(None)
+        accepted.append((index, checked))
+    return results, accepted
 
 
 def named_again(items: list) -> dict[int, PodInvalid]:
@@ -799,20 +812,9 @@ def release_pods(
     `placed_only` (the rule of `POST pods/<ns>/<name>/complete/`) a pod that is not scheduled
     or running (`status`), judged under the pod's lock. Raises ValueError for `final_status`."""
     _check_final_status(final_status)
-    items = list(items)
-    again = named_again(items)
-    results: list[Released | None] = []
-    wanted: list[tuple[int, dict]] = []
-    for index, item in enumerate(items):
-        try:
-            asked = _release_item(item)
-            if index in again:
-                raise again[index]
-        except PodInvalid as exc:
-            results.append(Released(index, REFUSED, error=exc))
-            continue
-        results.append(None)
-        wanted.append((index, asked))
+    results, wanted = sort_out(
+        list(items), _release_item, lambda index, exc: Released(index, REFUSED, error=exc)
+    )
     if wanted:
         for done in _release_together(wanted, final_status, placed_only):
             results[done.index] = done

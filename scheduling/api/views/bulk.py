@@ -76,6 +76,43 @@ class PodBulkAnswerSerializer(serializers.Serializer):
     refused = serializers.IntegerField()
 
 
+def submission_of(pod: dict) -> dict:
+    """A pod as `PodSubmitSerializer` (or its bulk item) validated it, as `submit_pods` takes it."""
+    submission = {
+        "namespace": pod["namespace"],
+        "name": pod["name"],
+        "annotations": pod["annotations"],
+        "containers": pod["containers"],
+        "init_containers": pod["initContainers"],
+        "priority": pod["priority"],
+        "uid": pod["uid"],
+    }
+    if "labels" in pod:
+        submission["labels"] = pod["labels"]
+    return submission
+
+
+def checked_item(
+    item, again: PodInvalid | None, envelope: serializers.Serializer, shape: str
+) -> tuple[dict | None, tuple[str, str] | None]:
+    """One item of a bulk body validated by `envelope` (one serializer for the whole batch, as
+    a list serializer uses its child: building one per item costs more than the writes), or
+    why not as (field, message): not an object (`shape` says what it must be), an unknown
+    field, an invalid one, or a pod an earlier item names (`again`)."""
+    if not isinstance(item, dict):
+        return None, ("pod", f"must be an object: {shape}")
+    stray = sorted(str(key) for key in item if key not in envelope.fields)
+    if stray:
+        return None, (stray[0], f"unknown field; a pod takes {', '.join(envelope.fields)}")
+    try:
+        pod = envelope.run_validation(item)
+    except ValidationError as exc:
+        return None, first_error(exc.detail)
+    if again is not None:
+        return None, (again.field, again.message)
+    return pod, None
+
+
 def first_error(detail, where: str = "") -> tuple[str, str]:
     """The first of a serializer's errors as (field path, message): `annotations.team`,
     `containers[0]`; DRF nests them by field, key and position."""
@@ -172,28 +209,10 @@ class PodBulkSubmitView(RoleView, APIView):
         envelope rules (`envelope`, one serializer for the batch, as a list serializer uses
         its child: building one per item costs more than the writes), no unknown field, not
         named by an earlier item."""
-        if not isinstance(item, dict):
-            return None, ("pod", "must be an object: the body of POST pods/ plus labels")
-        stray = sorted(str(key) for key in item if key not in envelope.fields)
-        if stray:
-            return None, (stray[0], f"unknown field; a pod takes {', '.join(envelope.fields)}")
-        try:
-            pod = envelope.run_validation(item)
-        except ValidationError as exc:
-            return None, first_error(exc.detail)
-        if again is not None:
-            return None, (again.field, again.message)
-        submission = {
-            "namespace": pod["namespace"],
-            "name": pod["name"],
-            "annotations": pod["annotations"],
-            "containers": pod["containers"],
-            "init_containers": pod["initContainers"],
-            "priority": pod["priority"],
-            "uid": pod["uid"],
-            "labels": pod["labels"],
-        }
-        return submission, None
+        pod, refusal = checked_item(item, again, envelope, "the body of POST pods/ plus labels")
+        if pod is None:
+            return None, refusal
+        return submission_of(pod), None
 
     @staticmethod
     def _answer(index: int, done) -> dict:

@@ -26,7 +26,7 @@ from scheduling.services.pods import REFUSED, RELEASED, UNCHANGED, named_again, 
 
 from .base import ERRORS, RoleView
 from .base import REFUSED as REFUSED_ANSWERS
-from .bulk import MAX_PODS, ItemErrorSerializer, PodRefSerializer, first_error, pods_of
+from .bulk import MAX_PODS, ItemErrorSerializer, PodRefSerializer, checked_item, pods_of
 
 OUTCOMES = (RELEASED, UNCHANGED, REFUSED)
 #: The statuses a release may end pods in, and whether only a placed pod may end so (the
@@ -150,17 +150,9 @@ class PodBulkReleaseView(RoleView, APIView):
         """The item as `release_pods` takes it, or why not as (field, message): an object of
         the envelope's fields (one serializer for the batch, as `POST pods/bulk/` uses it),
         valid, not named by an earlier item."""
-        if not isinstance(item, dict):
-            return None, ("pod", "must be an object of namespace, name and uid")
-        stray = sorted(str(key) for key in item if key not in envelope.fields)
-        if stray:
-            return None, (stray[0], f"unknown field; a pod takes {', '.join(envelope.fields)}")
-        try:
-            pod = envelope.run_validation(item)
-        except ValidationError as exc:
-            return None, first_error(exc.detail)
-        if again is not None:
-            return None, (again.field, again.message)
+        pod, refusal = checked_item(item, again, envelope, "namespace, name and uid")
+        if pod is None:
+            return None, refusal
         return {"namespace": pod["namespace"], "name": pod["name"], "uid": pod["uid"]}, None
 
 

@@ -16,6 +16,7 @@ from scheduling.models import Pod
 from scheduling.services.pods import CREATED, release_pods
 
 from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, RoleView
+from .bulk import submission_of
 
 
 @extend_schema_view(
@@ -94,20 +95,7 @@ class PodViewSet(
         body = s.PodSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         pod = body.validated_data
-        (done,) = services.submit_pods(
-            [
-                {
-                    "namespace": pod["namespace"],
-                    "name": pod["name"],
-                    "annotations": pod["annotations"],
-                    "containers": pod["containers"],
-                    "init_containers": pod["initContainers"],
-                    "priority": pod["priority"],
-                    "uid": pod["uid"],
-                }
-            ],
-            origin=Pod.API,
-        )
+        (done,) = services.submit_pods([submission_of(pod)], origin=Pod.API)
         if done.error is not None:
             raise done.error  # a 400 naming the field (scheduling/api/errors.py)
         answer = s.PodSubmittedSerializer(
