@@ -459,7 +459,7 @@ class CardColumns:
 def _fixed(node: Node) -> tuple:
     """What of a node's cards `CardColumns` reads once (capacities, type, mode, UUID): a node
     whose cards change in any of it is read again whole (`refill`)."""
-    return tuple((c.slots, c.memory, c.cores, c.type) for c in node.cards)
+    return tuple((c.slots, c.memory, c.cores, c.type, c.mode, c.uuid) for c in node.cards)
 
 
 def sweepable(

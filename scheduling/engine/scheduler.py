@@ -9,7 +9,12 @@ every node. When the pod allows it (`evaluate.sweepable`: one GPU container, no 
 cards needed to decide), a new shape's first pass is one columnar sweep over all cards
 (`evaluate.sweep`) whose verdicts stay columns (`evaluate.Swept`) and whose index is built
 with array operations, many changed nodes are re-checked as one sweep over their cards,
-and a few with `evaluate.evaluate_alone`; else `evaluate_node` per node.
+and a few with `evaluate.evaluate_alone`; else `evaluate_node` per node. UUID and mode
+constraints do not keep a one-container pod off the sweep; a pod pinned to card UUIDs
+(use-gpuuuid) with any containers is swept too (`evaluate.sweep_pinned`: only the nodes that
+carry a pinned card are evaluated in full, `evaluate.evaluate_unpinned` answers for the others
+node by node), and pending, it measures the closeness of those carriers and of
+`closest_nodes` others only (`_closest_pinned`).
 Among the nodes where the pod fits, binpack takes the highest node score, spread the lowest,
 scores within 1e-9 tie and go by node name; the chosen node is evaluated once more to
 explain its cards. A pod that fits nowhere keeps the `config.closest_nodes` nodes that came
@@ -32,6 +37,7 @@ import time
 from bisect import bisect_left
 from collections import OrderedDict
 from operator import itemgetter
+from typing import TypeVar
 
 import numpy as np
 
@@ -78,6 +84,7 @@ def _order_nodes(keyed: list[tuple[float, str, float]]) -> list[tuple[str, float
 
 #: a fitting node's name in its `NodeIndex.fit_keys` entry
 _name = itemgetter(1)
+_Entry = TypeVar("_Entry", tuple[float, str], tuple[str, float])
 
 
 def _checked_keep(keep) -> int | None:
@@ -112,6 +119,7 @@ class NodeIndex:
         "node_count",
         "held",
         "fit_keys",
+        "fit_entries",
         "_fail_names",
         "fail_entries",
         "reasons",
@@ -129,6 +137,9 @@ class NodeIndex:
         self.node_count = -1
         self.held: dict[str, NodeVerdict] = {}
         self.fit_keys: list[tuple[float, str]] = []  # (sign x score, name) of the fitting nodes, sorted
+        #: `(name, score)` beside each key, made on the first whole ranking asked (not kept to
+        #: `top`) and kept in step from then on: a whole ranking is then a copy, not a rewrite
+        self.fit_entries: list[tuple[str, float]] | None = None
         self._fail_names: list[str] | None = []
         self.fail_entries: list[tuple[str, NodeFailure]] = []
         self.reasons: dict[str, int] = {}  # reason -> its count summed over the failed nodes
@@ -144,6 +155,7 @@ class NodeIndex:
         self.base = None
         self.held = dict(verdicts)
         self.fit_keys = fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
+        self.fit_entries = None
         self.fail_entries = [(name, v.failure) for name, v in verdicts if v.failure is not None]
         self._fail_names = None
         reasons: dict[str, int] = {}
@@ -172,6 +184,7 @@ class NodeIndex:
         order = np.argsort(values, kind="stable")  # equal values stay by name
         fit, values = fit[order], values[order]
         self.fit_keys = list(zip(values.tolist(), swept.names[fit].tolist(), strict=True))
+        self.fit_entries = None
         failed = np.flatnonzero(~fits)
         self._fail_names = fail_names = swept.names[failed].tolist()
         failures = swept.failures
@@ -239,7 +252,10 @@ class NodeIndex:
         value = self.sign * verdict.score
         key = (value, name)
         keys = self.fit_keys
-        keys.insert(bisect_left(keys, key), key)
+        i = bisect_left(keys, key)
+        keys.insert(i, key)
+        if self.fit_entries is not None:
+            self.fit_entries.insert(i, (name, verdict.score))
         count = self.multiplicity.get(value, 0)
         self.multiplicity[value] = count + 1
         if count:
@@ -274,7 +290,10 @@ class NodeIndex:
             return
         value = self.sign * verdict.score
         keys = self.fit_keys
-        del keys[bisect_left(keys, (value, name))]
+        i = bisect_left(keys, (value, name))
+        del keys[i]
+        if self.fit_entries is not None:
+            del self.fit_entries[i]
         count = self.multiplicity[value] - 1
         if count:
             self.multiplicity[value] = count
@@ -302,7 +321,22 @@ class NodeIndex:
             return self._ranking if top is None else self._ranking[:top]
         keys = self.fit_keys
         end = len(keys) if top is None else min(top, len(keys))
-        kept = keys[:end]
+        sign = self.sign
+        entries = self.fit_entries
+        if top is None and entries is None:
+            entries = self.fit_entries = [(name, sign * value) for value, name in keys]
+        if entries is not None:
+            out = self._named_runs(entries, end, None)
+        else:  # the first `top` keys, read as entries
+            out = [(name, sign * value) for value, name in self._named_runs(keys, end, _name)]
+        if top is None:
+            self._ranking = out
+        return out
+
+    def _named_runs(self, source: list[_Entry], end: int, by_name) -> list[_Entry]:
+        """The first `end` of `source` (`fit_keys`, or `fit_entries` in step with them) with the
+        runs of near scores re-sorted by name (`by_name` reads it; None: an entry's first item)."""
+        kept = source[:end]
         if self.near:
             for low, high in self._runs():
                 a, b, values = self._span(low, math.nextafter(high, math.inf))
@@ -314,15 +348,11 @@ class NodeIndex:
                     if i == b or (not whole and values[i - a] - values[start - a] >= TOLERANCE):
                         if i - start > 1:
                             stop = min(i, end)
-                            kept[start:stop] = sorted(keys[start:i], key=_name)[: stop - start]
+                            kept[start:stop] = sorted(source[start:i], key=by_name)[: stop - start]
                         start = i
                         if start >= end:
                             break
-        sign = self.sign
-        out = [(name, sign * value) for value, name in kept]
-        if top is None:
-            self._ranking = out
-        return out
+        return kept
 
     def _span(self, low: float, high: float) -> tuple[int, int, list[float]]:
         """Where the fitting nodes with `low <= sign x score < high` sit, and their values."""
