@@ -35,7 +35,7 @@ from .chain import BaseFilter, rank, ranking_order
 from .fit import NodeFailure, check_card
 from .model import Card, Node
 from .requests import ContainerAsk
-from .score import card_score, node_score
+from .score import card_score, node_score, utilization_score
 
 
 @dataclass(slots=True)
@@ -321,14 +321,9 @@ def evaluate_alone(
     used_slots = sum(card.used_slots for card in cards) + ask.count
     used_cores = sum(card.used_cores for card in cards) + ask.count * ask.cores
     used_memory = sum(card.used_memory for card in cards) + ask.count * each
-    score = 0.0
-    if slots:
-        score += used_slots / slots
-    if cores:
-        score += used_cores / cores
-    if memory:
-        score += used_memory / memory
-    return NodeVerdict(True, score=10 * score)
+    return NodeVerdict(
+        True, score=utilization_score(slots, used_slots, cores, used_cores, memory, used_memory)
+    )
 
 
 #: The checks the columnar sweep runs: code k (1-8) is entry k - 1, in SPEC 4 order; 0 fits.

@@ -57,6 +57,14 @@ def node_score(node: Node, overlay: Iterable[list[int]]) -> float:
         used_slots += card.used_slots + extra[0]
         used_memory += card.used_memory + extra[1]
         used_cores += card.used_cores + extra[2]
+    return utilization_score(slots, used_slots, cores, used_cores, memory, used_memory)
+
+
+def utilization_score(
+    slots: int, used_slots: int, cores: int, used_cores: int, memory: int, used_memory: int
+) -> float:
+    """`node_score` from a node's totals and its usage after the placement (the one formula
+    the per-node and the columnar paths share)."""
     score = 0.0
     if slots:
         score += used_slots / slots
