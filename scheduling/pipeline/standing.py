@@ -47,8 +47,9 @@ from .snapshot import (
 )
 
 #: Card columns kept up to date in place; a change to any other column rebuilds.
+HEALTH, CORDONED = CARD_COLUMNS.index("health"), CARD_COLUMNS.index("cordoned")
 IN_PLACE_CARD = frozenset(CARD_COLUMNS.index(name) for name in ("used_slots", "used_memory", "used_cores"))
-IN_PLACE_CARD |= {CARD_COLUMNS.index("health"), CARD_COLUMNS.index("cordoned")}
+IN_PLACE_CARD |= {HEALTH, CORDONED}
 READY = NODE_COLUMNS.index("ready")
 
 
@@ -99,7 +100,6 @@ class StandingSnapshot:
         self.cards: dict[int, tuple] = {}  # card id -> row of CARD_COLUMNS
         self.nodes: dict[int, tuple] = {}  # node id -> row of NODE_COLUMNS
         self.horizon: str | None = None  # PostgreSQL: rows before it were read (`_postgres_horizon`)
-        self.node_cards: dict[str, list[int]] = {}  # node name -> its card ids
         self.position = 0  # where in the touch log the kept nodes were last put back
         self.built_at = 0.0
         self.rebuilds = 0  # whole reads, for tests and the bench
@@ -153,10 +153,6 @@ class StandingSnapshot:
         self.nodes = {row[0]: row for row in node_rows()}
         self.snapshot = build_snapshot(self.cards.values(), self.nodes.values(), config)
         self.scheduler = Scheduler(self.snapshot.cluster, config)
-        self.node_cards = {}
-        names = {node_id: row[1] for node_id, row in self.nodes.items()}
-        for card_id, row in self.cards.items():
-            self.node_cards.setdefault(names[row[1]], []).append(card_id)
         self.position = TOUCHES.position
         self.built_at = time.monotonic()
         self.rebuilds += 1
@@ -231,12 +227,13 @@ class StandingSnapshot:
         (planning's assumed placements, held nominations and marked gangs undone)."""
         node.ready = row[READY]
         cordoned = cordoned_uuids(node.annotations)
-        rows = {self.cards[card_id][3]: self.cards[card_id] for card_id in self.node_cards.get(node.name, ())}
+        assert self.snapshot is not None
+        card_ids = self.snapshot.card_ids
         for card in node.cards:
-            values = rows[card.uuid]
+            values = self.cards[card_ids[card.uuid]]
             card.used_slots, card.used_memory, card.used_cores = values[13:16]
-            card.health = values[CARD_COLUMNS.index("health")]
-            card.cordoned = values[CARD_COLUMNS.index("cordoned")] or card.uuid in cordoned
+            card.health = values[HEALTH]
+            card.cordoned = values[CORDONED] or card.uuid in cordoned
             card.gangs = ()
         node.touch()
 
