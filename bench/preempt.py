@@ -41,10 +41,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from scheduling.engine import Card, Cluster, Node, PodSpec, Scheduler
-from scheduling.engine.batch import QueueBook, QueueState
+from scheduling.engine.batch.jobs import Gang, Job, JobRunner, Member, Nominated
+from scheduling.engine.batch.preempt import Preemptor, Rules, Tenant, Tenants
+from scheduling.engine.batch.queues import QueueBook, QueueState
 from scheduling.engine.decision import SCHEDULED
-from scheduling.engine.jobs import Gang, Job, JobRunner, Member, Nominated
-from scheduling.engine.preempt import Preemptor, Rules, Tenant, Tenants
 
 CARD_MIB = 81920
 CARDS = 8

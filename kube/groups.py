@@ -26,7 +26,7 @@ from datetime import datetime
 from django.db import transaction
 
 from scheduling.dbretry import retry_on_conflict
-from scheduling.engine.batch import quota_resource
+from scheduling.engine.batch.queues import quota_resource
 from scheduling.models import PodGroup, Queue
 from scheduling.pipeline.triggers import request_cycle
 from scheduling.storable import printable, why_unstorable

@@ -24,7 +24,7 @@ from django.db import transaction
 
 from scheduling import services
 from scheduling.dbretry import retry_on_conflict
-from scheduling.engine.batch import quota_resource
+from scheduling.engine.batch.queues import quota_resource
 from scheduling.models import NamespaceQuota
 from scheduling.storable import printable, why_unstorable
 

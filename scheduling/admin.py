@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from scheduling.engine import PodInvalid, ScenarioError
-from scheduling.engine.batch import DEFAULT_QUEUE
+from scheduling.engine.batch.queues import DEFAULT_QUEUE
 
 from . import services
 from .models import (

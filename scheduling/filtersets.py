@@ -11,7 +11,7 @@ from django_filters.fields import IsoDateTimeField
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from .engine.batch import DEFAULT_QUEUE
+from .engine.batch.queues import DEFAULT_QUEUE
 from .models import Allocation, Card, Cycle, Decision, Event, Eviction, Node, Pod, PodGroup, Queue
 
 

@@ -218,3 +218,85 @@ def parse_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
             dict.fromkeys(m.lower() for m in _entries(annotations, VGPU_MODE, _MODE, "a card mode"))
         ),
     )
+
+
+#: Where a pod names its gang, in the order read (the first one present wins).
+GROUP_ANNOTATIONS = ("hami.io/group-name", "scheduling.k8s.io/group-name")  # HAMi's, Volcano's
+GROUP_LABELS = ("scheduling.x-k8s.io/pod-group",)  # scheduler-plugins coscheduling
+MIN_MEMBER_ANNOTATION = "hami.io/group-min-member"
+TIMEOUT_ANNOTATION = "hami.io/group-schedule-timeout-seconds"
+#: Where a pod names its queue: HAMi's and Volcano's annotations, KAI's label.
+QUEUE_ANNOTATIONS = ("hami.io/queue", "scheduling.volcano.sh/queue-name")
+QUEUE_LABELS = ("kai.scheduler/queue",)
+SOURCE_OF = {
+    "hami.io/group-name": "annotation",
+    "scheduling.k8s.io/group-name": "volcano",
+    "scheduling.x-k8s.io/pod-group": "coscheduling",
+}
+
+NAME_LIMIT = 253
+
+
+def _name(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise PodInvalid(where, "must be a non-empty name")
+    value = value.strip()
+    if len(value) > NAME_LIMIT or any(ord(ch) < 32 for ch in value):
+        raise PodInvalid(where, f"must be a name of at most {NAME_LIMIT} printable characters")
+    return value
+
+
+def _count(value, where: str, least: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise PodInvalid(where, f"must be a whole number, got {str(value)[:40]!r}") from None
+    if number < least or number > 1_000_000:
+        raise PodInvalid(where, f"must be between {least} and 1000000, got {number}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """The gang a pod's metadata names; `min_member`/`timeout` only when the pod says them."""
+
+    name: str
+    source: str
+    min_member: int | None = None
+    timeout_seconds: int | None = None
+
+
+def group_ref(annotations: dict, labels: dict | None = None) -> GroupRef | None:
+    """The pod's gang, or None. Raises PodInvalid naming the annotation or label at fault."""
+    annotations, labels = annotations or {}, labels or {}
+    found = [(key, annotations[key]) for key in GROUP_ANNOTATIONS if key in annotations]
+    found += [(key, labels[key]) for key in GROUP_LABELS if key in labels]
+    if not found:
+        for key in (MIN_MEMBER_ANNOTATION, TIMEOUT_ANNOTATION):
+            if key in annotations:
+                raise PodInvalid(key, "needs a group: set hami.io/group-name too")
+        return None
+    key, value = found[0]
+    name = _name(value, key)
+    for other, other_value in found[1:]:
+        if isinstance(other_value, str) and other_value.strip() != name:
+            raise PodInvalid(other, f"names group {str(other_value)[:60]!r} but {key} names {name!r}")
+    min_member = None
+    if MIN_MEMBER_ANNOTATION in annotations:
+        min_member = _count(annotations[MIN_MEMBER_ANNOTATION], MIN_MEMBER_ANNOTATION, 1)
+    timeout = None
+    if TIMEOUT_ANNOTATION in annotations:
+        timeout = _count(annotations[TIMEOUT_ANNOTATION], TIMEOUT_ANNOTATION, 1)
+    return GroupRef(name=name, source=SOURCE_OF[key], min_member=min_member, timeout_seconds=timeout)
+
+
+def queue_ref(annotations: dict, labels: dict | None = None) -> str | None:
+    """The queue a pod's metadata names, or None (then its group's, its namespace's, `default`)."""
+    annotations, labels = annotations or {}, labels or {}
+    for key in QUEUE_ANNOTATIONS:
+        if key in annotations:
+            return _name(annotations[key], key)
+    for key in QUEUE_LABELS:
+        if key in labels:
+            return _name(labels[key], key)
+    return None

@@ -134,7 +134,7 @@ class MutexFilter(BaseFilter):
         return (R.EXCLUSIVE_CONFLICT, "mutex") if used[0] > 0 else None
 
     def rejects_columns(self, used_slots, used_memory, used_cores) -> tuple[object, str]:
-        """`rejects` over every card at once (numpy columns of usage, `evaluate.sweep`): which
+        """`rejects` over every card at once (numpy columns of usage, `columns.sweep`): which
         cards it rejects, and the reason."""
         return used_slots > 0, R.EXCLUSIVE_CONFLICT
 

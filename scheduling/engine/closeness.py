@@ -17,7 +17,7 @@ the node is from taking it. Closeness, compared in this order (lower is closer):
   6. node name.
 
 The scheduler keeps the K closest (ClusterConfig.closest_nodes) with their card tables.
-For a pod whose one GPU container is the failing one (`evaluate.sweepable`),
+For a pod whose one GPU container is the failing one (`columns.sweepable`),
 `closest_columns` computes these keys for every node at once over the card columns, so
 only the K kept nodes are evaluated.
 `hints` says, per close node, the smallest change that would make the pod fit, as data
@@ -33,15 +33,8 @@ import numpy as np
 
 from . import reasons as R
 from .annotations import PodPolicy
-from .evaluate import (
-    _SWEEP_REASONS,
-    CardColumns,
-    CardEval,
-    FailingContainer,
-    card_codes,
-    evaluate_node,
-    type_excluded,
-)
+from .columns import _SWEEP_REASONS, CardColumns, card_codes, type_excluded
+from .evaluate import CardEval, FailingContainer, evaluate_node
 from .model import Card, Node
 from .requests import ContainerAsk
 
@@ -273,7 +266,7 @@ def never_reason(ask: ContainerAsk, policy: PodPolicy, largest: int, most: int) 
     }
 
 
-#: Codes of `evaluate.card_codes` that tenants leaving can clear (slots, memory, cores,
+#: Codes of `columns.card_codes` that tenants leaving can clear (slots, memory, cores,
 #: exclusive or mutex, compute): `CAPACITY_STAGES` as codes.
 _CAPACITY_CODES = (4, 8)
 
@@ -302,7 +295,7 @@ def closest_columns(
     columns: CardColumns, ask: ContainerAsk, policy: PodPolicy, keep: int
 ) -> ClosestColumns | None:
     """The closeness keys of `node_closeness` for every node at once, for a pod that
-    `evaluate.sweepable` accepts (its one GPU container is the failing one, on a zero
+    `columns.sweepable` accepts (its one GPU container is the failing one, on a zero
     overlay), and the `keep` smallest among the nodes where it does not fit. None when a
     card hook has no `rejects_columns` or rejects with a reason of its own (its stage unknown
     here), or the shortfalls do not fit one integer: then `node_closeness` node by node.

@@ -18,11 +18,11 @@ from .annotations import (
     NODE_POLICY,
     WEIGHTS,
     PodPolicy,
+    group_ref,
     parse_chain,
     parse_policy,
     parse_weights,
 )
-from .batch import group_ref
 from .errors import NO_GPU, PodInvalid
 from .model import ClusterConfig, PodSpec
 from .requests import ContainerAsk, parse_containers

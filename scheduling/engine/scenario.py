@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from .batch_scenario import parse_groups, parse_queues, run_batch_scenario, wants_batch
+from .batch.scenario import parse_groups, parse_queues, run_batch_scenario, wants_batch
 from .encoding import links_to_pairs
 from .errors import Problems, ScenarioError
 from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
-from scheduling.engine.batch import DEFAULT_QUEUE, RESOURCES
+from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES
 
 
 class Queue(models.Model):

@@ -19,7 +19,7 @@ from django.db import models, transaction
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
-from scheduling.engine.batch import DEFAULT_QUEUE
+from scheduling.engine.batch.queues import DEFAULT_QUEUE
 
 from .cluster import Node
 from .history import Cycle, Decision

@@ -23,8 +23,8 @@ from prometheus_client import Counter, Histogram
 from prometheus_client import start_http_server as _start_http_server
 
 from scheduling.engine import reasons as codes
+from scheduling.engine.batch.jobs import BATCH_REASONS
 from scheduling.engine.decision import OUTCOMES
-from scheduling.engine.jobs import BATCH_REASONS
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Q, Sum
 
-from scheduling.engine.batch import (
+from scheduling.engine.batch.queues import (
     DEFAULT_QUEUE,
     RESOURCES,
     NamespaceBook,

@@ -33,9 +33,9 @@ from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
+from scheduling.engine.batch.jobs import GANG_TIMED_OUT
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
 from scheduling.engine.fit import check_card
-from scheduling.engine.jobs import GANG_TIMED_OUT
 from scheduling.engine.model import cordoned_uuids
 
 from ..dbretry import retry_on_conflict

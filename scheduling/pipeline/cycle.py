@@ -16,11 +16,9 @@ from django.utils import timezone
 from scheduling.engine import Cluster, PodInvalid, PodSpec, Scheduler
 from scheduling.engine import Decision as EngineDecision
 from scheduling.engine import Node as EngineNode
-from scheduling.engine.annotations import GPU_POLICY
-from scheduling.engine.batch import DEFAULT_QUEUE, QueueBook, group_ref, queue_ref
-from scheduling.engine.consolidate import Consolidator
-from scheduling.engine.decision import REJECTED
-from scheduling.engine.jobs import (
+from scheduling.engine.annotations import GPU_POLICY, group_ref, queue_ref
+from scheduling.engine.batch.consolidate import Consolidator
+from scheduling.engine.batch.jobs import (
     GANG_TIMED_OUT,
     GANG_UNSCHEDULABLE,
     NAMESPACE_QUOTA,
@@ -33,8 +31,10 @@ from scheduling.engine.jobs import (
     Member,
     held_decision,
 )
+from scheduling.engine.batch.preempt import Preemptor
+from scheduling.engine.batch.queues import DEFAULT_QUEUE, QueueBook
+from scheduling.engine.decision import REJECTED
 from scheduling.engine.pod import describe_policy
-from scheduling.engine.preempt import Preemptor
 from scheduling.models import CapacityVersion, PodGroup
 
 from . import preemption

@@ -20,8 +20,8 @@ from datetime import timedelta
 from django.utils import timezone
 
 from scheduling.engine import PodSpec
-from scheduling.engine.jobs import Nominated
-from scheduling.engine.preempt import Rules, Tenant, Tenants, preemptible
+from scheduling.engine.batch.jobs import Nominated
+from scheduling.engine.batch.preempt import Rules, Tenant, Tenants, preemptible
 
 from ..models import Allocation, Eviction, Nomination, Pod
 from .options import option

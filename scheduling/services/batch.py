@@ -24,7 +24,7 @@ from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.dbretry import retry_on_conflict
-from scheduling.engine.batch import DEFAULT_QUEUE, RESOURCES, Usage, zero
+from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES, Usage, zero
 from scheduling.models import Event, Pod, PodGroup, Queue, record_event
 from scheduling.pipeline.batch import fair_share_book, queue_usage
 from scheduling.pipeline.triggers import request_cycle

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
 from scheduling.engine import ClusterConfig, PodInvalid, PodSpec
-from scheduling.engine.batch import GroupRef, group_ref, queue_ref
+from scheduling.engine.annotations import GroupRef, group_ref, queue_ref
 from scheduling.engine.pod import ParsedPod, parse_pod
 from scheduling.models import (
     INT32_MAX,

@@ -21,8 +21,9 @@ from scheduling.engine.decision import Decision
 from scheduling.engine.evaluate import NodeVerdict
 from scheduling.engine.fit import NodeFailure
 from scheduling.engine.model import Cluster, ClusterConfig
+from scheduling.engine.nodeindex import NodeIndex
 from scheduling.engine.scenario import parse_scenario
-from scheduling.engine.scheduler import NodeIndex, Scheduler
+from scheduling.engine.scheduler import Scheduler
 
 from .builders import ask, card, node, pod, scenario
 from .test_reference import BASES, NAMES, OFFSETS, apply_step, reference_order

@@ -2,7 +2,7 @@
 
 `NodeIndex` keeps its fitting nodes as sorted `(sign x score, name)` keys; pods pinned to
 card UUIDs (use-gpuuuid) fail in O(1) work per card on the nodes that carry none of them
-(`evaluate.evaluate_unpinned`, `evaluate.sweep_pinned`) and measure the closeness of those
+(`evaluate.evaluate_unpinned`, `columns.sweep_pinned`) and measure the closeness of those
 carriers and `closest_nodes` others only (`Scheduler._closest_pinned`); pods with one GPU
 container and a UUID or mode constraint go through the columnar sweep (`sweepable(...,
 exclusions=True)`). Each is checked against every node evaluated in full
@@ -25,20 +25,15 @@ from scheduling.engine import reasons as R
 from scheduling.engine.annotations import VGPU_MODE
 from scheduling.engine.chain import TOLERANCE
 from scheduling.engine.closeness import cluster_never, node_closeness
+from scheduling.engine.columns import CardColumns, sweep, sweep_pinned, sweepable
 from scheduling.engine.errors import PodInvalid
-from scheduling.engine.evaluate import (
-    CardColumns,
-    NodeVerdict,
-    evaluate_node,
-    evaluate_unpinned,
-    sweep,
-    sweep_pinned,
-    sweepable,
-)
+from scheduling.engine.evaluate import NodeVerdict, evaluate_node, evaluate_unpinned
 from scheduling.engine.fit import NodeFailure
+from scheduling.engine.nodeindex import NodeIndex
+from scheduling.engine.nodeindex import order_nodes as _order_nodes
 from scheduling.engine.pod import parse_pod
 from scheduling.engine.scenario import parse_scenario
-from scheduling.engine.scheduler import NodeIndex, Scheduler, _order_nodes
+from scheduling.engine.scheduler import Scheduler
 
 from .builders import NOUSE_UUID, NUMA_BIND, USE_UUID, ask, card, node, pod, scenario
 from .test_reference import NAMES, Reported, apply_step

@@ -29,13 +29,16 @@ from hypothesis import strategies as st
 
 from scheduling.engine.chain import TOLERANCE
 from scheduling.engine.closeness import closest_columns, cluster_never, never_reason, node_closeness
+from scheduling.engine.columns import sweepable
 from scheduling.engine.errors import PodInvalid
-from scheduling.engine.evaluate import NodeVerdict, evaluate_node, sweepable
+from scheduling.engine.evaluate import NodeVerdict, evaluate_node
 from scheduling.engine.fit import NodeFailure
 from scheduling.engine.model import Cluster
+from scheduling.engine.nodeindex import NodeIndex
+from scheduling.engine.nodeindex import order_nodes as _order_nodes
 from scheduling.engine.pod import parse_pod
 from scheduling.engine.scenario import parse_scenario
-from scheduling.engine.scheduler import NodeIndex, Scheduler, _order_nodes
+from scheduling.engine.scheduler import Scheduler
 
 from .worlds import GPU_POLICIES, NODE_POLICIES, Tape, from_tape, property_examples, read_scenario, read_steps
 
@@ -210,7 +213,7 @@ def apply_step(scheduler: Scheduler, pods: list, assumed: list, step: tuple) -> 
 def test_a_stream_with_placements_rollbacks_reports_and_cordons_decides_as_the_sweep(
     node_policy, gpu_policy, columnar, stream
 ):
-    """`columnar`: new shapes go through the numpy sweep (`evaluate.sweep`) however few the
+    """`columnar`: new shapes go through the numpy sweep (`columns.sweep`) however few the
     nodes, and so do the nodes changed since a shape's index last looked."""
     raw, steps = stream
     cluster, config, pods = start(raw, steps, node_policy, gpu_policy)

@@ -9,7 +9,7 @@ import math
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduling.engine.batch import RESOURCES
+from scheduling.engine.batch.queues import RESOURCES
 from scheduling.models import INT32_MAX, Pod, PodGroup, Queue
 from scheduling.services.batch import KINDS, QueueNode
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from scheduling.engine.batch_scenario import run_batch_scenario, wants_batch
+from scheduling.engine.batch.scenario import run_batch_scenario, wants_batch
 from scheduling.engine.errors import ScenarioError, ScenarioProblems
 from scheduling.engine.explain import SELF_EXCLUDED, what_would_fit
 from scheduling.engine.scenario import parse_scenario, read_scenario_file, read_scenario_text

@@ -5,22 +5,14 @@ order. The output keeps SPEC 9's `pods` (in file order) and adds `groups` and `q
 
 from __future__ import annotations
 
-from .batch import (
-    DEFAULT_QUEUE,
-    RESOURCES,
-    NamespaceBook,
-    QueueBook,
-    QueueState,
-    group_ref,
-    queue_ref,
-    zero,
-)
-from .decision import SCHEDULED, Decision
-from .errors import PodInvalid, Problems, ScenarioError
+from ..annotations import group_ref, queue_ref
+from ..decision import SCHEDULED, Decision
+from ..errors import PodInvalid, Problems, ScenarioError
+from ..model import Cluster, ClusterConfig, PodSpec
+from ..pod import describe_policy
+from ..scheduler import Scheduler
 from .jobs import Gang, Job, JobRunner, Member
-from .model import Cluster, ClusterConfig, PodSpec
-from .pod import describe_policy
-from .scheduler import Scheduler
+from .queues import DEFAULT_QUEUE, RESOURCES, NamespaceBook, QueueBook, QueueState, zero
 
 
 def wants_batch(raw: dict) -> bool:

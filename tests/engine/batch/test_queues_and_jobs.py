@@ -10,19 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine import Card, Cluster, Node, PodInvalid, PodSpec, Scheduler
-from scheduling.engine.batch import (
-    DEFAULT_QUEUE,
-    NamespaceBook,
-    QueueBook,
-    QueueState,
-    Statement,
-    decision_usage,
-    group_ref,
-    queue_ref,
-    quota_resource,
-)
-from scheduling.engine.decision import PENDING, SCHEDULED
-from scheduling.engine.jobs import (
+from scheduling.engine.annotations import group_ref, queue_ref
+from scheduling.engine.batch.jobs import (
     GANG_UNSCHEDULABLE,
     NAMESPACE_QUOTA,
     NOT_ENOUGH_PODS,
@@ -32,6 +21,16 @@ from scheduling.engine.jobs import (
     JobRunner,
     Member,
 )
+from scheduling.engine.batch.queues import (
+    DEFAULT_QUEUE,
+    NamespaceBook,
+    QueueBook,
+    QueueState,
+    decision_usage,
+    quota_resource,
+)
+from scheduling.engine.batch.statement import Statement
+from scheduling.engine.decision import PENDING, SCHEDULED
 
 
 def cluster(nodes: int = 2, cards: int = 2, memory: int = 8000, slots: int = 10) -> Cluster:

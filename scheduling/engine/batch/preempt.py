@@ -37,13 +37,13 @@ from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .batch import RESOURCES, UNITS, QueueBook, Usage, zero
-from .decision import PENDING, SCHEDULED, Decision
-from .evaluate import evaluate_node
-from .fit import check_card
-from .model import TOUCHES
-from .pod import ParsedPod
-from .requests import WHOLE_CARD_CORES
+from ..decision import PENDING, SCHEDULED, Decision
+from ..evaluate import evaluate_node
+from ..fit import check_card
+from ..model import TOUCHES
+from ..pod import ParsedPod
+from ..requests import WHOLE_CARD_CORES
+from .queues import RESOURCES, UNITS, QueueBook, Usage, zero
 
 PREEMPTING = "Preempting"
 NOMINATED = "Nominated"

@@ -19,12 +19,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .batch import NamespaceBook, QueueBook, Statement, Usage, decision_usage, hold_back, zero
+from ..decision import PENDING, SCHEDULED, Decision
+from ..model import PodSpec
+from ..pod import ParsedPod, describe_policy
 from .consolidate import CONSOLIDATING, Consolidation, Consolidator
-from .decision import PENDING, SCHEDULED, Decision
-from .model import PodSpec
-from .pod import ParsedPod, describe_policy
 from .preempt import NO_LOWER_PRIORITY, NO_TENANTS, NOMINATED, PREEMPTING, Plan, Preemptor, Tenant, grants_of
+from .queues import NamespaceBook, QueueBook, Usage, decision_usage, zero
+from .statement import Statement, hold_back
 
 #: Preemption misses too common to repeat on a pending pod's reason line.
 QUIET_MISSES = frozenset({NO_TENANTS, NO_LOWER_PRIORITY})

@@ -6,9 +6,8 @@ from __future__ import annotations
 import random
 
 from scheduling.engine import PodSpec
-from scheduling.engine.decision import PENDING
-from scheduling.engine.jobs import Gang, Job, Member, ask_usage
-from scheduling.engine.preempt import (
+from scheduling.engine.batch.jobs import Gang, Job, Member, ask_usage
+from scheduling.engine.batch.preempt import (
     CAP_REACHED,
     NO_TENANTS,
     NOT_ENOUGH,
@@ -20,6 +19,7 @@ from scheduling.engine.preempt import (
     Victim,
     _why_not,
 )
+from scheduling.engine.decision import PENDING
 
 from .test_preempt import World, pod
 

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
 
-from .decision import SCHEDULED, Decision
-from .model import PodSpec
-from .pod import ParsedPod
+from ..decision import SCHEDULED, Decision
+from ..model import PodSpec
+from ..pod import ParsedPod
 from .preempt import Plan, Preemptor, Tenant, Victim, grants_of
 
 CONSOLIDATING = "Consolidating"

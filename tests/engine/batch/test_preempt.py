@@ -7,10 +7,8 @@ from __future__ import annotations
 import random
 
 from scheduling.engine import Card, Cluster, Node, PodSpec, Scheduler
-from scheduling.engine.batch import QueueBook, QueueState
-from scheduling.engine.decision import PENDING, SCHEDULED
-from scheduling.engine.jobs import Gang, Job, JobRunner, Member, Nominated
-from scheduling.engine.preempt import (
+from scheduling.engine.batch.jobs import Gang, Job, JobRunner, Member, Nominated
+from scheduling.engine.batch.preempt import (
     CAP_REACHED,
     GANG_PROTECTED,
     MIN_RUNTIME,
@@ -23,6 +21,8 @@ from scheduling.engine.preempt import (
     Tenants,
     preemptible,
 )
+from scheduling.engine.batch.queues import QueueBook, QueueState
+from scheduling.engine.decision import PENDING, SCHEDULED
 
 
 def pod(name: str, gpu: int = 1, mem: int = 1000, cores: int | None = None, **annotations) -> PodSpec:

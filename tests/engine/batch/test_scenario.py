@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine.batch_scenario import run_batch_scenario, wants_batch
+from scheduling.engine.batch.scenario import run_batch_scenario, wants_batch
 from scheduling.engine.errors import ScenarioError
 from scheduling.engine.scenario import parse_scenario
 
-from .builders import ask, card, container, node
+from ..builders import ask, card, container, node
 
 
 def scenario(**extra) -> dict:

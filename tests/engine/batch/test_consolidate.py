@@ -3,10 +3,10 @@ by moving one or two tenants to other nodes; only when every moved tenant has a 
 
 from __future__ import annotations
 
-from scheduling.engine.consolidate import CONSOLIDATING, Consolidator
+from scheduling.engine.batch.consolidate import CONSOLIDATING, Consolidator
+from scheduling.engine.batch.jobs import JobRunner
+from scheduling.engine.batch.preempt import Preemptor, Rules, Tenants
 from scheduling.engine.decision import PENDING
-from scheduling.engine.jobs import JobRunner
-from scheduling.engine.preempt import Preemptor, Rules, Tenants
 
 from .test_preempt import World, job, pod, used
 

@@ -1,0 +1,135 @@
+"""The `Statement` that lets a cycle try a gang on its snapshot and take it back, and
+`hold_back`, how a batch rule keeps a decided pod pending."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..decision import PENDING, SCHEDULED, Decision
+from .queues import NamespaceBook, QueueBook, decision_usage
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A point of a Statement to roll back to."""
+
+    at: int
+
+
+class Statement:
+    """The placements a cycle has assumed on its snapshot, in order, so a gang that does not
+    reach `min_member` can be taken back exactly (Volcano's statement, in our words).
+
+    `assume` applies a scheduled decision to the scheduler's snapshot and to the queue book;
+    `rollback(mark)` undoes everything assumed after `mark`, newest first. The scheduler's
+    node versions only move forward, so no verdict cached for an assumed state is read again.
+    """
+
+    def __init__(self, scheduler, book: QueueBook | None = None, namespaces: NamespaceBook | None = None):
+        self.scheduler = scheduler
+        self.book = book
+        self.namespaces = namespaces
+        #: placements as (decision, queue, usage, gang); evictions as (None, preemptor, tenant, "")
+        self.log: list[tuple] = []
+
+    def mark(self) -> Mark:
+        return Mark(len(self.log))
+
+    def assume(self, decision: Decision, queue: str | None = None, gang: str = "") -> None:
+        """Apply `decision` (scheduled) to the snapshot, the books, and with `gang` (the pod's
+        group) to the cards' `gangs`, which `gang-spread` reads."""
+        if decision.status != SCHEDULED:
+            return
+        used = decision_usage(decision)
+        if gang:
+            self._mark(decision, gang, 1)
+        self.scheduler.assume(decision)
+        if self.book is not None and queue is not None:
+            self.book.add(queue, used)
+        if self.namespaces is not None:
+            self.namespaces.add(decision.namespace, used)
+        self.log.append((decision, queue, used, gang))
+
+    def rollback(self, mark: Mark) -> list[Decision]:
+        """Undo what was assumed after `mark`; the decisions taken back, oldest first."""
+        undone = []
+        while len(self.log) > mark.at:
+            decision, queue, used, gang = self.log.pop()
+            if decision is None:
+                self._give_back(queue, used, gang)
+                continue
+            if gang:
+                self._mark(decision, gang, -1)
+            self.scheduler.unassume(decision)
+            if self.book is not None and queue is not None:
+                self.book.add(queue, used, -1)
+            if self.namespaces is not None:
+                self.namespaces.add(decision.namespace, used, -1)
+            undone.append(decision)
+        undone.reverse()
+        return undone
+
+    def evict(self, tenant, preemptor) -> None:
+        """Take a running tenant (`preempt.Tenant`) off its cards, its queue and namespace, and
+        out of the preemptor's tenants, so later members see the freed cards."""
+        unmarked = self._holdings(tenant, -1, ())
+        preemptor.tenants.remove(tenant)
+        self.log.append((None, preemptor, tenant, unmarked))
+
+    def evicted(self, since: Mark | None = None) -> list:
+        """The tenants evicted (after `since`), oldest first."""
+        return [entry[2] for entry in self.log[since.at if since else 0 :] if entry[0] is None]
+
+    def _give_back(self, preemptor, tenant, unmarked) -> None:
+        self._holdings(tenant, 1, unmarked)
+        preemptor.tenants.add(tenant)
+
+    def _holdings(self, tenant, sign: int, unmarked) -> tuple[str, ...]:
+        """Move a tenant's holdings off (-1) or back on (+1) its cards; its gang's `gang-spread`
+        marks go with them (the cards unmarked on the way off are marked again on the way back)."""
+        node = self.scheduler.cluster.node(tenant.node)
+        node.shift(tenant.holdings, sign)
+        by_uuid = {card.uuid: card for card in node.cards}
+        removed = []
+        for uuid, _, _ in tenant.holdings:
+            card = by_uuid.get(uuid)
+            if card is None:
+                continue
+            if sign < 0 and tenant.gang and tenant.gang in card.gangs:
+                held = list(card.gangs)
+                held.remove(tenant.gang)
+                card.gangs = tuple(held)
+                removed.append(uuid)
+        for uuid in unmarked if sign > 0 else ():
+            by_uuid[uuid].gangs = (*by_uuid[uuid].gangs, tenant.gang)
+        node.touch()
+        used = tenant.usage
+        if self.book is not None:
+            self.book.add(tenant.queue, used, sign)
+        if self.namespaces is not None:
+            self.namespaces.add(tenant.namespace, used, sign)
+        return tuple(removed)
+
+    def _mark(self, decision: Decision, gang: str, sign: int) -> None:
+        node = self.scheduler.cluster.node(decision.node)
+        by_uuid = {card.uuid: card for card in node.cards}
+        for container in decision.containers:
+            for device in container.devices:
+                card = by_uuid[device.uuid]
+                if sign > 0:
+                    card.gangs = (*card.gangs, gang)
+                else:
+                    held = list(card.gangs)
+                    held.remove(gang)
+                    card.gangs = tuple(held)
+
+
+def hold_back(decision: Decision, reason: str, message: str, **figures) -> None:
+    """Turn a decision pending for a batch reason (gang, queue, quota): the card verdicts stay,
+    the placement goes; `batch` says why, with the node it would have had."""
+    would = decision.node if decision.status == SCHEDULED else None
+    decision.status = PENDING
+    decision.node = None
+    decision.containers = []
+    decision.init_containers = []
+    decision.batch = {"reason": reason, "message": message, "would_fit_on": would, **figures}
