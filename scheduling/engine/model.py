@@ -117,6 +117,13 @@ class Node:
     links: dict[frozenset, int] = field(default_factory=dict)
     version: int = 0
     pair_matrix: Sequence[Sequence[int]] = field(default_factory=list, repr=False)
+    #: Kubernetes node fields (SPEC 10), in the API's own forms: `taints` as
+    #: `{"key", "value", "effect"}` dicts, `unschedulable` as `spec.unschedulable`,
+    #: `allocatable` as resource name -> quantity (`"4"`, `"500m"`, `"16Gi"`, or a number);
+    #: a resource absent from `allocatable` is not limited (extended resources aside).
+    taints: list[dict] = field(default_factory=list)
+    unschedulable: bool = False
+    allocatable: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.cards.sort(key=lambda card: card.index)
@@ -154,11 +161,34 @@ class Node:
         TOUCHES.append(self)
 
 
+@dataclass(slots=True)
+class RunningPod:
+    """A pod already bound to a node by someone else (kube-scheduler, HAMi before the switch),
+    in the Kubernetes API's own forms (SPEC 10 `running`): it holds the node's cpu, memory, pod
+    count and host ports, counts for pod (anti-)affinity and topology spread, and, where its
+    annotations carry `hami.io/vgpu-devices-allocated`, holds those cards' slots, MiB and cores."""
+
+    name: str
+    node: str
+    namespace: str = "default"
+    labels: dict[str, str] = field(default_factory=dict)
+    affinity: dict | None = None
+    containers: list[dict] = field(default_factory=list)
+    init_containers: list[dict] = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @dataclass
 class Cluster:
-    """A snapshot of every node; decisions read it, placements are applied to it."""
+    """A snapshot of every node; decisions read it, placements are applied to it. `running`
+    are the pods others bound (`RunningPod`)."""
 
     nodes: list[Node] = field(default_factory=list)
+    running: list[RunningPod] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.nodes.sort(key=lambda node: node.name)
@@ -198,6 +228,17 @@ class PodSpec:
     containers: list[dict] = field(default_factory=list)
     init_containers: list[dict] = field(default_factory=list)
     uid: str = ""
+    #: Kubernetes scheduling fields (SPEC 10), in the API's own forms: `node_selector` map,
+    #: `affinity` (`nodeAffinity`, `podAffinity`, `podAntiAffinity`), `tolerations`,
+    #: `topology_spread_constraints`, `scheduling_gates` (the gates' names). cpu, memory,
+    #: extended resources and host ports are read from `containers`/`init_containers`.
+    labels: dict[str, str] = field(default_factory=dict)
+    node_name: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    affinity: dict | None = None
+    tolerations: list[dict] = field(default_factory=list)
+    topology_spread_constraints: list[dict] = field(default_factory=list)
+    scheduling_gates: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
