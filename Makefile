@@ -38,7 +38,7 @@ chaos: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy scheduling/engine scheduling/pipeline
+	$(BIN)/mypy scheduling/engine scheduling/pipeline scheduling/services kube scheduling/api
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
 

@@ -33,6 +33,8 @@ import sys
 
 import numpy as np
 
+from scheduling.engine.requests import ContainerAsk
+
 GPU_POLICY = "hami.io/gpu-scheduler-policy"
 NODE_POLICY = "hami.io/node-scheduler-policy"
 USE_TYPE, NOUSE_TYPE = "nvidia.com/use-gputype", "nvidia.com/nouse-gputype"
@@ -108,6 +110,7 @@ class Shape:
         "count",
         "fixed",
         "percentage",
+        "ask",
         "cores",
         "mutex",
         "card_binpack",
@@ -120,12 +123,13 @@ class Shape:
     def __init__(self, count, fixed, percentage, cores, mutex, card_binpack, types):
         self.count, self.fixed, self.percentage, self.cores = count, fixed, percentage, cores
         self.mutex, self.card_binpack, self.types = mutex, card_binpack, types
+        self.ask = ContainerAsk("", count, fixed, percentage or 0, cores)  # SPEC 2's MiB per card
         self.holds: np.ndarray | None = None  # per node: at least `count` cards fit
         self.score: np.ndarray | None = None  # per node: SPEC 7 score after placing the pod
         self.seen = 0  # how much of `Cards.touched` its arrays include
 
     def memory(self, cards: Cards, rows) -> np.ndarray | int:
-        return self.fixed if self.fixed is not None else cards.memory[rows] * self.percentage // 100
+        return self.ask.memory_on(cards.memory[rows])
 
     def fits(self, cards: Cards, rows) -> np.ndarray:
         """SPEC 4 checks 1-10 as one mask over the cards of `rows` (cordons: refused on load)."""
@@ -169,7 +173,7 @@ class Shape:
         if self.fixed is not None:  # the same MiB whichever cards are taken
             chosen_memory = self.count * self.fixed
         else:
-            memory = cards.memory[rows] * self.percentage // 100
+            memory = self.memory(cards, rows)
             chosen_memory = np.take_along_axis(
                 memory, self.choose(cards, rows, fits, self.card_binpack), axis=1
             ).sum(1)

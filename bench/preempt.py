@@ -264,8 +264,8 @@ def run(
         for outcome in outcomes:
             key, decision = outcome.member.spec.key, outcome.decision
             if outcome.victims:
-                grants = [tuple(g) for g in decision.preemption["grants"]]
-                node = cluster.node(decision.preemption["node"])
+                grants = list(decision.preemption.grants)
+                node = cluster.node(decision.preemption.node)
                 _move(node, grants, -1)  # assumed in the cycle; the next one holds it as a nomination
                 nominations[key] = Nominated(node.name, grants, waiting=0)
                 for victim in outcome.victims:

@@ -60,13 +60,13 @@ def one_by_one(namespace: str, count: int, memory_step: int = 0) -> float:
 
 def in_batches(namespace: str, count: int, batch: int, memory_step: int = 0) -> float:
     from scheduling import services
-    from scheduling.services.pods import REFUSED
+    from scheduling.services.pods import WriteOutcome
 
     pods = [pod(namespace, n, memory_step) for n in range(count)]
     started = time.perf_counter()
     for start in range(0, count, batch):
         results = services.submit_pods(pods[start : start + batch])
-        refused = [r for r in results if r.outcome == REFUSED]
+        refused = [r for r in results if r.outcome == WriteOutcome.REFUSED]
         if refused:
             raise RuntimeError(f"{len(refused)} pods refused, e.g. {refused[0].error}")
     return count / (time.perf_counter() - started)

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 from datetime import UTC, datetime
+from typing import Literal
 
 #: Attributes every LogRecord has; anything else on a record came in through `extra`.
 #: `request` (Django's request logger) is left out too: its text is already the message.
@@ -43,7 +44,7 @@ class JsonFormatter(logging.Formatter):
     """`{"time", "level", "logger", "message", ...extra, "exception"}` on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
@@ -62,7 +63,13 @@ class JsonFormatter(logging.Formatter):
 class ReadableFormatter(logging.Formatter):
     """`time LEVEL logger message key=value ...` for a terminal."""
 
-    def __init__(self, fmt: str | None = None, datefmt: str | None = None, style: str = "%", **kwargs):
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Literal["%", "{", "$"] = "%",
+        **kwargs,
+    ):
         super().__init__(fmt or "%(asctime)s %(levelname)s %(name)s %(message)s", datefmt, style, **kwargs)
 
     def format(self, record: logging.LogRecord) -> str:

@@ -7,6 +7,7 @@ and a broker that needs no server.
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -208,7 +209,8 @@ CELERY_TIMEZONE = "UTC"
 from hamiadmin.hamiconfig import load as _load_hami_config  # noqa: E402 - pure, reads no setting
 
 HAMI_CONFIG = _load_hami_config(os.environ)
-HAMIADMIN = {
+#: The scheduler's own settings (one value type per key: numbers, names, flags; read by key).
+HAMIADMIN: dict[str, Any] = {
     "NODE_SCHEDULER_POLICY": HAMI_CONFIG.node_scheduler_policy
     or os.environ.get("HAMI_NODE_SCHEDULER_POLICY", "binpack"),
     "GPU_SCHEDULER_POLICY": HAMI_CONFIG.gpu_scheduler_policy

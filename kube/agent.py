@@ -1,8 +1,9 @@
 """The watcher: keeps the scheduler's tables in step with Kubernetes and binds what it places.
 
-While this instance holds the Lease it runs two informers (pods of our scheduler name,
-or all pods in extender mode, where kube-scheduler places and binds; nodes), in watcher mode
-also ResourceQuotas and the PodGroup CRDs discovery shows served (read before the pods, so a
+While this instance holds the Lease it runs three informers (pods of our scheduler name,
+or all pods in extender mode, where kube-scheduler places and binds; nodes; and every pod of
+the cluster, slim, for the pods others bound: `kube.bound`), in watcher mode also
+ResourceQuotas and the PodGroup CRDs discovery shows served (read before the pods, so a
 gang's figures are known when its members are queued), and, in its own loop (watcher mode):
 
 - on taking the lead, and on every resync after, finishes or fails binds a predecessor left
@@ -11,8 +12,10 @@ gang's figures are known when its members are queued), and, in its own loop (wat
 - binds pods a cycle has placed (status `scheduled`) that Kubernetes still shows unbound,
   with back-off per pod after a failed Binding, a gang's members back to back;
 - evicts the Kubernetes pods a cycle chose as victims of a preemption (`Evictor`);
-- writes `FailedScheduling` events for pods that wait, `Scheduled` after a binding, and the
-  PodGroup objects' status;
+- writes the `PodScheduled` condition and `nominatedNodeName` of pods that wait where they
+  changed (`kube.status`), `FailedScheduling` events for them, `Scheduled` after a binding,
+  and the PodGroup objects' status;
+- writes what changed among the pods others bound (both modes: `BoundPodSync.flush`);
 - hands the informers' caches to their handlers every `resync_seconds` (node heartbeats,
   and a retry of anything a handler failed to write).
 
@@ -28,23 +31,26 @@ import time
 from dataclasses import dataclass
 
 from django.db import close_old_connections, connections
+from django.utils import timezone
 
 from scheduling import services
 from scheduling.engine import ScenarioError, explain
 from scheduling.engine.encoding import decode_allocation
-from scheduling.models import Decision, Pod
+from scheduling.models import Decision, Nomination, Pod
 from scheduling.pipeline.snapshot import card_tenants
 
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
-from .binder import BIND_COMPLETED, BOUND, FAILED, GONE, UNAVAILABLE, Binder, half_done
+from .binder import BIND_COMPLETED, Binder, BindOutcome, half_done, node_name
+from .bound import BoundPodSync
 from .events import MAX_MESSAGE, EventRecorder, PodRef
 from .evictor import Evictor
 from .groups import KINDS, GroupKind, GroupSync
-from .informer import Backoff, Informer
+from .informer import Backoff, Handlers, Informer
 from .leader import LeaderElector
 from .quotas import QuotaSync
 from .reconcile import DriftWatch
+from .status import GATED_MESSAGE, SCHEDULER_ERROR, SCHEDULING_GATED, UNSCHEDULABLE, PodStatusWriter, Verdict
 from .sync import NodeSync, PodSync, Refusals
 
 log = logging.getLogger("hamiadmin.kube.agent")
@@ -110,12 +116,16 @@ class KubeAgent:
             events=writes_events,
         )
         self.node_sync = NodeSync(self.is_leader, events=writes_events)
+        self.bound_sync = BoundPodSync(self.is_leader)
+        self.status = PodStatusWriter(api, self.is_leader)
         self.quota_sync = QuotaSync(self.is_leader, Refusals())
         self.group_syncs = {kind.source: GroupSync(api, kind, self.is_leader, Refusals()) for kind in KINDS}
         self.drift = DriftWatch(api, name, every_pod=self.options.extender)
         self._drift_listed_at = clock()
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
+        #: Every pod of the cluster, slim (`kube.bound`): what others bound holds its node.
+        self.all_pods: Informer | None = None
         #: Watcher mode: ResourceQuotas, and the PodGroup CRDs the API server serves.
         self.batch: dict[str, Informer] = {}
         self._threads: list[threading.Thread] = []
@@ -126,8 +136,9 @@ class KubeAgent:
         self._repair_due = True  # set again each time this instance takes the lead
 
     def forget(self, uid: str) -> None:
-        """The pod ended: drop its event and back-off memory."""
+        """The pod ended: drop its event, status and back-off memory."""
         self.events.forget(uid)
+        self.status.forget(uid)
         self.bind_retry_at.pop(uid, None)
 
     def is_leader(self) -> bool:
@@ -139,7 +150,9 @@ class KubeAgent:
         return "" if self.options.extender else f"spec.schedulerName={self.options.scheduler_name}"
 
     def informers(self) -> list[Informer]:
-        return [informer for informer in (self.nodes, self.pods, *self.batch.values()) if informer]
+        return [
+            informer for informer in (self.nodes, self.pods, self.all_pods, *self.batch.values()) if informer
+        ]
 
     def _start(self, informer: Informer, stop: threading.Event) -> None:
         thread = threading.Thread(
@@ -220,11 +233,13 @@ class KubeAgent:
             ):
                 groups.has_synced.wait(0.05)
         selector, timeout = self.pod_selector(), self.options.watch_timeout
+        # Extender mode watches every pod already: the pods others bound are read from it.
+        every_pod = not selector
         self.pods = Informer(
             "pods",
             lambda: self.api.list_pods(selector),
             lambda version, seconds: self.api.watch_pods(version, selector, seconds),
-            self.pod_sync,
+            Handlers(self.pod_sync, self.bound_sync) if every_pod else self.pod_sync,
             watch_timeout=timeout,
             backoff=self._api_backoff(),
         )
@@ -236,8 +251,20 @@ class KubeAgent:
             watch_timeout=timeout,
             backoff=self._api_backoff(),
         )
-        for informer in (self.nodes, self.pods):
-            self._start(informer, stop)
+        self.all_pods = None
+        if not every_pod:
+            self.all_pods = Informer(
+                "all-pods",
+                lambda: self.api.list_pods(""),
+                lambda version, seconds: self.api.watch_pods(version, "", seconds),
+                self.bound_sync,
+                watch_timeout=timeout,
+                backoff=self._api_backoff(),
+                project=self.bound_sync.project,
+            )
+        for informer in (self.nodes, self.pods, self.all_pods):
+            if informer is not None:
+                self._start(informer, stop)
         self._resynced_at = self.clock()
         return self._threads
 
@@ -304,6 +331,7 @@ class KubeAgent:
                     informer.resync()
             if self.pods is not None and self.pods.has_synced.is_set():
                 self.compare_with_tables(now)
+        self.bound_sync.flush()
         if self.pods is None or not self.pods.has_synced.is_set():
             return
         if self.options.extender:
@@ -317,6 +345,13 @@ class KubeAgent:
             self.report_waiting()
             self.write_group_statuses()
 
+    @property
+    def watched_pods(self) -> Informer:
+        """The pods' informer, for the passes that run once it has started."""
+        if self.pods is None:
+            raise RuntimeError("the pods' informer has not started")
+        return self.pods
+
     def compare_with_tables(self, now: float) -> None:
         """Kubernetes' pods against the tables (kube/reconcile.py): the cache on each resync,
         a fresh list every `drift_list_seconds` (what the watch missed is not in the cache)."""
@@ -325,7 +360,7 @@ class KubeAgent:
                 self._drift_listed_at = now
                 self.drift.run(self.api.list_pods(self.pod_selector())[0])
             else:
-                self.drift.run(self.pods.snapshot())
+                self.drift.run(self.watched_pods.snapshot())
         except Exception:  # noqa: BLE001 - binds and evictions go on; the next resync checks again
             log.exception("comparing Kubernetes' pods with the tables failed")
 
@@ -339,7 +374,7 @@ class KubeAgent:
     def _ours_unbound(self, row) -> dict | None:
         """The cached Kubernetes pod of this row if it is ours to bind: same uid, our
         scheduler name, no node yet."""
-        obj = self.pods.get(row.namespace, row.name)
+        obj = self.watched_pods.get(row.namespace, row.name)
         if obj is None or (row.uid and pod_objects.uid_of(obj) != row.uid):
             return None
         if pod_objects.scheduler_of(obj) != self.options.scheduler_name or pod_objects.node_of(obj):
@@ -372,32 +407,43 @@ class KubeAgent:
                 if not self.is_leader():
                     return
                 outcome, detail, retry_after = self.bind_one(row, now)
-                if outcome in (FAILED, GONE) and row.group_id is not None:
+                if (
+                    outcome in (BindOutcome.FAILED, BindOutcome.GONE, BindOutcome.GATED)
+                    and row.group_id is not None
+                ):
                     self.requeue_gang(row, detail, retry_after)
                     break
-                if outcome == UNAVAILABLE:
+                if outcome == BindOutcome.UNAVAILABLE:
                     break
 
     def bind_one(self, row: Pod, now: float) -> tuple[str, str, float]:
         """Bind one placed pod and report it: (outcome, detail, the back-off it was given)."""
         failures, _ = self.bind_retry_at.get(row.uid, (0, 0.0))
-        row = Pod.objects.select_related("node").filter(pk=row.pk, uid=row.uid, status=Pod.SCHEDULED).first()
-        if row is None:
+        current = (
+            Pod.objects.select_related("node").filter(pk=row.pk, uid=row.uid, status=Pod.SCHEDULED).first()
+        )
+        if current is None:
             return "", "", 0.0  # released or requeued since it was read
+        row = current
         delay = Backoff(self.options.bind_backoff_base, self.options.bind_backoff_cap)
         delay.failures = failures
         retry_after = delay.next_delay()
         result = self.binder.bind(row, retry_after=retry_after)
         ref = PodRef(row.namespace, row.name, row.uid)
-        if result.outcome == BOUND:
+        if result.outcome == BindOutcome.BOUND:
             self.bind_retry_at.pop(row.uid, None)
             self.events.forget(row.uid)
+            before = self.pods.get(row.namespace, row.name) if self.pods else None
+            if before is not None and pod_objects.uid_of(before) == row.uid:
+                self.status.clear_nomination(before)
             cards = list(dict.fromkeys(uuid for container in _decode(row.allocated) for uuid in container))
-            self.events.scheduled(ref, row.node.name, cards)
-        elif result.outcome == FAILED:
+            self.events.scheduled(ref, node_name(row), cards)
+        elif result.outcome == BindOutcome.FAILED:
             self.bind_retry_at[row.uid] = (failures + 1, now + retry_after)
-            self.events.failed_scheduling(ref, f"binding to {row.node.name} failed: {result.detail}")
-        elif result.outcome == GONE:
+            self.events.failed_scheduling(ref, f"binding to {node_name(row)} failed: {result.detail}")
+        elif result.outcome == BindOutcome.GATED:
+            self.bind_retry_at[row.uid] = (failures + 1, now + retry_after)
+        elif result.outcome == BindOutcome.GONE:
             self.bind_retry_at.pop(row.uid, None)
             self.events.forget(row.uid)
         return result.outcome, result.detail, retry_after
@@ -420,7 +466,7 @@ class KubeAgent:
     def repair_binds(self) -> bool:
         """Finish or fail every bind of our pods left half-done (`Binder.repair`). False when
         the API server did not answer: the next pass tries again."""
-        for obj in self.pods.snapshot():
+        for obj in self.watched_pods.snapshot():
             if not self.is_leader():
                 return True
             if not half_done(obj):
@@ -448,23 +494,38 @@ class KubeAgent:
         return True
 
     def report_waiting(self) -> None:
-        """A `FailedScheduling` event per waiting pod of ours: the one-line reason, and for a
-        pending pod its closest node's card reasons and what would make it fit
-        (`explain.failed_scheduling_message`, within the event's MAX_MESSAGE characters)."""
+        """Per waiting pod of ours: its `PodScheduled` condition and `nominatedNodeName` where
+        they changed (`kube.status`), and a `FailedScheduling` event: the one-line reason, and
+        for a pending pod its closest node's card reasons and what would make it fit
+        (`explain.failed_scheduling_message`, within the event's MAX_MESSAGE characters). A
+        gated pod gets the condition only, as from kube-scheduler."""
         rows = (
             Pod.objects.filter(status__in=(Pod.PENDING, Pod.REJECTED), origin=Pod.KUBERNETES)
             .exclude(uid="")
             .with_latest_decision()
         )
+        nominated = dict(
+            Nomination.objects.filter(
+                expires_at__gt=timezone.now(), pod__status=Pod.PENDING, pod__origin=Pod.KUBERNETES
+            ).values_list("pod__uid", "card__node__name")
+        )
         waiting = []
-        for namespace, name, uid, status, reason, error, latest in rows.values_list(
-            "namespace", "name", "uid", "status", "reason", "error", "latest_decision_id"
+        for namespace, name, uid, status, reason, error, latest, gated, parked in rows.values_list(
+            "namespace", "name", "uid", "status", "reason", "error", "latest_decision_id", "gated", "parked"
         ):
-            obj = self.pods.get(namespace, name)
+            obj = self.watched_pods.get(namespace, name)
             if obj is None or pod_objects.uid_of(obj) != uid or pod_objects.node_of(obj):
                 continue
-            if reason or error:
-                waiting.append((PodRef(namespace, name, uid), status, reason or error, latest))
+            if gated or pod_objects.gates_of(obj):
+                self.status.write(obj, Verdict(SCHEDULING_GATED, GATED_MESSAGE))
+                continue
+            if not (reason or error):
+                continue
+            if status == Pod.REJECTED or parked:
+                self.status.write(obj, Verdict(SCHEDULER_ERROR, error or reason))
+            else:
+                self.status.write(obj, Verdict(UNSCHEDULABLE, reason or error, nominated.get(uid) or ""))
+            waiting.append((PodRef(namespace, name, uid), status, reason or error, latest))
         ids = [latest for _, status, _, latest in waiting if status == Pod.PENDING and latest]
         payloads = dict(Decision.objects.filter(pk__in=ids).values_list("id", "payload")) if ids else {}
         tenants = card_tenants(

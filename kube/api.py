@@ -136,6 +136,16 @@ class KubeApi:
         if the pod changed since that version."""
         return self._call(self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
 
+    @needs(("", "pods/status", "patch"))
+    def patch_pod_status(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of the status subresource (the `PodScheduled` condition,
+        `nominatedNodeName`): only `status` changes. A merge patch replaces a list whole, so a
+        patch of `conditions` carries all of them and the `metadata.resourceVersion` they were
+        read at: the server refuses it (409) if the pod changed since."""
+        return self._call(
+            self.core.patch_namespaced_pod_status, name, namespace, patch, _content_type=MERGE_PATCH
+        )
+
     @needs(("", "pods/binding", "create"))
     def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """POST pods/{name}/binding. The answer is a Status, not a Binding: it is not used."""
@@ -212,7 +222,7 @@ class KubeApi:
             raise
         resources = body.get("resources")
         return (
-            {r.get("name") for r in resources if isinstance(r, dict)}
+            {name for r in resources if isinstance(r, dict) and isinstance(name := r.get("name"), str)}
             if isinstance(resources, list)
             else set()
         )
@@ -331,6 +341,7 @@ WATCHER_AGENT_CALLS = (
     KubeApi.watch_pods,
     KubeApi.get_pod,
     KubeApi.patch_pod,
+    KubeApi.patch_pod_status,
     KubeApi.bind_pod,
     KubeApi.evict_pod,
     KubeApi.list_nodes,

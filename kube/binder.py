@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 
 from django.conf import settings
 
@@ -49,7 +50,20 @@ from .nodelock import NodeLock, NodeLocked
 
 log = logging.getLogger("hamiadmin.kube.binder")
 
-BOUND, GONE, FAILED, UNAVAILABLE, LOCKED = "bound", "gone", "failed", "unavailable", "locked"
+
+class BindOutcome(StrEnum):
+    """What became of one bind (`BindResult.outcome`). GATED: the pod still has
+    `spec.schedulingGates`, so the API server refuses its Binding (409); it is neither
+    annotated nor bound, its cards are given back and it waits for the gates to go."""
+
+    BOUND = "bound"
+    GONE = "gone"
+    FAILED = "failed"
+    UNAVAILABLE = "unavailable"
+    LOCKED = "locked"
+    GATED = "gated"
+
+
 #: `bind-phase` values that end a bind; any other on a bound pod is a bind left half-done.
 SETTLED_PHASES = ("success", "failed")
 #: `Event.reason` of a repaired bind: finished (hamiadmin holds the placement) or failed.
@@ -76,20 +90,38 @@ class PodGone(Exception):
     """The pod no longer exists as the one we placed (deleted, or a new uid)."""
 
 
+class Gated(Exception):
+    """The pod still has scheduling gates: Kubernetes refuses to bind it."""
+
+    def __init__(self, gates: list):
+        names = ", ".join(str(g.get("name", g)) if isinstance(g, dict) else str(g) for g in gates)
+        super().__init__(f"the pod has scheduling gates ({names}); it is bound once they go")
+
+
 class BoundElsewhere(Exception):
     def __init__(self, node: str):
         super().__init__(f"the pod is already bound to {node}")
         self.node = node
 
 
+def node_name(row: Pod) -> str:
+    """The node of a placed pod's row (read with it: `select_related("node")`)."""
+    if row.node is None:
+        raise ValueError(f"pod {row.key} is placed on no node")
+    return row.node.name
+
+
 @dataclass
 class BindResult:
-    outcome: str
+    """A bind's outcome, or for a half-done bind repaired, the repair's `Event.reason`
+    (BIND_COMPLETED or BIND_ABANDONED), with the detail."""
+
+    outcome: BindOutcome | str
     detail: str = ""
 
     @property
     def bound(self) -> bool:
-        return self.outcome == BOUND
+        return self.outcome == BindOutcome.BOUND
 
 
 def requeue(row: Pod, why: str, retry_after: float = 0.0) -> Pod | None:
@@ -123,15 +155,21 @@ class Binder:
     def annotations(self, row: Pod, phase: str) -> dict[str, str]:
         """SPEC 8's six placement annotations for `row` (`encoding.placement_annotations`)."""
         placed = row.scheduled_at.timestamp() if row.scheduled_at else None
-        return encoding.placement_annotations(row.node.name, row.allocated, placed, phase, self.clock())
+        return encoding.placement_annotations(node_name(row), row.allocated, placed, phase, self.clock())
 
-    def annotate(self, row: Pod, annotations: dict[str, str]) -> dict:
-        """Merge-patch the annotations onto the pod we placed, re-reading on 409."""
-        return self._annotate(row.namespace, row.name, row.uid, row.node.name, lambda current: annotations)
+    def annotate(self, row: Pod, annotations: dict[str, str], refuse_gated: bool = False) -> dict:
+        """Merge-patch the annotations onto the pod we placed, re-reading on 409. `refuse_gated`:
+        raise Gated, writing nothing, while the unbound pod still has scheduling gates."""
+        return self._annotate(
+            row.namespace, row.name, row.uid, node_name(row), lambda current: annotations, refuse_gated
+        )
 
-    def _annotate(self, namespace: str, name: str, uid: str, node: str, annotations_for) -> dict:
+    def _annotate(
+        self, namespace: str, name: str, uid: str, node: str, annotations_for, refuse_gated: bool = False
+    ) -> dict:
         """Merge-patch `annotations_for(current pod)` onto the pod of that uid, unless it is bound
-        to another node; re-read on 409. An empty patch writes nothing (the pod is returned)."""
+        to another node (or, with `refuse_gated`, gated); re-read on 409. An empty patch writes
+        nothing (the pod is returned)."""
         for _ in range(self.conflict_retries):
             try:
                 current = self.api.get_pod(namespace, name)
@@ -144,6 +182,8 @@ class Binder:
             bound_to = pod_objects.node_of(current)
             if bound_to and bound_to != node:
                 raise BoundElsewhere(bound_to)
+            if refuse_gated and not bound_to and pod_objects.gates_of(current):
+                raise Gated(pod_objects.gates_of(current))
             annotations = annotations_for(current)
             if not annotations:
                 return current
@@ -162,12 +202,16 @@ class Binder:
     def bind(self, row: Pod, retry_after: float = 0.0) -> BindResult:
         """Annotate, bind, mark success; see the module docstring for the outcomes.
         `retry_after`: how long a refused pod waits before the next cycle may place it."""
-        node = row.node.name
+        node = node_name(row)
         held, refused = self._lock(row, retry_after)
         if refused is not None:
             return refused
         result = self._bind(row, retry_after)
-        if held and self.node_lock is not None and (result.outcome != BOUND or self.complete_phase):
+        if (
+            held
+            and self.node_lock is not None
+            and (result.outcome != BindOutcome.BOUND or self.complete_phase)
+        ):
             # Bound with complete_phase off: HAMi's device plugin gives the lock back after
             # handing out the cards. Anything else: nobody will, so we do (or it expires).
             self.node_lock.release(node, row.namespace, row.name)
@@ -178,22 +222,22 @@ class Binder:
         does not know has no lock to take (nor a device plugin to read one): the bind goes on."""
         if self.node_lock is None:
             return False, None
-        node = row.node.name
+        node = node_name(row)
         try:
             why = self.node_lock.acquire(node, row.namespace, row.name)
         except NodeLocked as exc:
             log.info("pod %s waits to bind: %s", row.key, exc)
-            return False, BindResult(LOCKED, str(exc))
+            return False, BindResult(BindOutcome.LOCKED, str(exc))
         except ApiUnavailable as exc:
             log.warning("pod %s not bound yet, API server unavailable: %s", row.key, exc)
-            return False, BindResult(UNAVAILABLE, str(exc))
+            return False, BindResult(BindOutcome.UNAVAILABLE, str(exc))
         except ApiError as exc:
             if exc.status == 404:
                 log.warning("pod %s: node %s has no Node object to lock; binding unlocked", row.key, node)
                 return False, None
             metrics.bind_failed("refused")
             requeue(row, f"locking node {node} ({NODE_LOCK}) failed: {exc}", retry_after)
-            return False, BindResult(FAILED, str(exc))
+            return False, BindResult(BindOutcome.FAILED, str(exc))
         if why:
             record_event(
                 Event.BIND_REPAIRED,
@@ -205,9 +249,10 @@ class Binder:
         return True, None
 
     def _bind(self, row: Pod, retry_after: float) -> BindResult:
-        node = row.node.name
+        node = node_name(row)
+        annotated = None
         try:
-            annotated = self.annotate(row, self.annotations(row, "allocating"))
+            annotated = self.annotate(row, self.annotations(row, "allocating"), refuse_gated=True)
             if pod_objects.node_of(annotated) != node:
                 try:
                     self.api.bind_pod(row.namespace, row.name, row.uid, node)
@@ -216,23 +261,30 @@ class Binder:
                         raise
                     # Bound already: by us (a retry after a lost answer) is success.
                     current = self.api.get_pod(row.namespace, row.name)
+                    if not pod_objects.node_of(current) and pod_objects.gates_of(current):
+                        raise Gated(pod_objects.gates_of(current)) from exc
                     if pod_objects.node_of(current) != node:
                         raise BoundElsewhere(pod_objects.node_of(current) or "?") from exc
         except PodGone:
             services.release_pod(row, Pod.DELETED, expected_uid=row.uid)
-            return BindResult(GONE, "the pod was deleted or replaced")
+            return BindResult(BindOutcome.GONE, "the pod was deleted or replaced")
+        except Gated as exc:
+            if annotated is not None:  # refused by the Binding: the annotations went on first
+                self._mark_failed(row)
+            requeue(row, str(exc), retry_after)
+            return BindResult(BindOutcome.GATED, str(exc))
         except BoundElsewhere as exc:
             metrics.bind_failed("bound_elsewhere")
             services.release_pod(row, Pod.FAILED, expected_uid=row.uid)
-            return BindResult(FAILED, str(exc))
+            return BindResult(BindOutcome.FAILED, str(exc))
         except ApiUnavailable as exc:
             log.warning("pod %s not bound yet, API server unavailable: %s", row.key, exc)
-            return BindResult(UNAVAILABLE, str(exc))
+            return BindResult(BindOutcome.UNAVAILABLE, str(exc))
         except ApiError as exc:
             metrics.bind_failed("refused")
             self._mark_failed(row)
             requeue(row, f"binding to {node} failed: {exc}", retry_after)
-            return BindResult(FAILED, str(exc))
+            return BindResult(BindOutcome.FAILED, str(exc))
         # Bound: from here on nothing is undone, whatever the last patch meets.
         services.mark_bound(row, node, expected_uid=row.uid)
         log.info("pod %s bound to %s (%s)", row.key, node, row.allocated)
@@ -241,8 +293,8 @@ class Binder:
                 self.annotate(row, {encoding.BIND_PHASE: "success"})
             except (ApiError, ApiUnavailable, PodGone, BoundElsewhere) as exc:
                 log.warning("pod %s is bound but bind-phase stays allocating: %s", row.key, exc)
-                return BindResult(BOUND, f"bind-phase not updated: {exc}")
-        return BindResult(BOUND)
+                return BindResult(BindOutcome.BOUND, f"bind-phase not updated: {exc}")
+        return BindResult(BindOutcome.BOUND)
 
     def _mark_failed(self, row: Pod) -> None:
         try:
@@ -279,6 +331,7 @@ class Binder:
             wrote.clear()
             if not half_done(current):
                 return {}
+            assert row is not None  # completion is used only for a row that holds the pod
             wanted = self.annotations(row, "success" if self.complete_phase else "allocating")
             have = pod_objects.annotations_of(current)
             missing = {

@@ -134,6 +134,7 @@ class EventRecorder:
 
     def _create(self, pod: PodRef, event_type: str, reason: str, message: str, now: float) -> Written:
         name = f"{pod.name[:200]}.{secrets.token_hex(8)}"
+        first = stamp(now)
         event = {
             "metadata": {"name": name, "namespace": pod.namespace},
             "involvedObject": {
@@ -147,11 +148,11 @@ class EventRecorder:
             "reason": reason,
             "message": message,
             "count": 1,
-            "firstTimestamp": stamp(now),
-            "lastTimestamp": stamp(now),
+            "firstTimestamp": first,
+            "lastTimestamp": first,
             "source": {"component": self.component},
             "reportingComponent": self.component,
             "reportingInstance": self.instance or self.component,
         }
         self.api.create_event(pod.namespace, event)
-        return Written(name, message, 1, event["firstTimestamp"], now)
+        return Written(name, message, 1, first, now)

@@ -28,6 +28,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from enum import StrEnum
+from typing import TypeGuard
 
 from scheduling.models import Eviction, Pod
 from scheduling.pipeline.options import option
@@ -39,14 +41,20 @@ from .informer import Backoff
 
 log = logging.getLogger("hamiadmin.kube.evictor")
 
-ACCEPTED, REFUSED, GONE, CANCELLED, RETRY, UNAVAILABLE = (
-    "accepted",
-    "refused",
-    "gone",
-    "cancelled",
-    "retry",
-    "unavailable",
-)
+
+class EvictionOutcome(StrEnum):
+    """What one eviction request came to (`Evictor.evict`; a pass counts them): Kubernetes
+    accepted it, a PodDisruptionBudget refused it, the victim was gone, it was cancelled (its
+    preemptor went away), it is tried again later, or the API server was unavailable."""
+
+    ACCEPTED = "accepted"
+    REFUSED = "refused"
+    GONE = "gone"
+    CANCELLED = "cancelled"
+    RETRY = "retry"
+    UNAVAILABLE = "unavailable"
+
+
 #: Kubernetes' default `terminationGracePeriodSeconds`.
 DEFAULT_TERMINATION_GRACE = 30
 
@@ -76,10 +84,10 @@ class Evictor:
         self.retry_at: dict[int, tuple[int, float]] = {}  # eviction id -> (failures, not before)
         self.dry_run_logged: set[int] = set()
 
-    def run_once(self) -> dict[str, int]:
+    def run_once(self) -> dict[EvictionOutcome, int]:
         """Evict the victims requested; counts by outcome."""
         pending = evictions.pending_kube_evictions()
-        counts: dict[str, int] = {}
+        counts: dict[EvictionOutcome, int] = {}
         ids = {eviction.pk for eviction in pending}
         self.retry_at = {pk: due for pk, due in self.retry_at.items() if pk in ids}
         if option("PREEMPT_DRY_RUN"):
@@ -96,23 +104,23 @@ class Evictor:
                 continue
             outcome = self.evict(eviction, now)
             counts[outcome] = counts.get(outcome, 0) + 1
-            if outcome == UNAVAILABLE:
+            if outcome == EvictionOutcome.UNAVAILABLE:
                 break
         return counts
 
-    def evict(self, eviction: Eviction, now: float) -> str:
+    def evict(self, eviction: Eviction, now: float) -> EvictionOutcome:
         victim, preemptor = eviction.victim, eviction.preemptor
         if preemptor is None or preemptor.status != Pod.PENDING:
             why = "its preemptor was deleted" if preemptor is None else f"its preemptor is {preemptor.status}"
             evictions.cancel_eviction(eviction.pk, why)
             log.info("eviction of %s cancelled: %s", victim.key, why)
-            return CANCELLED
+            return EvictionOutcome.CANCELLED
         try:
             self.api.evict_pod(victim.namespace, victim.name, victim.uid, self.grace_period(victim))
         except ApiUnavailable as exc:
             self._later(eviction.pk, now)
             log.warning("eviction of %s not sent, API server unavailable: %s", victim.key, exc)
-            return UNAVAILABLE
+            return EvictionOutcome.UNAVAILABLE
         except ApiError as exc:
             return self._answered(eviction, exc, now)
         self.retry_at.pop(eviction.pk, None)
@@ -123,9 +131,9 @@ class Evictor:
         self.events.preempted(self.ref(victim), preemptor.key, list(eviction.cards), eviction.reason)
         if self.in_kubernetes(preemptor):
             self.events.preempting(self.ref(preemptor), victim.key, eviction.node, list(eviction.cards))
-        return ACCEPTED
+        return EvictionOutcome.ACCEPTED
 
-    def _answered(self, eviction: Eviction, exc: ApiError, now: float) -> str:
+    def _answered(self, eviction: Eviction, exc: ApiError, now: float) -> EvictionOutcome:
         victim, preemptor = eviction.victim, eviction.preemptor
         if exc.status == 429:
             message = exc.message or str(exc)
@@ -134,15 +142,15 @@ class Evictor:
                 log.info("eviction of %s refused: %s", victim.key, message)
                 if self.in_kubernetes(preemptor):
                     self.events.preemption_refused(self.ref(preemptor), victim.key, message)
-            return REFUSED
+            return EvictionOutcome.REFUSED
         if exc.status in (404, 409):
             self.retry_at.pop(eviction.pk, None)
             evictions.victim_gone(eviction.pk)
             log.info("eviction of %s: the pod is gone (%s)", victim.key, exc)
-            return GONE
+            return EvictionOutcome.GONE
         delay = self._later(eviction.pk, now)
         log.warning("eviction of %s failed, tried again in %.1f s: %s", victim.key, delay, exc)
-        return RETRY
+        return EvictionOutcome.RETRY
 
     def _later(self, eviction_id: int, now: float) -> float:
         failures, _ = self.retry_at.get(eviction_id, (0, 0.0))
@@ -165,7 +173,7 @@ class Evictor:
         return limit if isinstance(asked, int) and asked > limit else None
 
     @staticmethod
-    def in_kubernetes(pod: Pod | None) -> bool:
+    def in_kubernetes(pod: Pod | None) -> TypeGuard[Pod]:
         return pod is not None and pod.origin == Pod.KUBERNETES and bool(pod.uid)
 
     @staticmethod
@@ -174,6 +182,6 @@ class Evictor:
 
 
 def describe(eviction: Eviction) -> str:
-    preemptor = eviction.preemptor.key if eviction.preemptor_id else "a pod since deleted"
+    preemptor = eviction.preemptor.key if eviction.preemptor is not None else "a pod since deleted"
     cards = ", ".join(eviction.cards) or "no card"
     return f"{eviction.victim.key} on {eviction.node} ({cards}) for {preemptor}: {eviction.reason}"

@@ -27,7 +27,7 @@ from scheduling.pipeline.commit import commit_plan
 from scheduling.pipeline.cycle import plan_one
 
 from . import pods as pod_objects
-from .binder import BOUND, Binder, requeue
+from .binder import Binder, BindOutcome, requeue
 
 log = logging.getLogger("hamiadmin.kube.extender")
 
@@ -101,5 +101,7 @@ def bind_pod(binder: Binder, namespace: str, name: str, uid: str, node: str) -> 
         return f"pod {row.key} is placed on {placed_on}, not {node}"
     result = binder.bind(row)
     return (
-        "" if result.outcome == BOUND else f"binding {row.key} to {node}: {result.outcome}: {result.detail}"
+        ""
+        if result.outcome == BindOutcome.BOUND
+        else f"binding {row.key} to {node}: {result.outcome}: {result.detail}"
     )

@@ -4,9 +4,11 @@ status back, for clusters that have those CRDs.
 A gang's pods name their group (`scheduling.k8s.io/group-name`, `scheduling.x-k8s.io/pod-group`);
 the group's figures live in a PodGroup object. When the API server serves the CRD (discovery
 of its group/version; 404: not installed, nothing is read), the agent lists and watches the
-objects and keeps a `PodGroup` row per object: `spec.minMember`, `spec.minResources`
-(`nvidia.com/gpu`, `nvidia.com/gpumem`, `nvidia.com/gpucores` as min_vgpus/min_gpumem/
-min_gpucores; other resources are kube-scheduler's business), Volcano's `spec.queue` (the queue
+objects and keeps a `PodGroup` row per object, through the one validated writer
+(`services.store_pod_group`; a row it refuses is an object refused, naming the object's
+field): `spec.minMember`, `spec.minResources` (`nvidia.com/gpu`, `nvidia.com/gpumem`,
+`nvidia.com/gpucores` as min_vgpus/min_gpumem/min_gpucores; other resources are
+kube-scheduler's business), Volcano's `spec.queue` (the queue
 of that name if it exists, else none: the pods' own or `default`), scheduler-plugins'
 `spec.scheduleTimeoutSeconds`. Volcano's `spec.priorityClassName` is not read: members keep
 their own `spec.priority`. A deleted object leaves its row (its pods may still name it).
@@ -23,12 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
 
-from scheduling.dbretry import retry_on_conflict
+from scheduling import services
 from scheduling.engine.batch.queues import quota_resource
-from scheduling.models import PodGroup, Queue
-from scheduling.pipeline.triggers import request_cycle
+from scheduling.models import PodGroup
 from scheduling.storable import printable, why_unstorable
 
 from .api import COSCHEDULING, VOLCANO, ApiError, ApiUnavailable, KubeApi
@@ -43,6 +44,17 @@ GROUP_REFUSED = "PodGroupInvalid"
 MAX_MEMBERS = 1_000_000
 #: The row fields an object sets (`queue` by name).
 FIELDS = ("min_member", "min_vgpus", "min_gpumem", "min_gpucores", "schedule_timeout_seconds", "source")
+#: A row field -> the object's field it comes from, for the writer's refusals.
+OBJECT_FIELDS = {
+    "namespace": "metadata.namespace",
+    "name": "metadata.name",
+    "queue": "spec.queue",
+    "min_member": "spec.minMember",
+    "min_vgpus": "spec.minResources",
+    "min_gpumem": "spec.minResources",
+    "min_gpucores": "spec.minResources",
+    "schedule_timeout_seconds": "spec.scheduleTimeoutSeconds",
+}
 
 
 @dataclass(frozen=True)
@@ -137,8 +149,9 @@ def _whole(value, where: str, least: int, most: int) -> int:
 def group_fields(obj: dict, kind: GroupKind) -> dict:
     """What the object says of its group, as row fields (`queue`: a name or None). Raises
     GroupInvalid naming the field. `minMember` 0 or absent is 1: each pod on its own."""
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    found_metadata, found_spec = obj.get("metadata"), obj.get("spec")
+    metadata: dict = found_metadata if isinstance(found_metadata, dict) else {}
+    spec: dict = found_spec if isinstance(found_spec, dict) else {}
     fields: dict = {
         "namespace": _name(metadata.get("namespace") or "default", "metadata.namespace", 63),
         "name": _name(metadata.get("name"), "metadata.name", 253),
@@ -178,38 +191,21 @@ def unchanged(row: PodGroup, fields: dict) -> bool:
     )
 
 
-@retry_on_conflict
 def store_group(fields: dict) -> bool:
-    """Create or update the row of one PodGroup object (`group_fields`); asks for a cycle when
-    anything changed. One transaction; whether anything was written."""
-    queue = Queue.objects.filter(name=fields["queue"]).first() if fields["queue"] else None
-    figures = {name: fields[name] for name in FIELDS if name in fields}
-    with transaction.atomic():
-        group = (
-            PodGroup.objects.select_for_update(no_key=True)
-            .filter(namespace=fields["namespace"], name=fields["name"])
-            .first()
+    """The row of one PodGroup object (`group_fields`), through the one validated writer
+    (`services.store_pod_group`); whether anything was written. Raises GroupInvalid naming the
+    object's field the writer refused."""
+    figures = {name: fields[name] for name in FIELDS if name in fields and name != "source"}
+    try:
+        return services.store_pod_group(
+            fields["namespace"], fields["name"], fields["source"], fields["queue"], **figures
         )
-        if group is None:
-            PodGroup.objects.create(
-                namespace=fields["namespace"], name=fields["name"], queue=queue, **figures
-            )
-            request_cycle(f"pod group {fields['namespace']}/{fields['name']} read")
-            return True
-        changed = [name for name, value in figures.items() if getattr(group, name) != value]
-        for name in changed:
-            setattr(group, name, figures[name])
-        if group.queue_id != (queue.pk if queue else None):
-            group.queue = queue
-            changed.append("queue")
-        if not changed:
-            return False
-        group.save(update_fields=[*changed, "updated_at"])
-        request_cycle(f"pod group {group.key} changed")
-    return True
+    except ValidationError as exc:
+        where, messages = next(iter(exc.message_dict.items()))
+        raise GroupInvalid(OBJECT_FIELDS.get(where, where), "; ".join(messages)) from None
 
 
-def _stamp(moment: str) -> str:
+def _stamp(moment) -> str:
     """An ISO time (`PodGroup.conditions[].at`) as Kubernetes writes times."""
     try:
         return datetime.fromisoformat(moment).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -303,7 +299,10 @@ class GroupSync(Handler):
             row = stored.get((fields["namespace"], fields["name"]))
             if row is not None and unchanged(row, fields):
                 return
-        store_group(fields)
+        try:
+            store_group(fields)
+        except GroupInvalid as exc:
+            self.refusals.refuse(subject_of(obj), GROUP_REFUSED, str(exc))
 
     def write_status(self, objects: list[dict]) -> None:
         """Patch the status of every object whose row says something else. API trouble is

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import threading
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from .api import ApiError, ApiUnavailable, Gone
 
@@ -49,14 +51,34 @@ class Handler:
         raise NotImplementedError
 
 
+class Handlers(Handler):
+    """Several handlers of one informer, called in order."""
+
+    def __init__(self, *handlers: Handler):
+        self.handlers = handlers
+
+    def synced(self, objects: list[dict], listed: bool) -> None:
+        for handler in self.handlers:
+            handler.synced(objects, listed)
+
+    def changed(self, kind: str, obj: dict) -> None:
+        for handler in self.handlers:
+            handler.changed(kind, obj)
+
+
 def cache_key(obj: dict) -> tuple[str, str]:
-    """(namespace, name) as the cache keys any object; "" for cluster-scoped kinds."""
+    """(namespace, name) as the cache keys any object; "" for cluster-scoped kinds. The
+    namespace is interned: a cache of every pod holds each namespace's name once."""
     meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
+    namespace = meta.get("namespace") or ""
+    return sys.intern(namespace) if type(namespace) is str else namespace, meta.get("name") or ""
 
 
 class Informer:
-    """One resource kind. `cache` maps (namespace, name) to the latest object."""
+    """One resource kind. `cache` maps (namespace, name) to the latest object, or with
+    `project` to what it returns for the object (a slim view; None: not kept at all). The
+    handler always gets the objects as the API server sent them, except after a list or a
+    resync, which hand it the cache."""
 
     def __init__(
         self,
@@ -66,17 +88,19 @@ class Informer:
         handler: Handler,
         watch_timeout: int = 60,
         backoff: Backoff | None = None,
+        project: Callable[[dict], object | None] | None = None,
     ):
         self.name = name
+        self.project = project
         self.list_call, self.watch_call, self.handler = list_call, watch_call, handler
         self.watch_timeout = watch_timeout
         self.backoff = backoff or Backoff()
         self.lock = threading.Lock()
-        self.cache: dict[tuple[str, str], dict] = {}
+        self.cache: dict[tuple[str, str], Any] = {}  # objects, or what `project` made of them
         self.resource_version = ""
         self.has_synced = threading.Event()
         self.lists = 0  # how many times the full list was read (tests and logs)
-        self._stream = None
+        self._stream: Any = None  # the open watch: the client's stream, which it can close
 
     def snapshot(self) -> list[dict]:
         with self.lock:
@@ -105,8 +129,14 @@ class Informer:
 
     def _list(self) -> None:
         objects, version = self.list_call()
+        if self.project is not None:
+            kept = ((cache_key(obj), self.project(obj)) for obj in objects)
+            cache = {key: view for key, view in kept if view is not None}
+        else:
+            cache = {cache_key(obj): obj for obj in objects}
+        del objects  # a list of every pod is large: only the cache stays
         with self.lock:
-            self.cache = {cache_key(obj): obj for obj in objects}
+            self.cache = cache
         self.resource_version = version
         self.lists += 1
         self.resync(listed=True)
@@ -135,11 +165,12 @@ class Informer:
             if kind == "BOOKMARK":
                 self.resource_version = version or self.resource_version
                 continue
+            view = obj if self.project is None or kind == "DELETED" else self.project(obj)
             with self.lock:
-                if kind == "DELETED":
+                if view is None or kind == "DELETED":
                     self.cache.pop(cache_key(obj), None)
                 else:
-                    self.cache[cache_key(obj)] = obj
+                    self.cache[cache_key(obj)] = view
             if version:
                 self.resource_version = version
             try:

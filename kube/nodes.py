@@ -44,6 +44,11 @@ class NodeInventory:
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     devices: list[dict] = field(default_factory=list)
+    #: What the node rules read (SPEC 10), in the API's forms: `spec.taints`,
+    #: `spec.unschedulable` (a cordon), `status.allocatable`.
+    taints: list[dict] = field(default_factory=list)
+    unschedulable: bool = False
+    allocatable: dict = field(default_factory=dict)
 
 
 def metadata_of(node) -> dict:
@@ -93,6 +98,52 @@ def _strings(name: str, where: str, found) -> dict[str, str]:
         if isinstance(key, str) and isinstance(value, str):
             kept[_storable(name, f"{where}.{printable(key)}", key)] = _storable(name, f"{where}.{key}", value)
     return kept
+
+
+def rule_fields(node: dict) -> dict:
+    """`taints`, `unschedulable` and `allocatable` as the node rules read them (SPEC 10): the
+    taints' key, value and effect (`timeAdded` is noise that would look like a change), the
+    cordon, and the allocatable quantities as written. Raises InventoryInvalid naming the field
+    for what cannot be stored; what they mean is checked where they are stored."""
+    name = printable(name_of(node))
+    found_spec, found_status = node.get("spec"), node.get("status")
+    spec: dict = found_spec if isinstance(found_spec, dict) else {}
+    status: dict = found_status if isinstance(found_status, dict) else {}
+    taints = spec.get("taints") or []
+    if not isinstance(taints, list):
+        raise InventoryInvalid(name, "spec.taints", "must be a list of taints")
+    kept = []
+    for position, taint in enumerate(taints):
+        if not isinstance(taint, dict):
+            raise InventoryInvalid(name, f"spec.taints[{position}]", "must be an object")
+        entry = {}
+        for key in ("key", "value", "effect"):
+            value = taint.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise InventoryInvalid(name, f"spec.taints[{position}].{key}", "must be a string")
+            entry[key] = _storable(name, f"spec.taints[{position}].{key}", value)
+        kept.append(entry)
+    allocatable = status.get("allocatable") or {}
+    if not isinstance(allocatable, dict):
+        raise InventoryInvalid(name, "status.allocatable", "must be an object of quantities")
+    for resource, value in allocatable.items():
+        where = f"status.allocatable.{printable(resource)}"
+        if (
+            not isinstance(resource, str)
+            or not isinstance(value, str | int | float)
+            or isinstance(value, bool)
+        ):
+            raise InventoryInvalid(name, where, "must be a quantity")
+        _storable(name, where, resource)
+        if isinstance(value, str):
+            _storable(name, where, value)
+    return {
+        "taints": kept,
+        "unschedulable": spec.get("unschedulable") is True,
+        "allocatable": dict(allocatable),
+    }
 
 
 def inventory(node: dict) -> NodeInventory | None:
@@ -161,4 +212,4 @@ def inventory(node: dict) -> NodeInventory | None:
     kept = {
         k: _storable(name, k, annotations[k]) for k in KEPT_ANNOTATIONS if isinstance(annotations.get(k), str)
     }
-    return NodeInventory(name=raw_name, labels=labels, annotations=kept, devices=devices)
+    return NodeInventory(name=raw_name, labels=labels, annotations=kept, devices=devices, **rule_fields(node))

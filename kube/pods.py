@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, DecimalException
 
 from hamiadmin.hamiconfig import HamiConfig, current
 from scheduling.engine.encoding import PLACEMENT_ANNOTATIONS
 from scheduling.engine.errors import PodInvalid
+from scheduling.engine.quantity import LARGEST_QUANTITY, quantity
 from scheduling.engine.requests import GPUMEM
 from scheduling.storable import printable, why_unstorable
 
@@ -33,58 +33,11 @@ IGNORED_ANNOTATIONS = (*PLACEMENT_ANNOTATIONS, "kubectl.kubernetes.io/last-appli
 
 FINAL_PHASES = {"Succeeded": "succeeded", "Failed": "failed"}
 
-_QUANTITY = re.compile(
-    r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
-)
-_SUFFIX = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-
-
 #: How the API server writes a plain number (SPEC 2 resources take no other unit): digits
 #: with an optional decimal part, then `k` (it writes 3000 as 3k) or an exponent (3e3).
 _PLAIN_NUMBER = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:k|[eE][+-]?[0-9]+)?$")
 
-#: Whole quantities beyond a 64-bit integer stay as written (the engine refuses them).
-LARGEST_QUANTITY = 2**63 - 1
 INT32 = 2**31 - 1
-
-
-def quantity(value):
-    """A Kubernetes quantity as an int when it is a whole number ("2", "3k", "1Ki", "1000m")
-    that fits 64 bits; anything else is returned unchanged, for the engine to refuse with the
-    field named."""
-    if not isinstance(value, str):
-        return value
-    found = _QUANTITY.match(value.strip())
-    if not found:
-        return value
-    number, suffix = found.group(1), found.group(2) or ""
-    try:
-        scale = _SUFFIX.get(suffix)
-        if scale is None:  # an exponent: 1e3
-            scale = Decimal(10) ** int(suffix[1:])
-        amount = Decimal(number) * scale
-        if abs(amount) > LARGEST_QUANTITY or amount != amount.to_integral_value():
-            return value
-    except (DecimalException, ValueError):  # 1e999999999, or an exponent of 5000 digits
-        return value
-    return int(amount)
 
 
 def resource_quantity(value: str):
@@ -150,9 +103,82 @@ def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def node_resources(resources, where: str = "resources", config: HamiConfig | None = None) -> dict:
+    """limits/requests of every resource that is not a SPEC 2 GPU resource (cpu, memory,
+    ephemeral-storage, extended resources such as `huawei.com/Ascend910`), kept as written:
+    the node rules (SPEC 10) read them as Kubernetes quantities and refuse a malformed one
+    naming the field. A name that is a SPEC 2 resource under another setup (`nvidia.com/gpu`
+    when HAMi's resources are renamed) is left out: the cards decide those. Raises PodInvalid
+    for a value that cannot be stored."""
+    if not isinstance(resources, dict):
+        return {}
+    config = config or current()
+    skipped = set(config.resources.canonical()) | set(config.resources.canonical().values())
+    kept = {}
+    for section in ("limits", "requests"):
+        values = resources.get(section)
+        if not isinstance(values, dict):
+            continue
+        picked = {}
+        for written, value in values.items():
+            if not isinstance(written, str) or written in skipped:
+                continue
+            path = f"{where}.{section}.{printable(written)}"
+            problem = why_unstorable(written)
+            if problem:
+                raise PodInvalid(path, f"the name {problem}")
+            picked[written] = _scalar(value, path)
+        if picked:
+            kept[section] = picked
+    return kept
+
+
+def _scalar(value, where: str):
+    """A quantity or port field as written: a storable string or a finite number."""
+    if isinstance(value, str):
+        problem = why_unstorable(value)
+        if problem:
+            raise PodInvalid(where, problem)
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PodInvalid(where, f"must be a string or a number, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PodInvalid(where, f"must be a finite number, got {value!r}")
+    if isinstance(value, int) and abs(value) > LARGEST_QUANTITY:
+        raise PodInvalid(where, f"out of range: at most {LARGEST_QUANTITY}")
+    return value
+
+
+#: The fields of a container port that decide `NodePorts`.
+PORT_FIELDS = ("containerPort", "hostPort", "protocol", "hostIP")
+
+
+def host_ports(ports, where: str) -> list[dict]:
+    """The container's ports that take a port on the node (a `hostPort` other than 0), with
+    the fields `NodePorts` compares; the others take nothing and are not kept."""
+    if ports is None:
+        return []
+    if not isinstance(ports, list):
+        raise PodInvalid(where, "must be a list of ports")
+    kept = []
+    for i, port in enumerate(ports):
+        if not isinstance(port, dict) or not port.get("hostPort"):
+            continue
+        kept.append(
+            {
+                key: _scalar(port[key], f"{where}[{i}].{key}")
+                for key in PORT_FIELDS
+                if port.get(key) is not None
+            }
+        )
+    return kept
+
+
 def container_view(container, where: str = "containers[0]", config: HamiConfig | None = None) -> dict:
-    """A container as stored: its name and GPU resources. Raises PodInvalid for a name that is
-    not a storable string, or a resource value that cannot be stored."""
+    """A container as stored: its name, its resources (the SPEC 2 ones read as numbers, the
+    others as written), its host ports, and `restartPolicy: Always` of a sidecar (an init
+    container that keeps running counts toward the pod's request). Raises PodInvalid for a
+    name that is not a storable string, or a value that cannot be stored."""
     if not isinstance(container, dict):
         return {"name": "", "resources": {}}
     name = container.get("name") or ""
@@ -161,10 +187,16 @@ def container_view(container, where: str = "containers[0]", config: HamiConfig |
     problem = why_unstorable(name)
     if problem:
         raise PodInvalid(f"{where}.name", problem)
-    return {
-        "name": name,
-        "resources": gpu_resources(container.get("resources"), f"{where}.resources", config),
-    }
+    resources = gpu_resources(container.get("resources"), f"{where}.resources", config)
+    for section, values in node_resources(container.get("resources"), f"{where}.resources", config).items():
+        resources[section] = {**values, **resources.get(section, {})}
+    view = {"name": name, "resources": resources}
+    ports = host_ports(container.get("ports"), f"{where}.ports")
+    if ports:
+        view["ports"] = ports
+    if container.get("restartPolicy") == "Always":
+        view["restartPolicy"] = "Always"
+    return view
 
 
 def meta(pod) -> dict:
@@ -296,8 +328,86 @@ def _container_list(pod: dict, key: str, required: bool, config: HamiConfig) -> 
     return [container_view(c, f"{key}[{i}]", config) for i, c in enumerate(found)]
 
 
+#: `spec` fields that decide which nodes may take the pod (SPEC 10), by their API names: what
+#: `submit_pod(scheduling=...)` takes. `nodeName` is not among them: a pod naming a node is
+#: bound already (the kubelet runs it), never queued; it counts as a pod others bound.
+SCHEDULING_SPEC_FIELDS = (
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "topologySpreadConstraints",
+    "schedulingGates",
+)
+#: How deep a scheduling field may nest (affinity terms are the deepest, at 7 levels).
+_DEEPEST = 16
+
+
+def _document(value, field: str, depth: int = 0):
+    """A JSON value as the API server sent it, every string storable (no NUL) and every number
+    finite; PodInvalid naming the field otherwise. Its meaning is judged later (the pod is
+    stored parked naming the field when it is malformed)."""
+    if depth > _DEEPEST:
+        raise PodInvalid(field, f"nested deeper than {_DEEPEST} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or why_unstorable(key):
+                raise PodInvalid(f"{field}.{printable(key)}", "the key must be a storable string")
+            _document(item, f"{field}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for position, item in enumerate(value):
+            _document(item, f"{field}[{position}]", depth + 1)
+    elif isinstance(value, str):
+        problem = why_unstorable(value)
+        if problem:
+            raise PodInvalid(field, problem)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise PodInvalid(field, f"must be a finite number, got {value!r}")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > LARGEST_QUANTITY:
+        raise PodInvalid(field, f"out of range: at most {LARGEST_QUANTITY}")
+    return value
+
+
+def scheduling_fields(pod: dict) -> dict:
+    """The pod's SPEC 10 scheduling fields as `submit_pod(scheduling=...)` takes them: those
+    present, as written, each storable (PodInvalid naming the field otherwise)."""
+    found = spec(pod)
+    return {key: _document(found[key], key) for key in SCHEDULING_SPEC_FIELDS if found.get(key) is not None}
+
+
+#: Where `submit_pod(scheduling=...)` takes a pod's owners (`services.fields.OWNER_REFERENCES`),
+#: and the text kept of each, with the lengths Kubernetes allows.
+OWNER_REFERENCES = "ownerReferences"
+_OWNER_TEXT = {"apiVersion": 317, "kind": 63, "name": 253, "uid": 64}
+
+
+def owner_references(pod: dict) -> list[dict]:
+    """`metadata.ownerReferences` as stored (`services.fields.OWNER_KEYS` of each, the text
+    storable; an entry that is not an object is left out): kept for the Workload/owners work,
+    read by no scheduling rule yet. PodInvalid naming the field for text that cannot be stored."""
+    found = meta(pod).get("ownerReferences")
+    owners = []
+    for position, owner in enumerate(found if isinstance(found, list) else []):
+        if not isinstance(owner, dict):
+            continue
+        where = f"ownerReferences[{position}]"
+        kept = {key: _text(owner.get(key), f"{where}.{key}", limit) for key, limit in _OWNER_TEXT.items()}
+        owners.append({**kept, "controller": owner.get("controller") is True})
+    return owners
+
+
+def gates_of(pod: dict) -> list:
+    """`spec.schedulingGates` as written (`[{name}]`), or [] when there are none."""
+    gates = spec(pod).get("schedulingGates")
+    return gates if isinstance(gates, list) else []
+
+
 def submission(pod: dict, config: HamiConfig | None = None) -> dict:
     """Keyword arguments of `services.submit_pod` for this pod, every one of them storable.
+
+    The containers keep cpu, memory, ephemeral-storage and extended requests and host ports,
+    and `scheduling` the SPEC 10 fields (`SCHEDULING_SPEC_FIELDS`): the node rules judge them,
+    and a malformed one parks the pod naming the field (it is never tried, never bound);
+    `scheduling` also keeps `ownerReferences` (`owner_references`), not used for scheduling yet.
 
     Raises PodInvalid naming the field (`name`, `annotations.<key>`, `labels.<key>`,
     `containers[0].name`, `containers[0].resources.limits.nvidia.com/gpu`, `priority`...) when the pod cannot enter
@@ -328,4 +438,9 @@ def submission(pod: dict, config: HamiConfig | None = None) -> dict:
         "init_containers": _container_list(pod, "initContainers", required=False, config=config),
         "priority": priority,
         "uid": _text(metadata.get("uid"), "uid", 64),
+        "scheduling": _with_owners(scheduling_fields(pod), owner_references(pod)),
     }
+
+
+def _with_owners(scheduling: dict, owners: list[dict]) -> dict:
+    return {**scheduling, OWNER_REFERENCES: owners} if owners else scheduling

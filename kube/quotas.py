@@ -4,7 +4,8 @@ HAMi's users cap a namespace with a ResourceQuota on `nvidia.com/gpu`, `nvidia.c
 and `nvidia.com/gpucores` (bare, or with `requests.`/`limits.`). Kubernetes counts those per
 container as declared, so a 2-card 4000 MiB ask counts 4000; the cycle counts what the
 placement holds (8000 MiB) and refuses with `NamespaceQuotaExceeded`. This module only keeps
-the `NamespaceQuota` rows equal to the objects: one row per (namespace, quota, resource),
+the `NamespaceQuota` rows equal to the objects (through `services.store_namespace_quota` and
+`forget_namespace_quotas`): one row per (namespace, quota, resource),
 the tighter value when one quota names a resource twice, and no row for a quota that is gone.
 
 A quantity is a whole count: `4`, `3k`, `2M`, `1e3` (the API server writes 2000000 as `2M`).
@@ -20,10 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from django.db import transaction
-
 from scheduling import services
-from scheduling.dbretry import retry_on_conflict
 from scheduling.engine.batch.queues import quota_resource
 from scheduling.models import NamespaceQuota
 from scheduling.storable import printable, why_unstorable
@@ -65,15 +63,18 @@ def subject_of(obj: dict) -> str:
 
 
 def scoped(obj: dict) -> bool:
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    found = obj.get("spec")
+    spec: dict = found if isinstance(found, dict) else {}
     return bool(spec.get("scopes") or spec.get("scopeSelector"))
 
 
 def quota_limits(obj: dict) -> tuple[dict[str, int], dict[str, str]]:
     """(limits, refused) of one ResourceQuota: `spec.hard` on HAMi's resources by queue resource
     (`vgpus`, `gpumem`, `gpucores`), and the entries that cannot be read (field -> why)."""
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    hard = spec.get("hard") if isinstance(spec.get("hard"), dict) else {}
+    found = obj.get("spec")
+    spec: dict = found if isinstance(found, dict) else {}
+    found = spec.get("hard")
+    hard: dict = found if isinstance(found, dict) else {}
     limits: dict[str, int] = {}
     refused: dict[str, str] = {}
     for key, value in hard.items():
@@ -97,52 +98,6 @@ def readable_name(obj: dict) -> bool:
     )
 
 
-@retry_on_conflict
-def store_quota(namespace: str, quota: str, limits: dict[str, int], keep=frozenset()) -> bool:
-    """Make the rows of one quota `limits`; rows of resources in `keep` (entries refused this
-    time) stay as they were. Asks for a cycle when anything changed (a looser quota may let
-    pods in). One transaction; whether anything was written."""
-    changed = False
-    with transaction.atomic():
-        rows = {
-            row.resource: row
-            for row in NamespaceQuota.objects.select_for_update(no_key=True).filter(
-                namespace=namespace, quota=quota
-            )
-        }
-        for resource, row in rows.items():
-            if resource not in limits and resource not in keep:
-                row.delete()
-                changed = True
-        for resource, hard in limits.items():
-            row = rows.get(resource)
-            if row is None:
-                NamespaceQuota.objects.create(namespace=namespace, quota=quota, resource=resource, hard=hard)
-                changed = True
-            elif row.hard != hard:
-                row.hard = hard
-                row.save(update_fields=["hard", "updated_at"])
-                changed = True
-        if changed:
-            services.capacity_changed(f"namespace quota {namespace}/{quota} changed")
-    return changed
-
-
-@retry_on_conflict
-def forget_quotas(present: set[tuple[str, str]]) -> int:
-    """Delete the rows of every quota not in `present` (namespace, name): its object is gone."""
-    with transaction.atomic():
-        gone = [
-            pk
-            for pk, namespace, quota in NamespaceQuota.objects.values_list("pk", "namespace", "quota")
-            if (namespace, quota) not in present
-        ]
-        if gone:
-            NamespaceQuota.objects.filter(pk__in=gone).delete()
-            services.capacity_changed("namespace quotas removed")
-    return len(gone)
-
-
 class QuotaSync(Handler):
     """ResourceQuota objects (all namespaces) into `NamespaceQuota` rows; refused entries are
     said out loud (`Refusals`, as pods and nodes are)."""
@@ -155,7 +110,7 @@ class QuotaSync(Handler):
         if not self.may_write() or not readable_name(obj):
             return
         if kind == "DELETED":
-            store_quota(*cache_key(obj), {})
+            services.store_namespace_quota(*cache_key(obj), {})
             return
         self.apply(obj)
 
@@ -179,10 +134,12 @@ class QuotaSync(Handler):
                 self.apply(obj, stored.get(key, {}))
             except Exception:  # noqa: BLE001 - one quota must not stop the others
                 log.exception("resource quota %s could not be applied", subject_of(obj))
-        forget_quotas(present)
+        services.forget_namespace_quotas(present)
 
     def apply(self, obj: dict, stored: dict[str, int] | None = None) -> None:
         namespace, name = cache_key(obj)
+        limits: dict[str, int]
+        refused: dict[str, str]
         if scoped(obj):
             limits, refused = {}, {}
         else:
@@ -195,4 +152,4 @@ class QuotaSync(Handler):
             self.refusals.accepted(subject_of(obj))
         if stored is not None and not keep and stored == limits:
             return
-        store_quota(namespace, name, limits, frozenset(keep))
+        services.store_namespace_quota(namespace, name, limits, frozenset(keep))

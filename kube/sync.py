@@ -25,7 +25,7 @@ from django.db import DataError
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.models import Event, Pod, record_event
-from scheduling.services.pods import REFUSED
+from scheduling.services.pods import WriteOutcome
 from scheduling.storable import printable, why_unstorable
 
 from . import nodes as node_objects
@@ -149,10 +149,15 @@ class PodSync(Handler):
             return not same_pod  # nothing active to release
         node = pod_objects.node_of(obj)
         if node:
-            return not same_pod or row[2] not in Pod.BOUND or (row[2] == Pod.RUNNING and row[3] == node)
+            return (
+                row is None
+                or not same_pod
+                or row[2] not in Pod.BOUND
+                or (row[2] == Pod.RUNNING and row[3] == node)
+            )
         if not self.queue_pods or pod_objects.scheduler_of(obj) != self.scheduler_name:
             return True
-        if not same_pod:
+        if row is None or not same_pod:
             return False
         try:
             wanted = pod_objects.submission(obj)
@@ -164,6 +169,7 @@ class PodSync(Handler):
             wanted["init_containers"],
             wanted["priority"],
             labels=wanted["labels"],
+            scheduling=wanted["scheduling"],
         )
 
     # -- the rules ------------------------------------------------------------------------
@@ -198,6 +204,7 @@ class PodSync(Handler):
         node = pod_objects.node_of(obj)
         if not node:
             if self.to_queue(obj):
+                self.ungate(obj)
                 self.queue(obj)
             return
         row = self.row_for(obj)
@@ -214,6 +221,19 @@ class PodSync(Handler):
                 row.node,
             )
             self._release_row(row, Pod.FAILED)
+
+    def ungate(self, obj: dict) -> None:
+        """Gates only ever go: when the pod shows fewer than its waiting row holds, tell the
+        row (`services.set_scheduling_gates`), so a pod whose gates all went is tried at once."""
+        row = self.row_for(obj)
+        if row is None or row.status != Pod.PENDING or not row.gated:
+            return
+        gates = pod_objects.gates_of(obj)
+        if len(gates) < len(row.gate_names):
+            try:
+                services.set_scheduling_gates(row, gates, expected_uid=row.uid)
+            except PodInvalid:
+                pass  # the submission that follows stores it parked, naming the field
 
     def queue(self, obj: dict) -> None:
         """Queue (or update) the pod, or record it refused (`queue_many`)."""
@@ -249,7 +269,7 @@ class PodSync(Handler):
             return
         results = services.submit_pods(arguments, validate=False, origin=Pod.KUBERNETES)
         for obj, asked, done in zip(read, arguments, results, strict=True):
-            if done.outcome == REFUSED:
+            if done.outcome == WriteOutcome.REFUSED:
                 self.refuse(obj, str(done.error))
                 continue
             self.refusals.accepted(pod_objects.subject_of(obj))
@@ -357,7 +377,15 @@ class NodeSync(Handler):
             self.not_ready(name, "Kubernetes reports the node NotReady")
             return
         try:
-            services.report_inventory(found.name, found.labels, found.annotations, found.devices)
+            services.report_inventory(
+                found.name,
+                found.labels,
+                found.annotations,
+                found.devices,
+                taints=found.taints,
+                unschedulable=found.unschedulable,
+                allocatable=found.allocatable,
+            )
         except ScenarioError as exc:
             self.refuse(obj, f"inventory refused: {exc}")
             return
@@ -373,7 +401,11 @@ class NodeSync(Handler):
         is at fault (no row can hold it) or it cannot be told to be a HAMi node (`UNMARKED`)."""
         name = node_objects.name_of(obj)
         uid = node_objects.metadata_of(obj).get("uid")
-        ref = PodRef("default", name, uid if _clean(uid) else "", kind="Node") if _clean(name) else None
+        ref = (
+            PodRef("default", name, uid if isinstance(uid, str) and _clean(uid) else "", kind="Node")
+            if _clean(name)
+            else None
+        )
         self.refusals.refuse(node_objects.subject_of(obj), NODE_REFUSED, why, ref)
         if mark and _clean(name) and len(name) <= 253:
             self.not_ready(name, why)

@@ -124,7 +124,7 @@ def filter_view(args: dict) -> JsonResponse:
         passing = names
     else:
         passing = [answer.chosen] if answer.chosen else []
-    body = {
+    body: dict[str, object] = {
         "Nodes": None,
         "NodeNames": None,
         "FailedNodes": answer.failed,
@@ -148,7 +148,7 @@ def bind_view(args: dict) -> JsonResponse:
         if not isinstance(fields[key], str) or not fields[key]:
             raise BadRequest(f"ExtenderBindingArgs.{key} is required")
     binder = Binder(kube_api(), complete_phase=settings.HAMIADMIN.get("BIND_PHASE_SUCCESS", True))
-    error = bind_pod(
-        binder, fields["PodNamespace"] or "default", fields["PodName"], fields["PodUID"] or "", fields["Node"]
-    )
+    name, node = fields["PodName"], fields["Node"]
+    assert isinstance(name, str) and isinstance(node, str)  # checked above
+    error = bind_pod(binder, fields["PodNamespace"] or "default", name, fields["PodUID"] or "", node)
     return JsonResponse({"Error": error})

@@ -27,6 +27,7 @@ from scheduling.engine.batch.queues import DEFAULT_QUEUE
 from . import services
 from .models import (
     Allocation,
+    BoundPod,
     Card,
     Cycle,
     Decision,
@@ -512,6 +513,18 @@ class AllocationAdmin(WrittenByServices, admin.ModelAdmin):
     list_filter = ("active",)
     search_fields = ("pod__namespace", "pod__name", "card__uuid")
     list_select_related = ("pod", "card")
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(BoundPod)
+class BoundPodAdmin(WrittenByServices, admin.ModelAdmin):
+    """Pods other schedulers bound, as the Kubernetes watcher last saw them: read-only."""
+
+    list_display = ("key", "node_name", "phase", "allocated", "updated_at")
+    list_filter = ("phase",)
+    search_fields = ("namespace", "name", "node_name")
 
     def has_change_permission(self, request, obj=None):
         return False

@@ -27,10 +27,10 @@ def role_of(user) -> str | None:
     """The user's strongest role, ``agent`` for an agent, or None. Cached on the user object."""
     if not getattr(user, "is_authenticated", False) or not user.is_active:
         return None
-    cached = getattr(user, "_hami_role", False)
-    if cached is not False:
-        return cached
+    if hasattr(user, "_hami_role"):
+        return user._hami_role
     names = set(user.groups.values_list("name", flat=True))
+    role: str | None
     if AGENT in names:
         role = AGENT
     elif user.is_superuser:

@@ -103,7 +103,8 @@ def read_namespace_policies(text: str) -> tuple[dict[str, dict[str, str]], list[
 
 def _named(container: dict, resource: str) -> object | None:
     """The value of `resource` in limits, else requests, else None (as the engine reads it)."""
-    resources = container.get("resources") if isinstance(container.get("resources"), dict) else {}
+    found = container.get("resources")
+    resources: dict = found if isinstance(found, dict) else {}
     for section in ("limits", "requests"):
         values = resources.get(section)
         if isinstance(values, dict) and resource in values:

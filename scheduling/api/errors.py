@@ -2,7 +2,7 @@
 
 `PodInvalid.field` and `ScenarioError.where` are already paths into the request body
 (``containers[0].resources.limits.nvidia.com/gpucores``, ``nodes[1].devices[0].uuid``),
-so they are used as the error keys unchanged.
+so they are used as the error keys unchanged; `FieldProblems` keys every bad field at once.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from scheduling.engine.errors import PodInvalid, ScenarioError
+from scheduling.services.fields import FieldProblems
 
 from .parsers import BodyTooLarge
 
@@ -23,11 +24,21 @@ def field_error(field: str, message: str) -> exceptions.ValidationError:
     return exceptions.ValidationError({field or api_settings.NON_FIELD_ERRORS_KEY: [message]})
 
 
+def problems_error(problems) -> exceptions.ValidationError:
+    """Every bad field at once, each keyed by its path (one field may have several)."""
+    keyed: dict[str, list[str]] = {}
+    for field, message in problems:
+        keyed.setdefault(field or api_settings.NON_FIELD_ERRORS_KEY, []).append(message)
+    return exceptions.ValidationError(keyed)
+
+
 def translate(exc: Exception) -> Exception:
     if isinstance(exc, RequestDataTooBig):
         return BodyTooLarge(
             f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes (HAMI_MAX_BODY_BYTES)."
         )
+    if isinstance(exc, FieldProblems):
+        return problems_error(exc.problems)
     if isinstance(exc, PodInvalid):
         return field_error(exc.field, exc.message)
     if isinstance(exc, ScenarioError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import cast
 
 from django.conf import settings
 from rest_framework import status
@@ -53,7 +54,7 @@ class ScenarioParser(BoundedJSONParser):
     """A simulation scenario: bounded by HAMI_SIMULATE_MAX_BODY_BYTES instead."""
 
     def limit(self) -> tuple[int | None, str]:
-        return settings.HAMIADMIN["SIMULATE_MAX_BODY_BYTES"], "HAMI_SIMULATE_MAX_BODY_BYTES"
+        return cast(int, settings.HAMIADMIN["SIMULATE_MAX_BODY_BYTES"]), "HAMI_SIMULATE_MAX_BODY_BYTES"
 
 
 def nul_character_at(body) -> str | None:

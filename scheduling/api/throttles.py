@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import cast
 
-from django.core.cache import caches
+from django.core.cache import BaseCache, caches
 from django.utils.connection import ConnectionProxy
 from redis.exceptions import RedisError
 from rest_framework.authentication import TokenAuthentication
@@ -39,7 +40,11 @@ class SharedRateThrottle(SimpleRateThrottle):
     A refused request is not counted (as DRF's), and a cache that fails lets the request
     through: throttling is a brake, not a gate (as hamiadmin/auth_failures.py)."""
 
-    cache = ConnectionProxy(caches, "shared")
+    #: The shared cache, looked up per use (a proxy that behaves as the cache it stands for).
+    cache = cast(BaseCache, ConnectionProxy(caches, "shared"))
+    #: Set from the rate by DRF's `__init__` (not declared in its stubs).
+    num_requests: int
+    duration: int
 
     def allow_request(self, request, view) -> bool:
         if self.rate is None:

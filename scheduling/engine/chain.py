@@ -4,8 +4,11 @@ Filters remove cards or choose among the fitting ones and never rank; sort keys 
 Every filter implements the one `Filter` protocol and is registered in `FILTERS`; every sort
 key is a `SortKey` registered in `SORT_KEYS`. The engine (`fit.check_card`,
 `evaluate.evaluate_container`) calls the hooks of whichever filters a pod's policy makes
-active and names none, so adding a policy is one class here with its `words`, registered
-below, and a test in tests/engine/test_chain.py.
+active and names none; what other modules need to know of a filter (the stage word its card
+hook reports and its words, whether a card it refuses takes the pod once empty, whether it
+reads the pod's group) are attributes of the protocol, never tests of its name. So adding a
+policy is one class here with its `words`, registered below, and a test in
+tests/engine/test_chain.py.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import cmp_to_key
 from itertools import combinations
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import reasons as R
 
@@ -68,9 +71,10 @@ class Filter(Protocol):
 
     - `rejects(card, used)`, card level: SPEC 4 check 6, after the slots and before memory
       and cores are looked at. `used` is (slots, MiB, cores) held on the card, this pod's
-      earlier containers included. The rejection, or None to let the card on. A filter may
-      add `rejects_columns(used_slots, used_memory, used_cores)`, the same rule over numpy
-      columns of every card (which it rejects, and the reason), for the columnar sweep.
+      earlier containers included. The rejection, or None to let the card on.
+    - `rejects_columns(used_slots, used_memory, used_cores)`, the same rule over numpy
+      columns of every card (which it rejects, and the reason) for the columnar sweep, or
+      None when the filter has no columnar form (the sweep then calls `rejects` card by card).
     - `rejects_fitting(fitting, count)`, over the cards that passed checks 1-10 (at least
       one) for a container asking `count` cards: the rejection every one of them fails
       with (SPEC 4 check 11), or None.
@@ -81,17 +85,40 @@ class Filter(Protocol):
     `name` is the chain name (or, when `in_chain` is false, the annotation's short name);
     `words` is what an operator reads next to it; `decides_fit` is false only for a filter
     whose hooks never change whether a node fits (only `select`), which lets pods that
-    differ in it share cached node verdicts.
+    differ in it share cached node verdicts. What the rest of the engine reads of a filter:
+
+    - `stage`: the stage word its card hook's rejections carry ("" without a card hook), and
+      `stage_words`, what one card removed at that stage means to an operator;
+    - `reason` and `reason_words`: the reason code its card hook rejects with and, when the
+      code is its own (no SPEC 4 words for it), the operator's words for "{n} of {m} cards
+      on {node}" failing with it;
+    - `empties_card`: a card it refuses takes the pod once its tenants leave (mutex), so
+      preemption frees such a card whole and the closest nodes count it as freeable;
+    - `needs_gang`: it reads the pod's group (`PolicyView.gang`), which the pod and the
+      cycle then look up;
+    - `shows_choice`: the pages say so when its `select` took other cards than the chain's
+      first ones.
     """
 
     name: str
     words: str
     in_chain: bool
     decides_fit: bool
+    stage: str
+    stage_words: str
+    reason: str
+    reason_words: str
+    empties_card: bool
+    needs_gang: bool
+    shows_choice: bool
 
     def active(self, policy: PolicyView) -> bool: ...
 
     def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None: ...
+
+    def rejects_columns(
+        self, used_slots: Any, used_memory: Any, used_cores: Any
+    ) -> tuple[Any, str] | None: ...
 
     def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None: ...
 
@@ -108,11 +135,21 @@ class BaseFilter:
     words = ""
     in_chain = True
     decides_fit = True
+    stage = ""
+    stage_words = ""
+    reason = ""
+    reason_words = ""
+    empties_card = False
+    needs_gang = False
+    shows_choice = False
 
     def active(self, policy: PolicyView) -> bool:
         return self.name in policy.filters
 
     def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None:
+        return None
+
+    def rejects_columns(self, used_slots: Any, used_memory: Any, used_cores: Any) -> tuple[Any, str] | None:
         return None
 
     def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:
@@ -129,14 +166,18 @@ class MutexFilter(BaseFilter):
 
     name = "mutex"
     words = "only cards without tenants pass"
+    stage = "mutex"
+    stage_words = "has tenants and the chain has mutex"
+    reason = R.EXCLUSIVE_CONFLICT
+    empties_card = True
 
     def rejects(self, card: Card, used: tuple[int, int, int]) -> Rejection | None:
-        return (R.EXCLUSIVE_CONFLICT, "mutex") if used[0] > 0 else None
+        return (self.reason, self.stage) if used[0] > 0 else None
 
-    def rejects_columns(self, used_slots, used_memory, used_cores) -> tuple[object, str]:
+    def rejects_columns(self, used_slots: Any, used_memory: Any, used_cores: Any) -> tuple[Any, str] | None:
         """`rejects` over every card at once (numpy columns of usage, `columns.sweep`): which
         cards it rejects, and the reason."""
-        return used_slots > 0, R.EXCLUSIVE_CONFLICT
+        return used_slots > 0, self.reason
 
 
 class NumaBindFilter(BaseFilter):
@@ -183,6 +224,7 @@ class TopologyFilter(BaseFilter):
     name = "topology-aware"
     words = "picks among fitting cards by NVLink/PCIe pair scores"
     decides_fit = False
+    shows_choice = True
     max_combinations = 200_000
 
     def select(
@@ -267,6 +309,7 @@ class GangSpreadFilter(BaseFilter):
     name = "gang-spread"
     words = "cards without a member of the pod's group first"
     decides_fit = False
+    needs_gang = True
 
     def select(
         self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
@@ -298,6 +341,28 @@ if TYPE_CHECKING:
 def chain_names() -> tuple[str, ...]:
     """The names a chain may hold: sort keys, then the filters named in chains."""
     return (*SORT_KEYS, *(name for name, f in FILTERS.items() if f.in_chain))
+
+
+def gang_filter_names() -> tuple[str, ...]:
+    """The chain names of the filters that read the pod's group (`needs_gang`)."""
+    return tuple(name for name, f in FILTERS.items() if f.needs_gang and f.in_chain)
+
+
+def card_stages() -> dict[str, bool]:
+    """The stage words of the registered filters' card hooks (SPEC 4 check 6), each with
+    whether a card refused at that stage takes the pod once its tenants leave (`empties_card`)."""
+    return {f.stage: f.empties_card for f in FILTERS.values() if f.stage}
+
+
+def stage_words(stage: str) -> str:
+    """A registered filter's words for one card its card hook removed at `stage`; "" if none."""
+    return next((f.stage_words for f in FILTERS.values() if f.stage and f.stage == stage), "")
+
+
+def reason_words(code: str) -> str:
+    """A registered filter's words for "{n} of {m} cards on {node}" failing with `code`, its
+    own reason code; "" when no filter has words for it."""
+    return next((f.reason_words for f in FILTERS.values() if f.reason_words and f.reason == code), "")
 
 
 def _compare_with(keys: Sequence[SortKey]):

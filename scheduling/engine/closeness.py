@@ -4,7 +4,8 @@ For every node where the pod does not fit, `node_closeness` evaluates the first 
 that does not fit with every card kept (`evaluate_node(explain=True)`) and measures how far
 the node is from taking it. Closeness, compared in this order (lower is closer):
 
-  1. ready: a node whose agent reports comes before a not-ready one;
+  1. ready: a node whose agent reports, and that planning holds for no other job
+     (`NodeReserved`), comes before a not-ready or reserved one;
   2. never: a node that could not take the pod even with every card empty, healthy and
      uncordoned (fewer cards than asked, or too few cards of the right type/UUID and
      capacity, or of one NUMA node under numa-bind) comes last among the ready ones;
@@ -21,7 +22,7 @@ For a pod whose one GPU container is the failing one (`columns.sweepable`),
 `closest_columns` computes these keys for every node at once over the card columns, so
 only the K kept nodes are evaluated.
 `hints` says, per close node, the smallest change that would make the pod fit, as data
-(kinds: `not-ready`, `never`, `free`, `numa`, `mutex`, `blocked`); `explain.hint_words`
+(kinds: `not-ready`, `reserved`, `never`, `free`, `numa`, `mutex`, `blocked`); `explain.hint_words`
 puts them in words. `unschedulable` is cluster-wide: no node could ever take the pod.
 """
 
@@ -33,26 +34,21 @@ import numpy as np
 
 from . import reasons as R
 from .annotations import PodPolicy
+from .chain import card_stages
 from .columns import _SWEEP_REASONS, CardColumns, card_codes, type_excluded
 from .evaluate import CardEval, FailingContainer, evaluate_node
 from .model import Card, Node
 from .requests import ContainerAsk
 
-#: Stages that tenants leaving can clear: the card is healthy, usable and big enough.
-CAPACITY_STAGES = frozenset({"slots", "mutex", "memory", "cores", "exclusive", "compute"})
+#: Stages of SPEC 4's own checks that tenants leaving can clear: the card is healthy, usable
+#: and big enough (with those of the filters whose `empties_card` is set: `Stages`).
+CAPACITY_STAGES = frozenset({"slots", "memory", "cores", "exclusive", "compute"})
 #: Stages that keep a card out whatever its tenants do (until someone changes the card).
 _EXCLUDED = frozenset({"health", "cordon", "type", "mode", "uuid"})
-#: The stages of SPEC 4 checks 1-10: a card removed at any other stage passed them.
-_CHECKS = CAPACITY_STAGES | _EXCLUDED
 #: At most this many cards of one close node are kept in a payload (bounds its size).
 CARDS_KEPT = 32
 #: A large number standing for "cannot be freed" in the closeness key.
 _FAR = 1 << 30
-
-
-def ask_memory(card: Card, ask: ContainerAsk) -> int:
-    """MiB the container would take on `card` (SPEC 2: fixed, else a share of the card)."""
-    return ask.memory if ask.memory is not None else card.memory * ask.memory_percentage // 100
 
 
 def statically_fits(card: Card, ask: ContainerAsk, policy: PodPolicy) -> bool:
@@ -66,7 +62,7 @@ def statically_fits(card: Card, ask: ContainerAsk, policy: PodPolicy) -> bool:
         return False
     if (policy.use_uuids and card.uuid not in policy.use_uuids) or card.uuid in policy.nouse_uuids:
         return False
-    return card.slots > 0 and card.memory >= ask_memory(card, ask) and card.cores >= ask.cores
+    return card.slots > 0 and card.memory >= ask.memory_on(card.memory) and card.cores >= ask.cores
 
 
 def never_fits(node: Node, asks: list[ContainerAsk], policy: PodPolicy) -> bool:
@@ -152,7 +148,8 @@ class NodeCloseness:
         if self.failing is None:
             return []
         ask, overlay = self.failing.ask, self.failing.overlay
-        rows = [_row(entry, ask, overlay) for entry in self.failing.verdict.evals]
+        stages = Stages.now()
+        rows = [_row(entry, ask, overlay, stages) for entry in self.failing.verdict.evals]
         rows.sort(key=lambda row: row.index)
         return rows
 
@@ -162,6 +159,7 @@ class NodeCloseness:
         if self._detail is None:
             rows = self.rows()
             ask = self.failing.ask if self.failing is not None else None
+            passed = Stages.now().passed
             self._detail = {
                 "node": self.node.name,
                 "container": ask.name if ask else "",
@@ -171,14 +169,36 @@ class NodeCloseness:
                 "cards_total": len(self.node.cards),
                 "missing": self.missing
                 if not self.never or ask is None
-                else max(0, ask.count - sum(passed_checks(row.reason, row.stage) for row in rows)),
+                else max(0, ask.count - sum(passed(row.reason, row.stage) for row in rows)),
                 "cards": [row.as_dict() for row in rows[:CARDS_KEPT]],
                 "hints": hints(self, rows),
             }
         return self._detail
 
 
-def _row(entry: CardEval, ask: ContainerAsk, overlay: list[list[int]]) -> CardRow:
+@dataclass(frozen=True, slots=True)
+class Stages:
+    """The stage words closeness sorts cards by, SPEC 4's own and those of the registered
+    filters' card hooks (check 6): `capacity`, cleared by tenants leaving; `emptying`, the
+    filters' among them (a card refused there needs its tenants gone: mutex); `checks`,
+    every stage of checks 1-10 (a card removed at any other stage passed them)."""
+
+    capacity: frozenset[str]
+    emptying: frozenset[str]
+    checks: frozenset[str]
+
+    @classmethod
+    def now(cls) -> Stages:
+        hooks = card_stages()
+        emptying = frozenset(stage for stage, empties in hooks.items() if empties)
+        return cls(CAPACITY_STAGES | emptying, emptying, CAPACITY_STAGES | _EXCLUDED | frozenset(hooks))
+
+    def passed(self, reason: str | None, stage: str | None) -> bool:
+        """The card passed SPEC 4 checks 1-10 (it fits alone; numa-bind may still refuse it)."""
+        return reason is None or stage not in self.checks
+
+
+def _row(entry: CardEval, ask: ContainerAsk, overlay: list[list[int]], stages: Stages) -> CardRow:
     card = entry.card
     extra = overlay[entry.position]
     free_slots = card.slots - card.used_slots - extra[0]
@@ -198,7 +218,7 @@ def _row(entry: CardEval, ask: ContainerAsk, overlay: list[list[int]]) -> CardRo
         ask_cores=ask.cores,
         short_memory=max(0, entry.memory - free_memory),
         short_cores=max(0, ask.cores - free_cores),
-        freeable=entry.stage in CAPACITY_STAGES and _capacity_fits(card, entry.memory, ask.cores),
+        freeable=entry.stage in stages.capacity and _capacity_fits(card, entry.memory, ask.cores),
     )
 
 
@@ -309,15 +329,16 @@ def closest_columns(
     code = codes[0]
     c = columns
     n, count = c.count, ask.count
-    memory = ask.memory if ask.memory is not None else c.memory * ask.memory_percentage // 100
+    memory = ask.memory_on(c.memory)
     passing = _per_node(c, code == 0)
-    failed = ~(c.ready & (c.sizes >= count) & (passing >= count))
+    usable = c.ready & ~c.reserved
+    failed = ~(usable & (c.sizes >= count) & (passing >= count))
     capacity = (c.slots > 0) & (c.memory >= memory) & (c.cores >= ask.cores)
     excluded = type_excluded(c, policy)
     able = capacity if excluded is None else capacity & ~excluded
     never = _per_node(c, able) < count
     # only failed, ready nodes that might fit are measured: their freeable cards' shortfalls
-    measured = failed & c.ready & ~never
+    measured = failed & usable & ~never
     rows = np.flatnonzero(measured)
     missing = np.maximum(0, count - np.asarray(passing)[rows])
     cards = np.flatnonzero(measured[c.node_of])
@@ -342,7 +363,7 @@ def closest_columns(
     key[0][rows], key[1][rows] = missing, blocked
     key[2][rows] = np.where(open_, memory_taken.sum(axis=1), _FAR)
     key[3][rows] = np.where(open_, cores_taken.sum(axis=1), _FAR)
-    key = [(~c.ready).astype(np.int64), never.astype(np.int64), *key]
+    key = [(~usable).astype(np.int64), never.astype(np.int64), *key]
     at = np.flatnonzero(failed)
     order = np.lexsort((at, *(k[at] for k in reversed(key))))
     cards_failed = failed[c.node_of]
@@ -357,7 +378,7 @@ def closest_columns(
 
 def passed_checks(reason: str | None, stage: str | None) -> bool:
     """The card passed SPEC 4 checks 1-10 (it fits alone; numa-bind may still refuse it)."""
-    return reason is None or stage not in _CHECKS
+    return Stages.now().passed(reason, stage)
 
 
 def node_closeness(
@@ -371,7 +392,7 @@ def node_closeness(
     for this node and pod already (it depends on capacities only), saves its computation."""
     if never is None:
         never = never_fits(node, [*inits, *(ask for ask in apps if ask is not None)], policy)
-    if not node.ready:
+    if not node.ready or node.reserved_for:
         key = (1, int(never), _FAR, _FAR, _FAR, _FAR, node.name)
         return NodeCloseness(node, key, policy, inits, apps, never=never, measured=True)
     if never:  # after every node that might fit, by name: its card table only when kept
@@ -380,13 +401,14 @@ def node_closeness(
     if failing is None:  # it fits after all (the caller's snapshot moved on): nothing to say
         return NodeCloseness(node, (0, 0, 0, 0, 0, 0, node.name), policy, inits, apps, measured=True)
     ask, overlay = failing.ask, failing.overlay
+    stages = Stages.now()
     passing = 0
     gaps: list[tuple[int, int, int]] = []
     for entry in failing.verdict.evals:
         stage = entry.stage
-        if passed_checks(entry.reason, stage):
+        if stages.passed(entry.reason, stage):
             passing += 1
-        elif stage in CAPACITY_STAGES and _capacity_fits(entry.card, entry.memory, ask.cores):
+        elif stage in stages.capacity and _capacity_fits(entry.card, entry.memory, ask.cores):
             card, extra = entry.card, overlay[entry.position]
             short_memory = max(0, entry.memory - (card.memory - card.used_memory - extra[1]))
             short_cores = max(0, ask.cores - (card.cores - card.used_cores - extra[2]))
@@ -413,6 +435,8 @@ def hints(closeness: NodeCloseness, rows: list[CardRow]) -> list[dict]:
     name = node.name
     if not node.ready:
         return [{"kind": "not-ready", "node": name}]
+    if node.reserved_for:
+        return [{"kind": "reserved", "node": name, "job": node.reserved_for}]
     if failing is None:
         return []
     ask = failing.ask
@@ -424,7 +448,8 @@ def hints(closeness: NodeCloseness, rows: list[CardRow]) -> list[dict]:
     if closeness.never:
         return [never_hint(node, ask, policy)]
     hints: list[dict] = []
-    passing = [row for row in rows if passed_checks(row.reason, row.stage)]
+    stages = Stages.now()
+    passing = [row for row in rows if stages.passed(row.reason, row.stage)]
     if R.NUMA_NOT_FIT in counts:
         per_numa: dict[int, int] = {}
         for row in passing:
@@ -439,7 +464,7 @@ def hints(closeness: NodeCloseness, rows: list[CardRow]) -> list[dict]:
                 "best": max(per_numa.values(), default=0),
             }
         )
-    mutex_rows = [row for row in rows if row.stage == "mutex"]
+    mutex_rows = [row for row in rows if row.stage in stages.emptying]
     if mutex_rows:
         would = [
             row for row in mutex_rows if row.free_slots > 0 and not row.short_memory and not row.short_cores
@@ -469,7 +494,7 @@ def hints(closeness: NodeCloseness, rows: list[CardRow]) -> list[dict]:
                         "memory": row.short_memory,
                         "cores": row.short_cores,
                         "slots": 1 if row.free_slots <= 0 else 0,
-                        "tenants_needed": row.stage in ("mutex", "exclusive"),
+                        "tenants_needed": row.stage == "exclusive" or row.stage in stages.emptying,
                     }
                     for row in best
                 ],

@@ -42,7 +42,7 @@ def sweep_pinned(
     width = len(reasons) + 1
     counts = np.bincount(c.node_of * width + code, minlength=c.count * width).reshape(c.count, width)
     fits = np.zeros(c.count, dtype=bool)
-    fail_id, failures = _failures(counts, fits, c.ready, c.sizes, first.count, reasons)
+    fail_id, failures = _failures(counts, fits, c.ready, c.reserved, c.sizes, first.count, reasons)
     swept = Swept(fits, np.zeros(c.count), fail_id, failures, c)
     holders = np.unique(c.node_of[c.uuid_cards(policy.use_uuids)])
     for i in holders.tolist():
@@ -102,6 +102,7 @@ class CardColumns:
         self.health = np.array([c.health for c in cards], dtype=bool)
         self.cordoned = np.array([c.cordoned for c in cards], dtype=bool)
         self.ready = np.array([node.ready for node in nodes], dtype=bool)
+        self.reserved = np.array([bool(node.reserved_for) for node in nodes], dtype=bool)
         self.node_slots = np.array([sum(c.slots for c in node.cards) for node in nodes], dtype=np.float64)
         self.node_cores = np.array([sum(c.cores for c in node.cards) for node in nodes], dtype=np.float64)
         self.node_memory = np.array([sum(c.memory for c in node.cards) for node in nodes], dtype=np.float64)
@@ -125,6 +126,7 @@ class CardColumns:
             self.health[offset] = card.health
             self.cordoned[offset] = card.cordoned
         self.ready[i] = node.ready
+        self.reserved[i] = bool(node.reserved_for)
         self.versions[i] = node.version
         return True
 
@@ -159,7 +161,15 @@ class CardColumns:
         ):
             setattr(part, column, getattr(self, column)[cards])
         part.health, part.cordoned = self.health[cards], self.cordoned[cards]
-        for column in ("ready", "node_slots", "node_cores", "node_memory", "mixed_memory", "card_memory"):
+        for column in (
+            "ready",
+            "reserved",
+            "node_slots",
+            "node_cores",
+            "node_memory",
+            "mixed_memory",
+            "card_memory",
+        ):
             setattr(part, column, getattr(self, column)[at])
         part.cards_at = [self.cards_at[i] for i in rows]
         return part
@@ -271,9 +281,9 @@ def card_codes(
     for card_filter in hooks:
         # check 6: each card filter's own hook on the cards still in; a reason is counted by
         # its code's name, so a known reason reuses its code
-        columnar = getattr(card_filter, "rejects_columns", None)
+        columnar = card_filter.rejects_columns(c.used_slots, c.used_memory, c.used_cores)
         if columnar is not None:
-            rejected, reason = columnar(c.used_slots, c.used_memory, c.used_cores)
+            rejected, reason = columnar
             if reason not in reasons:
                 reasons.append(reason)
             mark(rejected, reasons.index(reason) + 1)
@@ -292,7 +302,7 @@ def card_codes(
                 codes.append(reasons.index(rejection[0]) + 1)
         if hit:
             code[np.array(hit, dtype=np.int64)] = np.array(codes, dtype=np.int64)
-    memory = ask.memory if ask.memory is not None else c.memory * ask.memory_percentage // 100
+    memory = ask.memory_on(c.memory)
     mark(c.memory - c.used_memory < memory, 5)
     mark(c.cores - c.used_cores < ask.cores, 6)
     if ask.cores == 100:
@@ -356,10 +366,10 @@ def sweep(
     width = len(reasons) + 1
     counts = np.bincount(c.node_of * width + code, minlength=c.count * width).reshape(c.count, width)
     fitting = counts[:, 0]
-    fits = c.ready & (c.sizes >= ask.count) & (fitting >= ask.count)
+    fits = c.ready & ~c.reserved & (c.sizes >= ask.count) & (fitting >= ask.count)
     # node score inputs: usage after the placement of `count` cards, per node
     taken = fits * ask.count
-    each = ask.memory if ask.memory is not None else c.card_memory * ask.memory_percentage // 100
+    each = ask.memory_on(c.card_memory)
     used_slots = np.bincount(c.node_of, weights=c.used_slots, minlength=c.count) + taken
     used_memory = np.bincount(c.node_of, weights=c.used_memory, minlength=c.count) + taken * each
     used_cores = np.bincount(c.node_of, weights=c.used_cores, minlength=c.count) + taken * ask.cores
@@ -369,7 +379,7 @@ def sweep(
     score = score + np.divide(used_cores, cores, out=zero.copy(), where=cores > 0)
     score = score + np.divide(used_memory, total_memory, out=zero.copy(), where=total_memory > 0)
     score = 10 * score
-    fail_id, failures = _failures(counts, fits, c.ready, c.sizes, ask.count, reasons)
+    fail_id, failures = _failures(counts, fits, c.ready, c.reserved, c.sizes, ask.count, reasons)
     swept = Swept(fits, score, fail_id, failures, c)
     own = c.mixed_memory & (ask.memory is None)
     for i in np.flatnonzero(own).tolist():
@@ -378,10 +388,11 @@ def sweep(
 
 
 def _failures(
-    counts, fits, ready, sizes, count: int, reasons: list[str]
+    counts, fits, ready, reserved, sizes, count: int, reasons: list[str]
 ) -> tuple[np.ndarray, list[NodeFailure]]:
     """Per node, which failure it has (-1 when it fits), and the distinct failures: a failed
-    node's key is its row of card counts per code, or its node-level reason and card count."""
+    node's key is its row of card counts per code, or its node-level reason (not ready, then
+    reserved, then too few cards) and card count."""
     fail_id = np.full(len(fits), -1, dtype=np.int64)
     failed = np.flatnonzero(~fits)
     if not len(failed):
@@ -394,10 +405,13 @@ def _failures(
         key = rows @ (radix ** np.arange(width, dtype=np.int64))
         examined = sizes[failed]
         key = np.where(examined < count, -1 - examined, key)
+        key = np.where(reserved[failed], -1 - 2 * radix - examined, key)
         key = np.where(ready[failed], key, -1 - radix - examined)
         distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     else:
-        flags = np.stack([ready[failed], sizes[failed] < count, sizes[failed]], axis=1).astype(np.int64)
+        flags = np.stack(
+            [ready[failed], reserved[failed], sizes[failed] < count, sizes[failed]], axis=1
+        ).astype(np.int64)
         _, first, inverse = np.unique(
             np.hstack([flags, rows]), axis=0, return_index=True, return_inverse=True
         )
@@ -408,6 +422,8 @@ def _failures(
         examined = int(sizes[i])
         if not ready[i]:
             key_: tuple = (R.NODE_NOT_READY, examined)
+        elif reserved[i]:
+            key_ = (R.NODE_RESERVED, examined)
         elif examined < count:
             key_ = (R.NODE_INSUFFICIENT_DEVICE, examined)
         else:

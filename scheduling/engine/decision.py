@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .encoding import encode_allocation
 from .errors import NO_GPU
+from .reasons import CODES, NODE_RULES, SCHEDULING_GATED
 
 if TYPE_CHECKING:
     from .fit import NodeFailure
@@ -75,6 +77,185 @@ class ContainerPlacement:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Why a batch rule kept a pod pending (`Decision.batch`): `reason` is the code
+    (`NotEnoughPods`, `GangUnschedulable`, `QueueLimitExceeded`, `NamespaceQuotaExceeded`,
+    `QueueNotFound`, `Preempting`, `Consolidating`, `Nominated`), `would_fit_on` the node its
+    cards fit when only the rule held it, `group` the gang and `queue` the leaf queue the rule
+    read, where one did (absent from the payload otherwise)."""
+
+    reason: str
+    message: str
+    would_fit_on: str | None = None
+    group: str | None = None
+    queue: str | None = None
+
+    def as_dict(self) -> dict:
+        out: dict[str, Any] = {
+            "reason": self.reason,
+            "message": self.message,
+            "would_fit_on": self.would_fit_on,
+        }
+        if self.group is not None:
+            out["group"] = self.group
+        if self.queue is not None:
+            out["queue"] = self.queue
+        return out
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> Hold:
+        """A hold read back from a stored payload's `batch`."""
+        return cls(
+            reason=str(payload.get("reason") or ""),
+            message=str(payload.get("message") or ""),
+            would_fit_on=payload.get("would_fit_on"),
+            group=payload.get("group"),
+            queue=payload.get("queue"),
+        )
+
+
+class Evicted(Protocol):
+    """One victim of a preemption as its decision shows it (`batch.preempt.Victim` when fresh,
+    `RecordedVictim` when read back from a payload)."""
+
+    @property
+    def pod(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def cards(self) -> list[str]: ...
+    def as_dict(self) -> dict: ...
+
+
+class Moved(Protocol):
+    """One tenant a consolidation moves (`batch.consolidate.Move`, or `RecordedMove`)."""
+
+    @property
+    def pod(self) -> str: ...
+    @property
+    def grants(self) -> list[tuple[str, int, int]]: ...
+    def as_dict(self) -> dict: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedVictim:
+    """A victim as a stored payload has it (its `as_dict` entry)."""
+
+    entry: Mapping[str, Any]
+
+    @property
+    def pod(self) -> str:
+        return str(self.entry.get("pod") or "")
+
+    @property
+    def kind(self) -> str:
+        return str(self.entry.get("kind") or "")
+
+    @property
+    def why(self) -> str:
+        return str(self.entry.get("why") or "")
+
+    @property
+    def cards(self) -> list[str]:
+        return [str(uuid) for uuid in self.entry.get("cards") or ()]
+
+    def as_dict(self) -> dict:
+        return dict(self.entry)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedMove:
+    """A move as a stored payload has it (its `as_dict` entry)."""
+
+    entry: Mapping[str, Any]
+
+    @property
+    def pod(self) -> str:
+        return str(self.entry.get("pod") or "")
+
+    @property
+    def grants(self) -> list[tuple[str, int, int]]:
+        return [(str(g[0]), int(g[1]), int(g[2])) for g in self.entry.get("grants") or ()]
+
+    def as_dict(self) -> dict:
+        return dict(self.entry)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """The evictions a pod causes (`Decision.preemption`): nominated to `node`'s `grants`
+    (card uuid, MiB, cores) once `victims` release `cards`, the cheapest of the plans compared
+    (`alternatives`: the others, with why they lost); `moves` for a consolidation. Or, with
+    `tried`, why no eviction helped: `why`, the `misses` counted, and `say`, whether the pod's
+    reason line repeats it (a miss too common to repeat, such as no tenants, is not said)."""
+
+    node: str | None = None
+    victims: tuple[Evicted, ...] = ()
+    cards: tuple[str, ...] = ()
+    grants: tuple[tuple[str, int, int], ...] = ()
+    alternatives: tuple[dict, ...] = ()
+    dry_run: bool = False
+    message: str = ""
+    moves: tuple[Moved, ...] | None = None
+    tried: bool = False
+    why: str = ""
+    misses: dict[str, int] | None = None
+    say: bool = True
+
+    @classmethod
+    def failed(cls, why: str, misses: Mapping[str, int] | None = None, say: bool = True) -> Preemption:
+        """Preemption was tried and did not help."""
+        return cls(tried=True, why=why, misses=dict(misses) if misses is not None else None, say=say)
+
+    def as_dict(self) -> dict:
+        if self.tried:
+            out: dict[str, Any] = {"tried": True, "why": self.why}
+            if self.misses is not None:
+                out["misses"] = dict(self.misses)
+                out["say"] = self.say
+            return out
+        out = {
+            "node": self.node,
+            "victims": [victim.as_dict() for victim in self.victims],
+            "cards": list(self.cards),
+            "grants": [list(grant) for grant in self.grants],
+            "alternatives": [dict(alternative) for alternative in self.alternatives],
+            "dry_run": self.dry_run,
+            "message": self.message,
+        }
+        if self.moves is not None:
+            out["moves"] = [move.as_dict() for move in self.moves]
+        return out
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> Preemption:
+        """A preemption read back from a stored payload's `preemption`."""
+        if payload.get("tried"):
+            misses = payload.get("misses")
+            return cls(
+                tried=True,
+                why=str(payload.get("why") or ""),
+                misses=dict(misses) if isinstance(misses, Mapping) else None,
+                say=bool(payload.get("say", True)),
+            )
+        moves = payload.get("moves")
+        return cls(
+            node=payload.get("node"),
+            victims=tuple(RecordedVictim(v) for v in payload.get("victims") or () if isinstance(v, Mapping)),
+            cards=tuple(str(uuid) for uuid in payload.get("cards") or ()),
+            grants=tuple((str(g[0]), int(g[1]), int(g[2])) for g in payload.get("grants") or ()),
+            alternatives=tuple(dict(a) for a in payload.get("alternatives") or () if isinstance(a, Mapping)),
+            dry_run=bool(payload.get("dry_run")),
+            message=str(payload.get("message") or ""),
+            moves=tuple(RecordedMove(m) for m in moves if isinstance(m, Mapping))
+            if isinstance(moves, list)
+            else None,
+        )
+
+
 SCHEDULED, PENDING, REJECTED = "scheduled", "pending", "rejected"
 #: The fourth outcome of an attempt, given by the pipeline's commit, not the engine: the
 #: placement no longer fit under lock (capacity taken since the snapshot).
@@ -111,6 +292,10 @@ class Decision:
     nodes_fit: int = -1
     nodes_failed: int = -1
     reasons: dict[str, int] = field(default_factory=dict)
+    #: How many failed nodes say each thing (SPEC 10): a node rule's words (`Insufficient cpu`,
+    #: `node(s) had untolerated taint {k: v}`) or a card reason code; what the one-line summary
+    #: counts, in nodes. Empty on a decision read back from a payload that has none.
+    node_reasons: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     error_field: str | None = None
     error_code: str | None = None
@@ -118,12 +303,10 @@ class Decision:
     duration_ms: float = 0.0
     closest: list[dict] = field(default_factory=list)  # `closeness.NodeCloseness.detail()`s
     never: dict | None = None
-    #: Why a batch rule (gang, queue limit, namespace quota) kept the pod pending: `reason`
-    #: (a code: `GangUnschedulable`, `QueueLimitExceeded`, ...), `message`, `would_fit_on`.
-    batch: dict | None = None
-    #: Evictions this pod caused (`preempt.Preemptor.explain`: node, victims, cards, grants,
-    #: alternatives), or, when it tried and nothing helped, `{"tried": True, "why": ...}`.
-    preemption: dict | None = None
+    #: Why a batch rule (gang, queue limit, namespace quota, preemption) kept the pod pending.
+    batch: Hold | None = None
+    #: Evictions this pod causes, or why none helped (`Preemption.tried`).
+    preemption: Preemption | None = None
 
     def __post_init__(self) -> None:
         if self.nodes_fit < 0:
@@ -168,23 +351,8 @@ class Decision:
         return None
 
     def reason_text(self) -> str:
-        """The one line an operator reads for a pod that waits (kubectl-describe style)."""
-        if self.status == REJECTED:
-            return self.error or "rejected"
-        if self.status == SCHEDULED:
-            return f"scheduled on {self.node}"
-        if self.batch is not None:
-            return f"{self.batch['reason']}: {self.batch['message']}"
-        if self.preemption is not None and self.preemption.get("why") and self.preemption.get("say", True):
-            return f"{self._failure_text()}; {self.preemption['why']}"
-        return self._failure_text()
-
-    def _failure_text(self) -> str:
-        total = self.nodes_failed
-        if not total:
-            return "0/0 nodes are available: no GPU nodes"
-        summary = ", ".join(f"{n} {reason}" for reason, n in sorted(self.reasons.items()))
-        return f"0/{total} nodes are available: {summary}"
+        """The one line an operator reads for this decision (`verdict`)."""
+        return verdict(self)
 
     def as_dict(self, top: int | None = None) -> dict:
         """The pod object of SPEC 9's output. `top` keeps the K best node scores and K failed nodes
@@ -201,7 +369,8 @@ class Decision:
         table and what would make the pod fit there (`hints`), `unschedulable`, true when no
         node could ever take the pod (false otherwise, and for other outcomes), and
         `unschedulable_reason`, why not (`closeness.cluster_never`), else null; `batch`, only
-        for a pod a gang, queue or quota rule kept pending (`Decision.batch`).
+        for a pod a gang, queue or quota rule kept pending (`Decision.batch`); `node_reasons`,
+        how many failed nodes say each node rule's words or card reason (SPEC 10).
         """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
         failed = self.node_failures if top is None else self.node_failures[:top]
@@ -217,11 +386,10 @@ class Decision:
             "nodes_fit": self.nodes_fit,
             "nodes_failed": self.nodes_failed,
             "reasons": dict(sorted(self.reasons.items())),
+            "node_reasons": dict(sorted(self.node_reasons.items())),
             "policy": self.policy,
             "error": self.error,
-            "failed_reasons": {
-                name: {"cards": failure.cards, "reasons": dict(failure.reasons)} for name, failure in failed
-            },
+            "failed_reasons": {name: _failed_reason(failure) for name, failure in failed},
             "node_order": [[name, round(score, 6)] for name, score in ranking],
             "init_containers": [
                 {"name": c.name, "devices": [device.as_dict() for device in c.devices]}
@@ -235,7 +403,77 @@ class Decision:
             "unschedulable_reason": self.never if self.unschedulable else None,
         }
         if self.batch is not None:
-            out["batch"] = dict(self.batch)
+            out["batch"] = self.batch.as_dict()
         if self.preemption is not None:
-            out["preemption"] = dict(self.preemption)
+            out["preemption"] = self.preemption.as_dict()
         return out
+
+    @classmethod
+    def read_back(cls, payload: Mapping[str, Any] | None) -> Decision:
+        """The decision as far as a stored SPEC 9 payload (`as_dict`) tells what `verdict`
+        reads: outcome, node, error, the failed nodes' reason counts, the batch hold and the
+        preemption. Card tables, rankings and per-node failures are not rebuilt."""
+        payload = payload or {}
+        batch, preemption = payload.get("batch"), payload.get("preemption")
+        return cls(
+            name=str(payload.get("name") or ""),
+            namespace=str(payload.get("namespace") or ""),
+            status=str(payload.get("status") or ""),
+            node=payload.get("node"),
+            nodes_fit=int(payload.get("nodes_fit") or 0),
+            nodes_failed=int(payload.get("nodes_failed") or 0),
+            reasons=dict(payload.get("reasons") or {}),
+            node_reasons=dict(payload.get("node_reasons") or {}),
+            error=payload.get("error"),
+            batch=Hold.from_dict(batch) if isinstance(batch, Mapping) else None,
+            preemption=Preemption.from_dict(preemption) if isinstance(preemption, Mapping) else None,
+        )
+
+
+def _failed_reason(failure: NodeFailure) -> dict:
+    """One failed node's `failed_reasons` entry: its card count and reason counts, and for a
+    node rule (SPEC 10) what would make the node pass (`hints`)."""
+    out: dict[str, Any] = {"cards": failure.cards, "reasons": dict(failure.reasons)}
+    hints = getattr(failure, "hints", ())
+    if hints:
+        out["hints"] = list(hints)
+    return out
+
+
+def verdict(decision: Decision) -> str:
+    """The one line an operator reads for any decision, kubectl-describe style: what `Pod.reason`
+    stores, the API's decision `summary`, the pod page, `simulate --format table` and the
+    Kubernetes events say. Placed: the node; rejected: the error; held by a batch rule
+    (gang, queue, quota, preemption under way): the rule's code and message; otherwise the
+    nodes' failure (`failure_summary`), followed by why preemption did not help when that is
+    worth saying."""
+    if decision.status == REJECTED:
+        return decision.error or "rejected"
+    if decision.status == SCHEDULED:
+        return f"scheduled on {decision.node}"
+    if decision.batch is not None:
+        return f"{decision.batch.reason}: {decision.batch.message}"
+    preemption = decision.preemption
+    if preemption is not None and preemption.tried and preemption.why and preemption.say:
+        return f"{failure_summary(decision)}; {preemption.why}"
+    return failure_summary(decision)
+
+
+def failure_summary(decision: Decision) -> str:
+    """`0/N nodes are available: ...` in kube-scheduler's form (SPEC 10): how many nodes each
+    node rule refused, in its words (`1 Insufficient cpu`, sorted as kube-scheduler sorts
+    them), then the card reasons of the nodes that passed the rules, counted in nodes. A gated
+    pod was not tried (`SchedulingGated`). A decision read back from a payload without
+    `node_reasons` keeps the reason counts it has."""
+    total = decision.nodes_failed
+    if decision.reasons.get(SCHEDULING_GATED) and not total:
+        return f"{SCHEDULING_GATED}: scheduling is blocked by the pod's scheduling gates"
+    if not total:
+        return "0/0 nodes are available: no GPU nodes"
+    counted = decision.node_reasons
+    if not counted:
+        summary = ", ".join(f"{n} {reason}" for reason, n in sorted(decision.reasons.items()))
+        return f"0/{total} nodes are available: {summary}"
+    words = sorted(f"{n} {said}" for said, n in counted.items() if said not in CODES)
+    cards = [f"{counted[code]} {code}" for code in sorted(counted) if code in CODES and code not in NODE_RULES]
+    return f"0/{total} nodes are available: {', '.join(words + cards)}"

@@ -5,7 +5,8 @@ its score (SPEC 5), so the reason counts are complete; the active filters' `reje
 hooks look at the cards that fit (check 11); the sort keys rank them (SPEC 6) and the
 filters' `select` hooks choose, in registry order; the first `ask.count` cards are taken.
 Node-level reasons: fewer cards than asked (`M/M NodeInsufficientDevice`), fewer fitting
-cards than asked (`K/M AllocatedCardsInsufficientRequest`), a node not ready.
+cards than asked (`K/M AllocatedCardsInsufficientRequest`), a node not ready, a node a
+planning cycle holds for another job (`NodeReserved`).
 
 For a pod (SPEC 2): init containers one at a time against the node as it is, then the app
 containers accumulating usage; the first container that does not fit gives the node's
@@ -92,14 +93,14 @@ def evaluate_container(
     if len(cards) < ask.count:
         return ContainerVerdict([], [], {R.NODE_INSUFFICIENT_DEVICE: len(cards)}, [], [])
     weights = policy.weights
-    fixed_memory, percentage, cores = ask.memory, ask.memory_percentage, ask.cores
+    memory_on, cores = ask.memory_on, ask.cores
     evals: list[CardEval] = []
     fitting: list[CardEval] = []
     counts: dict[str, int] = {}
     for position, card in enumerate(cards):
         extra = overlay[position]
         used = (card.used_slots + extra[0], card.used_memory + extra[1], card.used_cores + extra[2])
-        memory = fixed_memory if fixed_memory is not None else card.memory * percentage // 100
+        memory = memory_on(card.memory)
         failed = check_card(card, ask, memory, policy, used)
         if failed is None:
             entry = CardEval(
@@ -186,6 +187,8 @@ def evaluate_node(
     examined = len(node.cards)
     if not node.ready:
         return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_NOT_READY: examined}))
+    if node.reserved_for:
+        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_RESERVED: examined}))
     empty = [[0, 0, 0] for _ in node.cards]
     init_grants: list[list[tuple[int, int, int]]] = []
     for init in inits:
@@ -242,6 +245,8 @@ def evaluate_unpinned(
         return None
     if not node.ready:
         return NodeVerdict(False, failure=NodeFailure(len(cards), {R.NODE_NOT_READY: len(cards)}))
+    if node.reserved_for:
+        return NodeVerdict(False, failure=NodeFailure(len(cards), {R.NODE_RESERVED: len(cards)}))
     if len(cards) < first.count:
         return NodeVerdict(False, failure=NodeFailure(len(cards), {R.NODE_INSUFFICIENT_DEVICE: len(cards)}))
     counts: dict[str, int] = {}
@@ -264,6 +269,8 @@ def evaluate_alone(
     examined = len(cards)
     if not node.ready:
         return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_NOT_READY: examined}))
+    if node.reserved_for:
+        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_RESERVED: examined}))
     if examined < ask.count:
         return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_INSUFFICIENT_DEVICE: examined}))
     fixed = ask.memory
@@ -272,7 +279,7 @@ def evaluate_alone(
     counts: dict[str, int] = {}
     fitting = 0
     for card in cards:
-        memory = fixed if fixed is not None else card.memory * ask.memory_percentage // 100
+        memory = ask.memory_on(card.memory)
         failed = check_card(card, ask, memory, policy, (card.used_slots, card.used_memory, card.used_cores))
         if failed is None:
             fitting += 1
@@ -282,7 +289,7 @@ def evaluate_alone(
         if fitting:
             counts[R.ALLOCATED_INSUFFICIENT] = fitting
         return NodeVerdict(False, failure=NodeFailure(examined, counts))
-    each = fixed if fixed is not None else cards[0].memory * ask.memory_percentage // 100
+    each = ask.memory_on(cards[0].memory)
     slots = sum(card.slots for card in cards)
     cores = sum(card.cores for card in cards)
     memory = sum(card.memory for card in cards)

@@ -15,6 +15,9 @@ from typing import Any
 
 from . import reasons as R
 from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS
+from .chain import reason_words as filter_reason_words
+from .chain import stage_words as filter_stage_words
+from .decision import Decision, verdict
 
 Payload = Mapping[str, Any]
 
@@ -29,7 +32,8 @@ CHAIN_WORDS = {
 #: Which way each sort key ranks, for the sentence saying what put one card after another.
 KEY_ORDER = {"binpack": "higher score first", "spread": "lower score first", "numa": "lower NUMA first"}
 
-#: Why one card was removed, by the engine's `stage` (the SPEC 4 check that failed).
+#: Why one card was removed, by the engine's `stage` (the SPEC 4 check that failed); a filter's
+#: card hook brings its own (`Filter.stage_words`, read by `stage_words`).
 STAGE_WORDS = {
     "health": "card is unhealthy",
     "cordon": "card is cordoned",
@@ -37,7 +41,6 @@ STAGE_WORDS = {
     "mode": "mode not asked by nvidia.com/vgpu-mode",
     "uuid": "UUID excluded by use/nouse-gpuuuid",
     "slots": "every vGPU slot is taken",
-    "mutex": "has tenants and the chain has mutex",
     "memory": "not enough free memory",
     "cores": "not enough free cores",
     "exclusive": "has tenants and the container asks for the whole card",
@@ -65,6 +68,17 @@ EXPLANATIONS = {
     R.NODE_INSUFFICIENT_DEVICE: "{node} has fewer cards ({m}) than a container asks for",
     R.ALLOCATED_INSUFFICIENT: "only {n} of {m} cards on {node} fit, fewer than asked",
     R.NODE_NOT_READY: "{node} is not ready (its agent stopped reporting)",
+    R.NODE_RESERVED: "{node} is held this cycle for a job that has waited longer (ready, reserved)",
+    # SPEC 10: kube-scheduler's filters; a node refused by one counts once, its cards unchecked
+    R.NODE_UNSCHEDULABLE: "{node} is cordoned (spec.unschedulable) and the pod does not tolerate it",
+    R.NODE_NAME: "{node} is not the node the pod names (nodeName)",
+    R.TAINT_TOLERATION: "{node} has a NoSchedule/NoExecute taint the pod does not tolerate",
+    R.NODE_AFFINITY: "{node} does not match the pod's node selector or required node affinity",
+    R.NODE_PORTS: "{node} already has a pod on a host port the pod asks for",
+    R.NODE_RESOURCES_FIT: "{node} lacks the cpu, memory, pod slot or extended resource the pod requests",
+    R.POD_TOPOLOGY_SPREAD: "{node} would break the pod's topology spread constraints (maxSkew)",
+    R.INTER_POD_AFFINITY: "{node} breaks a required pod affinity or anti-affinity rule",
+    R.SCHEDULING_GATED: "the pod has scheduling gates: it is not tried until they are removed",
 }
 
 #: Check 6 (mutex) runs before check 9 (whole-card ask), so with `mutex` in the chain every
@@ -98,7 +112,13 @@ def sort_keys_of(policy: Payload | None) -> list[str]:
 
 
 def has_mutex(policy: Payload | None) -> bool:
-    return "mutex" in filters_of(policy)
+    """Whether the chain has a filter refusing cards with tenants (`Filter.empties_card`: mutex)."""
+    return any(FILTERS[name].empties_card for name in filters_of(policy) if name in FILTERS)
+
+
+def stage_words(stage: str | None, otherwise: str = "") -> str:
+    """Why one card was removed at `stage`: SPEC 4's words, else its filter's; else `otherwise`."""
+    return STAGE_WORDS.get(stage or "") or filter_stage_words(stage or "") or otherwise
 
 
 # --- Why nodes did not fit ---------------------------------------------------------------
@@ -109,8 +129,8 @@ def reason_words(code: str, n: int, m: int, node: str, mutex: bool = False) -> s
     pod's chain has mutex, so a busy-card conflict comes from it, not from a whole-card ask."""
     if code == R.EXCLUSIVE_CONFLICT and mutex:
         return MUTEX_EXPLANATION.format(n=n, m=m, node=node)
-    template = EXPLANATIONS.get(code)
-    if template is None:
+    template = EXPLANATIONS.get(code) or filter_reason_words(code)
+    if not template:
         return f"{n} of {m} cards on {node}: {code}"
     return template.format(n=n, m=m, node=node)
 
@@ -244,14 +264,13 @@ def container_path(container: Payload, policy: Payload) -> ContainerPath:
     stages: dict[str, list[str]] = {}
     for card in sorted((c for c in cards if not c.get("eligible")), key=lambda c: c.get("index", 0)):
         stage = card.get("stage") or ""
-        words = STAGE_WORDS.get(stage, card.get("reason") or "")
+        words = stage_words(stage, card.get("reason") or "")
         path.removed.append(RemovedCard(card, words, 100 * (card.get("score") or 0) / top))
         stages.setdefault(stage, []).append(card.get("uuid", ""))
     path.removed_by_stage = list(stages.items())
     chosen_ranks = [r.rank for r in path.ranked if r.card.get("chosen")]
-    path.picked_by_topology = "topology-aware" in filters_of(policy) and chosen_ranks != list(
-        range(1, len(chosen_ranks) + 1)
-    )
+    shows_choice = any(FILTERS[name].shows_choice for name in filters_of(policy) if name in FILTERS)
+    path.picked_by_topology = shows_choice and chosen_ranks != list(range(1, len(chosen_ranks) + 1))
     return path
 
 
@@ -312,7 +331,8 @@ def tenants_words(uuid: str, tenants: Tenants | None) -> str:
 def _card_needs(card: Payload) -> str:
     needs = []
     if card.get("tenants_needed"):
-        needs.append("no tenants" + (" (mutex)" if card.get("stage") == "mutex" else " (whole-card ask)"))
+        stage = card.get("stage")
+        needs.append("no tenants" + (" (whole-card ask)" if stage == "exclusive" else f" ({stage})"))
     if card.get("slots"):
         needs.append("a free vGPU slot")
     if card.get("memory"):
@@ -351,6 +371,8 @@ def hint_words(hint: Payload, tenants: Tenants | None = None) -> str:
     kind, node = hint.get("kind"), hint.get("node", "")
     if kind == "not-ready":
         return f"{node} is not ready: nothing fits there until its agent reports"
+    if kind == "reserved":
+        return f"{node} is held this cycle for job {hint.get('job')}: it takes other pods again next cycle"
     if kind == "never":
         return never_words(hint, node)
     if kind == "numa":
@@ -419,7 +441,7 @@ def card_words(card: Payload) -> str:
     stage = card.get("stage")
     if card.get("reason") is None:
         return f"fits alone ({facts})"
-    return f"{STAGE_WORDS.get(stage or '', card.get('reason') or '')} ({facts})"
+    return f"{stage_words(stage, card.get('reason') or '')} ({facts})"
 
 
 def closest_nodes(payload: Payload | None, tenants: Tenants | None = None) -> list[CloseNode]:
@@ -466,7 +488,27 @@ def what_would_fit(payload: Payload | None, tenants: Tenants | None = None) -> l
         lines.append(never)
     for close in closest_nodes(payload, tenants):
         lines.extend(close.hints)
+    lines.extend(rule_hints(payload))
     return lines
+
+
+#: How many node-rule hints `what_would_fit` says at most (the failed nodes may be thousands).
+RULE_HINTS = 5
+
+
+def rule_hints(payload: Payload | None) -> list[str]:
+    """What would make nodes the node rules refused pass them (SPEC 10: "tolerate
+    dedicated=team-b", "free 2 cpu on node-3"), from the kept failed nodes by name, each said
+    once, at most `RULE_HINTS`."""
+    failed = (payload or {}).get("failed_reasons") or {}
+    said: list[str] = []
+    for node in sorted(failed):
+        for hint in failed[node].get("hints") or ():
+            if hint not in said:
+                said.append(hint)
+                if len(said) >= RULE_HINTS:
+                    return said
+    return said
 
 
 def card_tenant_uuids(payload: Payload | None) -> list[str]:
@@ -509,18 +551,9 @@ def failed_scheduling_message(
 
 
 def summary_of(payload: Payload | None) -> str:
-    """The one line an operator reads for a decision (`Decision.reason_text`, from the payload)."""
-    payload = payload or {}
-    status = payload.get("status")
-    if status == "rejected":
-        return payload.get("error") or "rejected"
-    if status == "scheduled":
-        return f"scheduled on {payload.get('node')}"
-    total = payload.get("nodes_failed") or 0
-    if not total:
-        return "0/0 nodes are available: no GPU nodes"
-    reasons = payload.get("reasons") or {}
-    return f"0/{total} nodes are available: " + ", ".join(f"{reasons[r]} {r}" for r in sorted(reasons))
+    """The one line an operator reads for a stored decision: `decision.verdict` of the decision
+    the payload was written from, so it says what `Pod.reason` says."""
+    return verdict(Decision.read_back(payload))
 
 
 def explained(payload: Payload | None, tenants: Tenants | None = None) -> dict:
@@ -565,6 +598,7 @@ def decision_path(payload: Payload | None, tenants: Tenants | None = None) -> di
     return {
         "pod": payload,
         "status": payload.get("status") or "unknown",
+        "summary": summary_of(payload) if payload else "",
         "policy": policy,
         "steps": chain_steps(policy) if policy else [],
         "containers": [container_path(c, policy) for c in payload.get("containers") or []],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from .encoding import VENDOR, pairs_to_links
 
@@ -124,6 +125,12 @@ class Node:
     taints: list[dict] = field(default_factory=list)
     unschedulable: bool = False
     allocatable: dict[str, object] = field(default_factory=dict)
+    #: The job a planning cycle holds this node for (`Scheduler.reserve`), "" when none: no
+    #: other pod is placed on it until it is released. Planning's state, never the cluster's.
+    reserved_for: str = ""
+    #: What the pods on it hold (`noderules.accounting.NodeHeld`: cpu, memory, pods, ports,
+    #: their labels), changed only through that module; None until a pod is counted on it.
+    held: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.cards.sort(key=lambda card: card.index)

@@ -73,6 +73,7 @@ class NodeIndex:
         "fail_entries",
         "reasons",
         "carriers",
+        "messages",
         "multiplicity",
         "values",
         "near",
@@ -93,6 +94,8 @@ class NodeIndex:
         self.fail_entries: list[tuple[str, NodeFailure]] = []
         self.reasons: dict[str, int] = {}  # reason -> its count summed over the failed nodes
         self.carriers: dict[str, int] = {}  # reason -> how many failed nodes name it
+        #: a node rule's words (`noderules.RuleFailure.messages`) -> how many failed nodes say them
+        self.messages: dict[str, int] = {}
         self.multiplicity: dict[float, int] = {}  # sign x score -> fitting nodes with it
         self.values: list[float] = []  # the distinct sign x scores, sorted
         self.near: set[float] = set()  # values whose next value is less than 1e-9 above
@@ -109,11 +112,14 @@ class NodeIndex:
         self._fail_names = None
         reasons: dict[str, int] = {}
         carriers: dict[str, int] = {}
+        messages: dict[str, int] = {}
         for _, failure in self.fail_entries:
             for reason, n in failure.reasons.items():
                 reasons[reason] = reasons.get(reason, 0) + n
                 carriers[reason] = carriers.get(reason, 0) + 1
-        self.reasons, self.carriers = reasons, carriers
+            for message in getattr(failure, "messages", ()):
+                messages[message] = messages.get(message, 0) + 1
+        self.reasons, self.carriers, self.messages = reasons, carriers, messages
         multiplicity: dict[float, int] = {}
         for value, _ in fit:
             multiplicity[value] = multiplicity.get(value, 0) + 1
@@ -148,7 +154,7 @@ class NodeIndex:
                 for reason, n in failure.reasons.items():
                     reasons[reason] = reasons.get(reason, 0) + n * nodes
                     carriers[reason] = carriers.get(reason, 0) + nodes
-        self.reasons, self.carriers = reasons, carriers
+        self.reasons, self.carriers, self.messages = reasons, carriers, {}
         if len(values):
             starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
             distinct = values[starts]
@@ -197,6 +203,8 @@ class NodeIndex:
             for reason, n in failure.reasons.items():
                 reasons[reason] = reasons.get(reason, 0) + n
                 carriers[reason] = carriers.get(reason, 0) + 1
+            for message in getattr(failure, "messages", ()):
+                self.messages[message] = self.messages.get(message, 0) + 1
             return
         value = self.sign * verdict.score
         key = (value, name)
@@ -236,6 +244,13 @@ class NodeIndex:
                     reasons[reason] -= n
                 else:  # no failed node names it any more (a count may be 0: a node without cards)
                     del carriers[reason], reasons[reason]
+            messages = self.messages
+            for message in getattr(failure, "messages", ()):
+                left = messages[message] - 1
+                if left:
+                    messages[message] = left
+                else:
+                    del messages[message]
             return
         value = self.sign * verdict.score
         keys = self.fit_keys

@@ -104,7 +104,7 @@ def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
     if not isinstance(pod.containers, list) or not pod.containers:
         raise PodInvalid("containers", "a pod needs at least one container")
     policy = parse_policy(pod.annotations, config)
-    if "gang-spread" in policy.filters:
+    if any(f.needs_gang for f in policy.active_filters):
         policy = replace(policy, gang=_gang_of(pod))
     apps = parse_containers(pod.containers, "containers", config.resources)
     inits = parse_containers(pod.init_containers, "initContainers", config.resources)

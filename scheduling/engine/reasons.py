@@ -16,6 +16,31 @@ NUMA_NOT_FIT = "NumaNotFit"
 NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 ALLOCATED_INSUFFICIENT = "AllocatedCardsInsufficientRequest"
 NODE_NOT_READY = "NodeNotReady"
+#: A healthy node a planning cycle holds for a job that has waited longest (`Scheduler.reserve`).
+NODE_RESERVED = "NodeReserved"
+
+#: SPEC 10: kube-scheduler's filters, each named after the plugin it mirrors, in the order a
+#: node is checked; a node refused by one counts once under it (nodes, not cards).
+NODE_UNSCHEDULABLE = "NodeUnschedulable"
+NODE_NAME = "NodeName"
+TAINT_TOLERATION = "TaintToleration"
+NODE_AFFINITY = "NodeAffinity"
+NODE_PORTS = "NodePorts"
+NODE_RESOURCES_FIT = "NodeResourcesFit"
+POD_TOPOLOGY_SPREAD = "PodTopologySpread"
+INTER_POD_AFFINITY = "InterPodAffinity"
+NODE_RULES = (
+    NODE_UNSCHEDULABLE,
+    NODE_NAME,
+    TAINT_TOLERATION,
+    NODE_AFFINITY,
+    NODE_PORTS,
+    NODE_RESOURCES_FIT,
+    POD_TOPOLOGY_SPREAD,
+    INTER_POD_AFFINITY,
+)
+#: A pod held by scheduling gates (KEP-3521) is not tried: pending with this reason alone.
+SCHEDULING_GATED = "SchedulingGated"
 
 #: Every code above: the only reasons the engine writes into a decision's counts.
 CODES = frozenset(
@@ -34,5 +59,8 @@ CODES = frozenset(
         NODE_INSUFFICIENT_DEVICE,
         ALLOCATED_INSUFFICIENT,
         NODE_NOT_READY,
+        NODE_RESERVED,
+        *NODE_RULES,
+        SCHEDULING_GATED,
     }
 )

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from .errors import PodInvalid
 from .model import ResourceDefaults
+
+if TYPE_CHECKING:
+    import numpy as np
 
 GPU = "nvidia.com/gpu"
 GPUMEM = "nvidia.com/gpumem"
@@ -23,6 +27,8 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 _WITH_UNIT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)\s*[A-Za-z]+")
 #: The most cores a container can be given: a whole card.
 WHOLE_CARD_CORES = 100
+#: A card's MiB, one card's (int) or a numpy column of many.
+CardMemory = TypeVar("CardMemory", int, "np.ndarray")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,12 @@ class ContainerAsk:
     memory_percentage: int
     cores: int
     warnings: tuple[tuple[str, str], ...] = ()
+
+    def memory_on(self, card_memory: CardMemory) -> CardMemory | int:
+        """MiB one vGPU of this container takes on a card of `card_memory` MiB (SPEC 2): the
+        fixed ask, else its percentage of the card rounded down (integer arithmetic, so a
+        numpy column of card MiB gives each card's figure, the same as card by card)."""
+        return self.memory if self.memory is not None else card_memory * self.memory_percentage // 100
 
 
 def _as_int(value, where: str, what: str, label: str) -> int:

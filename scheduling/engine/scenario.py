@@ -8,9 +8,17 @@ from pathlib import Path
 import yaml
 
 from .batch.scenario import parse_groups, parse_queues, run_batch_scenario, wants_batch
-from .encoding import links_to_pairs
+from .encoding import ALLOCATED, decode_allocation, links_to_pairs
 from .errors import Problems, ScenarioError
-from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults
+from .kubefields import (
+    node_field_problems,
+    node_fields,
+    pod_field_problems,
+    pod_spec_fields,
+    running_pod_problems,
+)
+from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults, RunningPod
+from .noderules.accounting import account_running
 from .scheduler import Scheduler
 
 #: The largest integer a scenario may carry: beyond 64 bits (1e300 is a whole float) a number
@@ -150,16 +158,17 @@ def parse_node(raw, where: str) -> Node:
     if not isinstance(ready, bool):
         found.note(f"{where}.ready", f"must be true or false, got {ready!r}")
     annotations = found.check(_strings, raw.get("annotations"), f"{where}.annotations")
-    labels = found.check(_strings, raw.get("labels"), f"{where}.labels")
+    for field, message in node_field_problems(raw, where):
+        found.note(field, message)
     found.raise_any()
     assert isinstance(name, str)
     return Node(
         name=name.strip(),
         cards=cards,
         annotations=annotations,
-        labels=labels,
         ready=ready,
         links=links_to_pairs(given),
+        **node_fields(raw),
     )
 
 
@@ -191,9 +200,10 @@ def parse_config(raw) -> ClusterConfig:
 
 
 def parse_pod_entry(raw, where: str) -> PodSpec:
-    """The envelope of a pod. Bad resource values are left for the engine, which rejects the
-    pod (SPEC 9: a rejected pod is not a file error); raises ScenarioProblems with every bad
-    field of the envelope."""
+    """The envelope of a pod and its Kubernetes fields (SPEC 10, `engine.kubefields`). Bad GPU
+    resource values are left for the engine, which rejects the pod (SPEC 9: a rejected pod is
+    not a file error); raises ScenarioProblems with every bad field of the envelope and every
+    malformed Kubernetes field (a cpu request `"4 cores"`, an unknown operator)."""
     if not isinstance(raw, dict):
         raise ScenarioError(where, "a pod must be an object")
     found = Problems()
@@ -210,11 +220,96 @@ def parse_pod_entry(raw, where: str) -> PodSpec:
     if not isinstance(inits, list):
         found.note(f"{where}.initContainers", "must be a list of containers")
     annotations = found.check(_dict, raw.get("annotations"), f"{where}.annotations")
+    for field, message in pod_field_problems(raw, where):
+        found.note(field, message)
     found.raise_any()
     assert isinstance(name, str) and isinstance(containers, list)
     return PodSpec(
-        name=name, namespace=namespace, annotations=annotations, containers=containers, init_containers=inits
+        name=name,
+        namespace=namespace,
+        annotations=annotations,
+        containers=containers,
+        init_containers=inits,
+        **pod_spec_fields(raw),
     )
+
+
+def parse_running_pod(raw, where: str, nodes: dict[str, Node]) -> RunningPod:
+    """One pod someone else bound (SPEC 10 `running`): its node must be in the scenario, and a
+    `hami.io/vgpu-devices-allocated` it carries must decode and name that node's cards.
+    Raises ScenarioProblems with every bad field."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(where, "a running pod must be an object")
+    found = Problems()
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        found.note(f"{where}.name", "required: a non-empty string")
+    namespace = raw.get("namespace", "default")
+    if not isinstance(namespace, str) or not namespace:
+        found.note(f"{where}.namespace", "must be a non-empty string")
+    node = raw.get("node")
+    if not isinstance(node, str) or not node:
+        found.note(f"{where}.node", "required: the name of the node it runs on")
+    elif node not in nodes:
+        found.note(f"{where}.node", f"no node {node!r} in the scenario")
+    annotations = found.check(_strings, raw.get("annotations"), f"{where}.annotations") or {}
+    for field, message in running_pod_problems(raw, where):
+        found.note(field, message)
+    allocated = annotations.get(ALLOCATED)
+    if allocated is not None and isinstance(node, str) and node in nodes:
+        found.check(_held_cards, allocated, f"{where}.annotations", nodes[node])
+    found.raise_any()
+    assert isinstance(name, str) and isinstance(node, str)
+    return RunningPod(
+        name=name,
+        node=node,
+        namespace=namespace,
+        labels=dict(raw.get("labels") or {}),
+        affinity=raw.get("affinity") or None,
+        containers=list(raw.get("containers") or []),
+        init_containers=list(raw.get("initContainers") or []),
+        annotations=annotations,
+    )
+
+
+def _held_cards(allocated: str, where: str, node: Node) -> None:
+    """The allocation annotation decodes and names only cards of `node`."""
+    try:
+        containers = decode_allocation(allocated)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}.{exc.where}", exc.message) from None
+    found = Problems()
+    uuids = {card.uuid for card in node.cards}
+    for ci, cards in enumerate(containers):
+        for uuid, memory, cores in cards:
+            at = f"{where}.{ALLOCATED}[{ci}]"
+            if uuid not in uuids:
+                found.note(at, f"{uuid!r} is not a card of node {node.name!r}")
+            if memory < 0 or cores < 0:
+                found.note(at, f"{uuid!r}: MEM and CORES must be >= 0")
+    found.raise_any()
+
+
+def parse_running(raw, nodes: dict[str, Node]) -> list[RunningPod]:
+    """The scenario's `running` pods; raises ScenarioProblems with every bad entry's fields."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ScenarioError("running", "must be a list of pods")
+    found = Problems()
+    running: list[RunningPod] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(raw):
+        pod = found.check(parse_running_pod, entry, f"running[{i}]", nodes)
+        if pod is None:
+            continue
+        if pod.key in seen:
+            found.note(f"running[{i}].name", f"{pod.key!r} repeats running[{seen[pod.key]}]")
+            continue
+        seen[pod.key] = i
+        running.append(pod)
+    found.raise_any()
+    return running
 
 
 def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
@@ -249,11 +344,17 @@ def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
             owner[card.uuid] = node.name
     raw_pods = raw["pods"] if isinstance(raw.get("pods"), list) else []
     pods = [found.check(parse_pod_entry, pod, f"pods[{i}]") for i, pod in enumerate(raw_pods)]
+    by_name = {node.name: node for node in nodes if node is not None}
+    running = found.check(parse_running, raw.get("running"), by_name)
     if wants_batch(raw):
         found.check(parse_queues, raw.get("queues"))
         found.check(parse_groups, raw.get("groups"))
     found.raise_any()
-    return Cluster(nodes), config, pods
+    cluster = Cluster(nodes, running or [])
+    for pod, exc in account_running(cluster):  # checked above: a miss here is a rule out of step
+        found.note(f"running[{cluster.running.index(pod)}].{exc.field}", exc.message)
+    found.raise_any()
+    return cluster, config, pods
 
 
 def _json_error(where: str, exc: json.JSONDecodeError) -> ScenarioError:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
@@ -45,7 +46,10 @@ from .errors import PodInvalid
 from .evaluate import NodeVerdict, evaluate_alone, evaluate_node, evaluate_unpinned
 from .model import TOUCHES, Cluster, ClusterConfig, Node, PodSpec
 from .nodeindex import NodeIndex
+from .noderules import PLAIN, RULES, Footprint, NodeRules, RuleFailure, accounting, refusals
+from .noderules.prefer import rank as prefer_rank
 from .pod import ParsedPod, describe_policy, parse_pod
+from .reasons import SCHEDULING_GATED
 
 
 def _checked_keep(keep) -> int | None:
@@ -62,12 +66,14 @@ class ShapeTable:
     """What is cached for one pod shape: node verdicts per node version (those of the last
     sweep as its columns, `base`), and a `NodeIndex` per node policy (sign) built from them."""
 
-    __slots__ = ("verdicts", "base", "indexes")
+    __slots__ = ("verdicts", "base", "indexes", "rules")
 
-    def __init__(self) -> None:
+    def __init__(self, rules: NodeRules = PLAIN) -> None:
         self.verdicts: dict[str, tuple[int, NodeVerdict]] = {}
         self.base: Swept | None = None
         self.indexes: dict[float, NodeIndex] = {}
+        #: the pod's per-node rules (SPEC 10), checked before any card
+        self.rules = rules
 
     def verdict(self, node: Node, inits: list, apps: list, policy, alone=None) -> NodeVerdict:
         """The node's verdict at its version: cached, from the last sweep, or evaluated now
@@ -77,6 +83,14 @@ class ShapeTable:
         cached = self.verdicts.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
+        rules = self.rules
+        refused = None
+        if not rules.plain or node.unschedulable or node.taints or node.allocatable:
+            refused = rules.refuse(node)
+        if refused is not None:
+            verdict = NodeVerdict(False, failure=refused)
+            self.verdicts[name] = (version, verdict)
+            return verdict
         base = self.base
         i = base.position.get(name) if base is not None else None
         if i is not None and base is not None and base.versions[i] == version:
@@ -124,6 +138,13 @@ class Scheduler:
         self._columns: CardColumns | None = None
         self._columns_position = 0
         self._uniform_memory = all(len({card.memory for card in node.cards}) <= 1 for node in cluster.nodes)
+        #: per node, its pods' footprints with required anti-affinity (they may refuse any
+        #: newcomer, SPEC 10), kept up to date from the touch log like the card columns
+        self._holders: dict[str, list] | None = None
+        self._holders_position = 0
+        #: what each pod decided here holds of a node once assumed, by pod key
+        self._footprints: dict[str, Footprint] = {}
+        self._last_rules: tuple[ParsedPod | None, NodeRules] = (None, PLAIN)
 
     def _shape_key(self, parsed: ParsedPod) -> tuple:
         """With one GPU container whose MiB per card is the same on every card of a node, the
@@ -134,12 +155,16 @@ class Scheduler:
             return parsed.fit_shape
         return parsed.shape
 
-    def _index_for(self, parsed: ParsedPod, sign: float) -> NodeIndex:
+    def _index_for(self, parsed: ParsedPod, sign: float, rules: NodeRules = PLAIN) -> NodeIndex:
         """The shape's node index under this node policy, brought up to date: only the nodes
         touched since it last looked are re-checked (their verdicts re-evaluated when their
         version moved); a full pass when it is new, when the cluster's node count changed, or
-        when the touch log dropped what it would need."""
-        table = self._cached(self._verdicts, self._shape_key(parsed), ShapeTable)
+        when the touch log dropped what it would need. `rules`: the pod's per-node rules
+        (SPEC 10), part of the shape: a node they refuse gets their failure, not its cards'."""
+        shape = self._shape_key(parsed)
+        if not rules.plain:
+            shape = (shape, rules.key)
+        table = self._cached(self._verdicts, shape, lambda: ShapeTable(rules))
         index = table.indexes.get(sign)
         if index is None:
             index = table.indexes[sign] = NodeIndex(sign)
@@ -160,6 +185,7 @@ class Scheduler:
                 swept = sweep_pinned(self._columns_now(), nodes, inits, apps, policy)
             table.base = swept
             index.rebuild_swept(swept)
+            self._refuse_swept(table, index, nodes)
             return index
         changed, index.position = touched
         if changed:
@@ -182,7 +208,7 @@ class Scheduler:
         stale = []
         for node in nodes:
             cached = verdicts.get(node.name)
-            if cached is None or cached[0] != node.version:
+            if (cached is None or cached[0] != node.version) and table.rules.refuse(node) is None:
                 stale.append(node)
         if len(stale) < self.RESWEEP_NODES:
             return
@@ -193,6 +219,22 @@ class Scheduler:
         for i, (node, row) in enumerate(zip(stale, rows, strict=True)):
             if versions[row] == node.version:  # its columns hold this version (else evaluated)
                 verdicts[node.name] = (node.version, swept.verdict(i))
+
+    @staticmethod
+    def _refuse_swept(table: ShapeTable, index: NodeIndex, nodes: list[Node]) -> None:
+        """After a sweep (cards only), the nodes the pod's per-node rules refuse take the rule's
+        failure instead. A pod without any of the fields is refused only by a cordon, a taint
+        or a full pod count, so only nodes that carry one are checked for it."""
+        rules = table.rules
+        if rules.plain:
+            nodes = [node for node in nodes if node.unschedulable or node.taints or node.allocatable]
+        verdicts = table.verdicts
+        for node in nodes:
+            refused = rules.refuse(node)
+            if refused is not None:
+                verdict = NodeVerdict(False, failure=refused)
+                verdicts[node.name] = (node.version, verdict)
+                index.update(node.name, verdict)
 
     def _columns_now(self) -> CardColumns:
         """The cluster's card columns, with the rows of the nodes touched since last time rewritten."""
@@ -283,7 +325,7 @@ class Scheduler:
                 if len(others) >= keep:
                     break
                 node = by_name[name]
-                if bool(node.ready) == ready and name not in carriers:
+                if (node.ready and not node.reserved_for) == ready and name not in carriers:
                     others.append(node)
         measured += [self._closeness_of(table, node, parsed) for node in others]
         never = None
@@ -328,6 +370,7 @@ class Scheduler:
         started = time.perf_counter()
         try:
             parsed = parse_pod(pod, self.config)
+            rules = NodeRules.of(pod)
         except PodInvalid as exc:
             decision = Decision(
                 name=pod.name,
@@ -340,21 +383,47 @@ class Scheduler:
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
             return decision, None
-        decision = self._decide_parsed(pod, parsed, bound)
+        if rules.gated:  # not tried: it holds nothing and is counted nowhere
+            decision = Decision(
+                name=pod.name,
+                namespace=pod.namespace,
+                status=PENDING,
+                policy=parsed.policy.as_dict(),
+                nodes_fit=0,
+                nodes_failed=0,
+                reasons={SCHEDULING_GATED: 1},
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+            return decision, parsed
+        decision = self._decide_parsed(pod, parsed, bound, rules)
         decision.duration_ms = (time.perf_counter() - started) * 1000
         return decision, parsed
 
-    def _decide_parsed(self, pod: PodSpec, parsed: ParsedPod, keep: int | None) -> Decision:
+    def _decide_parsed(
+        self, pod: PodSpec, parsed: ParsedPod, keep: int | None, rules: NodeRules = PLAIN
+    ) -> Decision:
         policy = parsed.policy
         sign = -1.0 if policy.node_policy == "binpack" else 1.0
-        index = self._index_for(parsed, sign)
-        if keep is None:
-            ranking = list(index.ranking())
-            failed = list(index.fail_entries)
-        else:  # the best `keep` and the first `keep` by name; the counts below stay exact
-            ranking = index.ranking(keep)
-            failed = index.fail_entries[:keep]
-        reasons = dict(index.reasons)
+        index = self._index_for(parsed, sign, rules)
+        self._last_rules = (parsed, rules)
+        holders = self._holders_for(rules)
+        counted = {code: n for code, n in index.carriers.items() if code not in RULES}
+        counted.update(index.messages)
+        if holders or rules.dynamic or rules.prefers:
+            ranking, failed, reasons, refused = self._other_pods(index, rules, holders, counted)
+            fit_count, fail_count = len(ranking), len(failed)
+            if keep is not None:
+                ranking, failed = ranking[:keep], failed[:keep]
+        else:
+            fit_count, fail_count = len(index.fit_keys), len(index.fail_entries)
+            if keep is None:
+                ranking = list(index.ranking())
+                failed = list(index.fail_entries)
+            else:  # the best `keep` and the first `keep` by name; the counts below stay exact
+                ranking = index.ranking(keep)
+                failed = index.fail_entries[:keep]
+            reasons = dict(index.reasons)
+            refused = set()
         decision = Decision(
             name=pod.name,
             namespace=pod.namespace,
@@ -362,9 +431,10 @@ class Scheduler:
             policy=policy.as_dict(),
             node_ranking=ranking,
             node_failures=failed,
-            nodes_fit=len(index.fit_keys),
-            nodes_failed=len(index.fail_entries),
+            nodes_fit=fit_count,
+            nodes_failed=fail_count,
             reasons=reasons,
+            node_reasons=counted,
             warnings=[
                 f"{where}: {message}" for where, messages in parsed.warnings().items() for message in messages
             ],
@@ -374,16 +444,124 @@ class Scheduler:
             decision.status = SCHEDULED
             decision.node = node.name
             decision.containers, decision.init_containers = self._explain(node, parsed)
+            self._footprints[pod.key] = rules.footprint(pod.key)
         elif failed:
-            decision.closest, decision.never = self.closest(parsed, index.fail_names)
+            decision.node_failures = failed = self._with_hints(failed, rules)
+            names = index.fail_names
+            if refused or any(code in RULES for code in index.carriers):
+                # only the nodes refused by their cards can come close
+                names = [
+                    name
+                    for name, failure in index.fail_entries
+                    if not isinstance(failure, RuleFailure) and name not in refused
+                ]
+            if names:
+                decision.closest, decision.never = self.closest(parsed, names)
         return decision
+
+    def _with_hints(self, failed: list, rules: NodeRules) -> list:
+        """A pending decision's kept failures, those of the node rules with what would make
+        each node pass (`NodeRules.hints`)."""
+        by_name = self.cluster.by_name
+        out = []
+        for name, failure in failed:
+            if isinstance(failure, RuleFailure) and not failure.hints:
+                failure = replace(failure, hints=rules.hints(by_name[name], failure))
+            out.append((name, failure))
+        return out
+
+    def _other_pods(
+        self, index: NodeIndex, rules: NodeRules, holders: list, counted: dict[str, int]
+    ) -> tuple[list, list, dict[str, int], set[str]]:
+        """The decision's lists when other pods matter (SPEC 10): `PodTopologySpread` and
+        `InterPodAffinity` refuse, among the nodes the per-node rules passed, those they
+        refuse (each moves from its card verdict to the rule's failure, in `counted` too), and
+        preferences order the fitting nodes (`prefer.rank`). Costs the cluster, for the few
+        pods that have these. Returns the whole ranking and failures, the reasons, and the
+        nodes these rules refused."""
+        ranking = list(index.ranking())
+        refused_names: set[str] = set()
+        failed = list(index.fail_entries)
+        reasons = dict(index.reasons)
+        by_name = self.cluster.by_name
+        nodes = self.cluster.nodes
+        if holders or rules.dynamic:
+            candidates = [by_name[name] for name, _ in ranking]
+            candidates += [by_name[name] for name, failure in failed if not isinstance(failure, RuleFailure)]
+            refused = refusals(rules, nodes, candidates, holders)
+            refused_names = set(refused)
+            if refused:
+                ranking = [entry for entry in ranking if entry[0] not in refused]
+                moved = []
+                for name, failure in failed:
+                    if name in refused:
+                        for code, n in failure.reasons.items():
+                            reasons[code] -= n
+                            counted[code] -= 1
+                            if not counted[code]:
+                                del counted[code], reasons[code]
+                        failure = refused.pop(name)
+                        _count(reasons, counted, failure)
+                    moved.append((name, failure))
+                for name, failure in refused.items():  # fitting nodes the rules refuse
+                    _count(reasons, counted, failure)
+                    moved.append((name, failure))
+                moved.sort(key=lambda entry: entry[0])
+                failed = moved
+        if rules.prefers and len(ranking) > 1:
+            ranking = prefer_rank(rules, ranking, by_name, nodes)
+        return ranking, failed, reasons, refused_names
+
+    def _holders_for(self, rules: NodeRules) -> list:
+        """(node, footprint) of the pods whose required anti-affinity selects this pod."""
+        holders = self._anti_holders()
+        if not holders:
+            return []
+        by_name = self.cluster.by_name
+        return [
+            (by_name[name], footprint)
+            for name, footprints in holders.items()
+            for footprint in footprints
+            if any(term.matches(rules.namespace, rules.labels) for term in footprint.anti_affinity)
+        ]
+
+    def _anti_holders(self) -> dict[str, list]:
+        """Per node, its footprints with required anti-affinity: all nodes once, then the
+        touched ones."""
+        holders = self._holders
+        touched = TOUCHES.since(self._holders_position) if holders is not None else None
+        nodes = self.cluster.nodes
+        if holders is None or touched is None:
+            self._holders_position = TOUCHES.position
+            self._holders = holders = {}
+            changed = nodes
+        else:
+            moved, self._holders_position = touched
+            by_name = self.cluster.by_name
+            changed = [
+                by_name[name] for ident, name in moved if name in by_name and id(by_name[name]) == ident
+            ]
+        for node in changed:
+            held = node.held
+            found = [fp for fp in held.pods.values() if fp.anti_affinity] if held is not None else []
+            if found:
+                holders[node.name] = found
+            else:
+                holders.pop(node.name, None)
+        return holders
 
     def failed_names(self, parsed: ParsedPod) -> list[str]:
         """Every node `parsed` fails on now, by name: what a decision kept to `keep` entries
         leaves out, for callers that search them all (preemption). Right after the pod was
-        decided its index is up to date, so no node is evaluated again; the list is a copy."""
+        decided its index is up to date, so no node is evaluated again; the list is a copy.
+        The node rules are those of the pod decided last with this `parsed` (`rules_of`)."""
         sign = -1.0 if parsed.policy.node_policy == "binpack" else 1.0
-        return list(self._index_for(parsed, sign).fail_names)
+        return list(self._index_for(parsed, sign, self.rules_of(parsed)).fail_names)
+
+    def rules_of(self, parsed: ParsedPod) -> NodeRules:
+        """The node rules of the pod last decided with `parsed` (PLAIN for another)."""
+        last, rules = self._last_rules
+        return rules if last is parsed else PLAIN
 
     def _explain(
         self, node: Node, parsed: ParsedPod
@@ -448,6 +626,9 @@ class Scheduler:
                 card.used_slots += 1
                 card.used_memory += device.memory
                 card.used_cores += device.cores
+        footprint = self._footprints.get(f"{decision.namespace}/{decision.name}")
+        if footprint is not None:  # its cpu, memory, pod slot, ports and labels (SPEC 10)
+            accounting.add(node, footprint, touch=False)
         node.touch()
 
     def unassume(self, decision: Decision) -> None:
@@ -463,9 +644,40 @@ class Scheduler:
                 card.used_slots -= 1
                 card.used_memory -= device.memory
                 card.used_cores -= device.cores
+        accounting.remove(node, f"{decision.namespace}/{decision.name}", touch=False)
         node.touch()
+
+    def reserve(self, name: str, for_job: str) -> bool:
+        """Hold node `name` for `for_job` (a job's key, `ns/name`): until `release`, no pod is
+        placed on it and its decisions read `NodeReserved` there, while the node itself stays
+        ready. False, and nothing held, when the node is unknown or held already."""
+        node = self.cluster.by_name.get(name)
+        if node is None or node.reserved_for or not for_job:
+            return False
+        node.reserved_for = for_job
+        node.touch()
+        return True
+
+    def release(self, name: str) -> None:
+        """Undo `reserve`: the node takes pods again (a node not held is left as it is)."""
+        node = self.cluster.by_name.get(name)
+        if node is not None and node.reserved_for:
+            node.reserved_for = ""
+            node.touch()
+
+    @property
+    def reserved(self) -> dict[str, str]:
+        """The nodes held now, each with the job it is held for."""
+        return {node.name: node.reserved_for for node in self.cluster.nodes if node.reserved_for}
 
     def schedule(self, pod: PodSpec) -> Decision:
         decision = self.decide(pod)
         self.assume(decision)
         return decision
+
+
+def _count(reasons: dict[str, int], counted: dict[str, int], failure: RuleFailure) -> None:
+    """Add one node refused by a rule to a decision's reasons and node counts."""
+    reasons[failure.rule] = reasons.get(failure.rule, 0) + 1
+    for message in failure.messages:
+        counted[message] = counted.get(message, 0) + 1

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from .decision import SCHEDULED, Decision
-from .errors import ScenarioError
+from .errors import Problems, ScenarioError
 from .model import Card, Cluster, ClusterConfig, Node, PodSpec
 from .scenario import parse_pod_entry
 from .scheduler import Scheduler
@@ -203,8 +203,9 @@ MAX_PODS = 200
 
 
 def parse_whatif(raw: object) -> tuple[list[PodSpec], Edits]:
-    """`{"pods": [pod, ...], "edits": {...}}` (pods in the shape of a submission); a bad
-    part raises ScenarioError naming it (`pods[1].containers`, `edits.cordon[0]`)."""
+    """`{"pods": [pod, ...], "edits": {...}}` (pods in the shape of a scenario's, with their
+    Kubernetes fields, SPEC 10); bad parts raise ScenarioProblems naming each
+    (`pods[1].containers`, `pods[0].tolerations[0].effect`, `edits.cordon[0]`)."""
     if not isinstance(raw, Mapping):
         raise ScenarioError("", "a what-if must be an object with pods and optional edits")
     unknown = sorted(set(raw) - {"pods", "edits"})
@@ -215,4 +216,8 @@ def parse_whatif(raw: object) -> tuple[list[PodSpec], Edits]:
         raise ScenarioError("pods", "required: a non-empty list of pods")
     if len(pods) > MAX_PODS:
         raise ScenarioError("pods", f"at most {MAX_PODS} pods")
-    return [parse_pod_entry(pod, f"pods[{i}]") for i, pod in enumerate(pods)], parse_edits(raw.get("edits"))
+    found = Problems()
+    parsed = [found.check(parse_pod_entry, pod, f"pods[{i}]") for i, pod in enumerate(pods)]
+    edits = found.check(parse_edits, raw.get("edits"))
+    found.raise_any()
+    return [pod for pod in parsed if pod is not None], edits

@@ -5,6 +5,7 @@ equal to that sum, written only in the transaction that writes the allocations.
 """
 
 from .batch import NamespaceQuota, PodGroup, Queue
+from .bound import BoundPod
 from .cluster import INT32_MAX, CapacityVersion, Card, CardUsage, Node
 from .config import SchedulerConfig
 from .events import Event, record_event
@@ -16,6 +17,7 @@ from .samples import UsageSample, apply_retention, take_sample
 __all__ = [
     "INT32_MAX",
     "Allocation",
+    "BoundPod",
     "CapacityVersion",
     "Card",
     "CardUsage",

@@ -7,11 +7,16 @@ vGPU a container asks, times its count), `gpumem` (MiB granted, summed over ever
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
 from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES
+
+if TYPE_CHECKING:
+    from .pods import Pod
 
 
 class Queue(models.Model):
@@ -139,6 +144,9 @@ class PodGroup(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     running_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: The member pods, where a page of groups read them together (not a column:
+    #: `api.views.batch.groups_with_members`); absent otherwise.
+    members: list[Pod]
 
     class Meta:
         ordering = ["namespace", "name"]

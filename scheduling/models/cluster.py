@@ -46,8 +46,16 @@ class Node(models.Model):
     ready = models.BooleanField(default=True)
     not_ready_reason = models.TextField(blank=True, default="", db_default="")
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    #: Kubernetes node fields (SPEC 10), in the API's own forms: `{key, value, effect}` taints,
+    #: `spec.unschedulable`, and resource name -> quantity as given (`"4"`, `"16Gi"`).
+    taints = models.JSONField(default=list, blank=True)
+    unschedulable = models.BooleanField(default=False, db_default=False)
+    allocatable = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    #: The cards of another node a report named, refused (set by `services.report_inventory` on
+    #: the node it returns; not a column).
+    refused: list[dict]
 
     objects = NodeQuerySet.as_manager()
 

@@ -108,6 +108,14 @@ class Pod(models.Model):
     )
     containers = models.JSONField(default=list)
     init_containers = models.JSONField(default=list, blank=True)
+    scheduling = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Kubernetes scheduling fields in the API's forms (SCHEDULING_FIELDS), those given only",
+    )
+    gated = models.BooleanField(
+        default=False, db_default=False, help_text="has scheduling gates: never tried until they go"
+    )
     priority = models.IntegerField(default=0)
     status = models.CharField(max_length=16, choices=STATUSES, default=PENDING)
     node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="pods")
@@ -135,7 +143,7 @@ class Pod(models.Model):
             models.Index(
                 fields=["-priority", "submitted_at", "id"],
                 name="pod_pending_queue",
-                condition=Q(status="pending", parked=False),
+                condition=Q(status="pending", parked=False, gated=False),
             ),
             models.Index(fields=["status", "-updated_at"], name="pod_status_recent"),
         ]
@@ -155,7 +163,13 @@ class Pod(models.Model):
             containers=self.containers,
             init_containers=self.init_containers,
             uid=self.uid,
+            labels=self.labels if isinstance(self.labels, dict) else {},
+            **spec_fields(self.scheduling),
         )
+
+    @property
+    def gate_names(self) -> list[str]:
+        return gate_names(self.scheduling)
 
     @classmethod
     def split_key(cls, key: str) -> tuple[str, str]:
@@ -167,6 +181,50 @@ class Pod(models.Model):
     def latest_decision(self) -> models.Model | None:
         """The newest decision (one query; none when read through `Pod.objects.latest_decisions`)."""
         return self.decisions.order_by("-id").first()
+
+
+#: The Kubernetes scheduling fields a pod may carry (SPEC 10), by their API names, and the
+#: `PodSpec` attribute each fills; stored in `Pod.scheduling` as given.
+SCHEDULING_FIELDS = {
+    "nodeName": "node_name",
+    "nodeSelector": "node_selector",
+    "affinity": "affinity",
+    "tolerations": "tolerations",
+    "topologySpreadConstraints": "topology_spread_constraints",
+    "schedulingGates": "scheduling_gates",
+}
+#: The reason a gated pod shows instead of a decision (kube-scheduler's name).
+SCHEDULING_GATED = "SchedulingGated"
+
+
+def gate_names(scheduling) -> list[str]:
+    """The names of a pod's scheduling gates (`schedulingGates: [{name}]`). A malformed gate
+    still gates (its text stands for its name): a pod is never tried by mistake."""
+    gates = scheduling.get("schedulingGates") if isinstance(scheduling, dict) else None
+    if not isinstance(gates, list):
+        return []
+    return [str(gate.get("name", gate)) if isinstance(gate, dict) else str(gate) for gate in gates]
+
+
+def gated_reason(names: list[str]) -> str:
+    """The one-line reason of a gated pod (`Pod.reason`)."""
+    return f"waiting for scheduling gates: {', '.join(names)}"
+
+
+def spec_fields(scheduling) -> dict:
+    """`PodSpec` keyword arguments from a stored `Pod.scheduling` (API forms kept as given;
+    the engine judges them). A value of the wrong shape is passed as stored only where the
+    engine reads a dict or list anyway; a missing field is left at PodSpec's default."""
+    if not isinstance(scheduling, dict):
+        return {}
+    found: dict = {}
+    for api_name, attribute in SCHEDULING_FIELDS.items():
+        if api_name not in scheduling or scheduling[api_name] is None:
+            continue
+        found[attribute] = scheduling[api_name]
+    if "scheduling_gates" in found:
+        found["scheduling_gates"] = gate_names(scheduling)
+    return found
 
 
 class Allocation(models.Model):

@@ -49,7 +49,11 @@ def broker_problem() -> str | None:
             return f"redis unreachable: {type(exc).__name__}"
         return None
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
-    folders = {options.get("data_folder_in"), options.get("data_folder_out")} - {None}
+    folders = {
+        folder
+        for folder in (options.get("data_folder_in"), options.get("data_folder_out"))
+        if folder is not None
+    }
     for folder in sorted(folders):
         try:
             Path(folder).mkdir(parents=True, exist_ok=True)

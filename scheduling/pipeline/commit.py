@@ -40,7 +40,8 @@ from scheduling.engine.model import cordoned_uuids
 
 from ..dbretry import retry_on_conflict
 from ..models import Allocation, CapacityVersion, Card, Cycle, Decision, Eviction, Nomination, Pod, PodGroup
-from . import preemption
+from . import preemption, rowlocks
+from .nodecheck import NodeLedger, cards_to_lock, limited_nodes
 from .observe import record_commit
 from .options import option
 from .plan import Attempt, CyclePlan, CycleReport
@@ -83,11 +84,8 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
     """SELECT ... FOR UPDATE on the cards, by primary key (the deadlock-free order)."""
     if not pks:
         return {}
-    rows = (
-        Card.objects.select_for_update(of=("self",), no_key=True)
-        .filter(pk__in=pks)
-        .order_by("pk")
-        .values_list("pk", "present", "node__name", "node__ready", "node__annotations", *CARD_VALUES)
+    rows = rowlocks.lock_cards(Card.objects.filter(pk__in=pks), of_self=True).values_list(
+        "pk", "present", "node__name", "node__ready", "node__annotations", *CARD_VALUES
     )
     cards = {}
     for pk, present, node, ready, node_annotations, *values in rows:
@@ -108,6 +106,8 @@ class Held:
     nominated: dict[int, list[tuple[int, int, int]]]  # card pk -> (pod id, MiB, cores)
     victims: dict[int, list[tuple[str, int, int, int]]]  # victim pod -> (card uuid, pk, MiB, cores)
     added: dict[int, list[int]]
+    #: The limited nodes' cpu, memory, pods and host ports, read under lock (`nodecheck`).
+    nodes: NodeLedger | None = None
 
     @classmethod
     def empty(cls) -> Held:
@@ -137,7 +137,12 @@ def recheck(
         if ask is not None
         for device in container.devices
     ]
-    return _fits(attempt, decision.node, grants, cards, added, held or Held.empty(), None)
+    mine, why = _fits(attempt, decision.node, grants, cards, added, held or Held.empty(), None)
+    if mine is not None and held is not None and held.nodes is not None:
+        refused = held.nodes.admit(attempt)  # node resources (SPEC 10), after the cards fit
+        if refused:
+            return None, refused
+    return mine, why
 
 
 def recheck_nomination(
@@ -145,7 +150,7 @@ def recheck_nomination(
 ):
     """A preemption's grants per card pk if they fit once its victims are gone, else (None, why).
     The victims must still hold, unevicted, what the plan saw on the cards it saw."""
-    preemption = attempt.decision.preemption or {}
+    preemption = attempt.decision.preemption
     freed: dict[int, list[int]] = {}
     for victim_id, _kind, _why, _node, planned in attempt.victims:
         holdings = held.victims.get(victim_id)
@@ -156,8 +161,8 @@ def recheck_nomination(
         for _, pk, memory, cores in holdings:
             total = freed.setdefault(pk, [0, 0, 0])
             total[0], total[1], total[2] = total[0] + 1, total[1] + memory, total[2] + cores
-    grants = [tuple(grant) for grant in preemption.get("grants", ())]
-    mine, why = _fits(attempt, preemption.get("node"), grants, cards, added, held, freed)
+    node = preemption.node if preemption is not None else None
+    mine, why = _fits(attempt, node, grants_held(attempt), cards, added, held, freed)
     if mine is None or not attempt.moves:
         return mine, why
     for victim_id, home in attempt.moves:  # each moved tenant's new home, held before it moves
@@ -177,6 +182,12 @@ def recheck_nomination(
                 return None, f"the new home of victim {victim_id} ({uuid}) is taken"
             own[0], own[1], own[2] = own[0] + 1, own[1] + memory, own[2] + cores
     return mine, ""
+
+
+def grants_held(attempt: Attempt) -> list[tuple[str, int, int]]:
+    """The (card uuid, MiB, cores) a preempting pod is nominated to; none for other pods."""
+    preemption = attempt.decision.preemption
+    return list(preemption.grants) if preemption is not None else []
 
 
 def _fits(attempt: Attempt, node, grants, cards, added, held: Held, freed):
@@ -291,10 +302,9 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         )
         locked = {
             pk: (status, parked, revision, attempts)
-            for pk, status, parked, revision, attempts in Pod.objects.select_for_update(no_key=True)
-            .filter(pk__in=sorted({a.pod_id for a in plan.attempts} | victim_ids))
-            .order_by("pk")
-            .values_list("pk", "status", "parked", "revision", "attempts")
+            for pk, status, parked, revision, attempts in rowlocks.lock_pods(
+                Pod.objects.filter(pk__in=sorted({a.pod_id for a in plan.attempts} | victim_ids))
+            ).values_list("pk", "status", "parked", "revision", "attempts")
         }
         victims = {pk: locked.pop(pk) for pk in victim_ids if pk in locked}
         fresh: list[Attempt] = []
@@ -319,7 +329,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 card_ids[grant[0]]
                 for attempt in fresh
                 if attempt.victims
-                for grant in (attempt.decision.preemption or {}).get("grants", ())
+                for grant in grants_held(attempt)
                 if grant[0] in card_ids
             }
             | {
@@ -330,8 +340,11 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 if grant[0] in card_ids
             }
         )
+        limited = limited_nodes(fresh, snapshot)  # their cards all locked: commits there take turns
+        wanted = sorted(set(wanted) | cards_to_lock(limited, snapshot))
         cards = lock_cards(wanted)
         held = Held(preemption.nominated_usage(wanted, now), victim_holdings(victims), {})
+        held.nodes = NodeLedger.read(limited, fresh)
         added: dict[int, list[int]] = {}
         verdicts = recheck_all(fresh, cards, added, held)
         outcomes: list[tuple[Attempt, str, str]] = [(a, *verdicts[id(a)]) for a in fresh]
@@ -398,7 +411,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 report.placed.append((attempt.key, decision.node, decision.allocated or ""))
             elif outcome == Decision.CONFLICT:
                 what = (
-                    f"preemption on {(decision.preemption or {}).get('node')}"
+                    f"preemption on {decision.preemption.node if decision.preemption else None}"
                     if attempt.victims
                     else f"placement on {decision.node}"
                 )
@@ -494,7 +507,9 @@ def recheck_all(
                 verdicts[id(attempt)] = _kept(attempt)
             continue
         trial = {pk: list(used) for pk, used in added.items()}
-        trial_held = Held(held.nominated, held.victims, {pk: list(used) for pk, used in held.added.items()})
+        trial_held = Held(
+            held.nominated, held.victims, {pk: list(used) for pk, used in held.added.items()}, held.nodes
+        )
         kept, missed = [], []
         for member in members:
             mine, why = _recheck_one(member, cards, trial, trial_held)
@@ -583,7 +598,7 @@ def write_preemptions(cycle_id: int, outcomes, cards: dict[str, LockedCard], now
                     created_at=now,
                 )
             )
-        holders = [(attempt.pod_id, (attempt.decision.preemption or {}).get("grants", ())), *attempt.moves]
+        holders = [(attempt.pod_id, grants_held(attempt)), *attempt.moves]
         for pod_id, grants in holders:
             for uuid, memory, cores in grants:
                 nominations.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 from django.utils import timezone
 
@@ -31,11 +32,13 @@ from scheduling.engine.batch.jobs import (
     Member,
     held_decision,
 )
-from scheduling.engine.batch.preempt import Preemptor
+from scheduling.engine.batch.preempt import Preemptor, Tenant
 from scheduling.engine.batch.queues import DEFAULT_QUEUE, QueueBook
-from scheduling.engine.decision import REJECTED
+from scheduling.engine.chain import gang_filter_names
+from scheduling.engine.decision import REJECTED, Evicted
 from scheduling.engine.pod import describe_policy
 from scheduling.models import CapacityVersion, PodGroup
+from scheduling.models.pods import spec_fields
 
 from . import preemption
 from .batch import GangState, load_book, load_gangs, load_namespace_book
@@ -156,45 +159,50 @@ def plan_jobs(rows, gangs, book, namespaces, snapshot: Snapshot, scheduler: Sche
             )
         )
         attempts[-1].victims = [
-            (t.ref, v["kind"], v["why"], t.node, v["cards"]) for t, v in victims_of(outcome)
+            (cast(int, t.ref), v.kind, v.why, t.node, v.cards) for t, v in victims_of(outcome)
         ]
         attempts[-1].moves = moves_of(outcome)
-        preempting = outcome.decision.preemption or {}
-        if rules.dry_run and preempting.get("dry_run"):
-            log.info("dry run: %s %s", outcome.member.spec.key, preempting.get("message"))
+        preempting = outcome.decision.preemption
+        if rules.dry_run and preempting is not None and preempting.dry_run:
+            log.info("dry run: %s %s", outcome.member.spec.key, preempting.message)
     return attempts, nominated
 
 
 COL = {name: i for i, name in enumerate(POD_COLUMNS)}
 
 
-def victims_of(outcome):
-    """(tenant, its entry in the decision's `preemption.victims`) per victim of an outcome."""
-    if not outcome.victims:
+def victims_of(outcome) -> list[tuple[Tenant, Evicted]]:
+    """(tenant, its victim in the decision's `preemption.victims`) per victim of an outcome."""
+    preemption = outcome.decision.preemption
+    if not outcome.victims or preemption is None:
         return []
-    entries = {entry["pod"]: entry for entry in outcome.decision.preemption["victims"]}
-    return [(tenant, entries[tenant.key]) for tenant in outcome.victims]
+    by_pod = {victim.pod: victim for victim in preemption.victims}
+    return [(tenant, by_pod[tenant.key]) for tenant in outcome.victims]
 
 
 def moves_of(outcome) -> list[tuple[int, list[tuple[str, int, int]]]]:
     """(pod id, grants at its new home) per tenant an outcome moves (consolidation)."""
-    if not outcome.victims:
+    preemption = outcome.decision.preemption
+    if not outcome.victims or preemption is None:
         return []
     refs = {tenant.key: tenant.ref for tenant in outcome.victims}
-    return [
-        (refs[move["pod"]], [tuple(grant) for grant in move["grants"]])
-        for move in outcome.decision.preemption.get("moves", ())
-    ]
+    return [(refs[move.pod], list(move.grants)) for move in preemption.moves or ()]
 
 
 def uses_gang_spread(rows, config) -> bool:
-    """Whether a due pod's chain (its own, or the cluster's) may name `gang-spread`."""
-    if "gang-spread" in config.gpu_scheduler_policy:
+    """Whether a due pod's chain (its own, or the cluster's) may name a filter that reads the
+    pod's group (`Filter.needs_gang`: gang-spread)."""
+    names = gang_filter_names()
+    if any(name in config.gpu_scheduler_policy for name in names):
         return True
-    return any("gang-spread" in str((row[COL["annotations"]] or {}).get(GPU_POLICY, "")) for row in rows)
+    chains = (str((row[COL["annotations"]] or {}).get(GPU_POLICY, "")) for row in rows)
+    return any(name in chain for chain in chains for name in names)
 
 
 def spec_of(row) -> PodSpec:
+    """A due row (POD_COLUMNS) as the engine's pod, with its labels and Kubernetes scheduling
+    fields (SPEC 10, `Pod.scheduling`)."""
+    labels = row[COL["labels"]]
     return PodSpec(
         name=row[COL["name"]],
         namespace=row[COL["namespace"]],
@@ -202,6 +210,8 @@ def spec_of(row) -> PodSpec:
         containers=row[COL["containers"]],
         init_containers=row[COL["init_containers"]],
         uid=row[COL["uid"]],
+        labels=labels if isinstance(labels, dict) else {},
+        **spec_fields(row[COL["scheduling"]]),
     )
 
 
@@ -315,18 +325,25 @@ def gang_verdicts(gangs: dict[int, GangState], attempts: list[Attempt]) -> dict[
         gang = gangs.get(attempt.group_id) if attempt.group_id is not None else None
         if gang is None or gang.pk in changed or gang.phase == PodGroup.FAILED:
             continue
-        batch = attempt.decision.batch or {}
-        if batch.get("reason") == NOT_ENOUGH_PODS:
-            changed[gang.pk] = (PodGroup.PENDING, NOT_ENOUGH_PODS, batch["message"])
-        elif batch.get("reason") in (GANG_UNSCHEDULABLE, QUEUE_LIMIT, NAMESPACE_QUOTA):
-            changed[gang.pk] = (PodGroup.INQUEUE, batch["reason"], batch["message"])
+        hold = attempt.decision.batch
+        if hold is None:
+            continue
+        if hold.reason == NOT_ENOUGH_PODS:
+            changed[gang.pk] = (PodGroup.PENDING, NOT_ENOUGH_PODS, hold.message)
+        elif hold.reason in (GANG_UNSCHEDULABLE, QUEUE_LIMIT, NAMESPACE_QUOTA):
+            changed[gang.pk] = (PodGroup.INQUEUE, hold.reason, hold.message)
     return changed
 
 
 def restricted(snapshot: Snapshot, names: list[str]) -> Cluster:
-    """The snapshot's nodes among `names`; a name hamiadmin does not know is a node without cards."""
+    """The snapshot's nodes among `names`, with the running pods on them; a name hamiadmin
+    does not know is a node without cards."""
     known = snapshot.cluster.by_name
-    return Cluster([known[name] if name in known else EngineNode(name=name) for name in dict.fromkeys(names)])
+    wanted = dict.fromkeys(names)
+    return Cluster(
+        [known[name] if name in known else EngineNode(name=name) for name in wanted],
+        running=[pod for pod in snapshot.cluster.running if pod.node in wanted],
+    )
 
 
 def plan_one(row, names: list[str], trigger: str = "extender filter") -> CyclePlan:

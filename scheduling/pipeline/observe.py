@@ -29,7 +29,7 @@ def attempt_reasons(outcome: str, decision, why: str) -> list[str]:
     if outcome == SCHEDULED:
         return [metrics.NONE]
     if outcome == PENDING and decision.batch is not None:
-        return [metrics.reason_code(decision.batch.get("reason", ""))]
+        return [metrics.reason_code(decision.batch.reason)]
     if outcome == PENDING:
         return sorted({metrics.reason_code(code) for code in decision.reasons}) or [metrics.NO_NODES]
     if outcome == REJECTED:

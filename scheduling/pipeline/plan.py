@@ -31,7 +31,7 @@ class Attempt:
     gang_needed: int = 0
     queue_id: int | None = None  # the leaf queue it was admitted to
     #: The tenants it evicts: (victim pod id, kind, why, node, card uuids); its decision is
-    #: pending (`Preempting`) and `decision.preemption["grants"]` are the cards it is nominated to.
+    #: pending (`Preempting`) and `decision.preemption.grants` are the cards it is nominated to.
     victims: list[tuple[int, str, str, str, list[str]]] = field(default_factory=list)
     #: Tenants it moves (consolidation): (pod id, [(card uuid, MiB, cores)] at the new home).
     moves: list[tuple[int, list[tuple[str, int, int]]]] = field(default_factory=list)

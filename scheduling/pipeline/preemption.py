@@ -22,6 +22,7 @@ from django.utils import timezone
 from scheduling.engine import PodSpec
 from scheduling.engine.batch.jobs import Nominated
 from scheduling.engine.batch.preempt import Rules, Tenant, Tenants, preemptible
+from scheduling.models.pods import spec_fields
 
 from ..models import Allocation, Eviction, Nomination, Pod
 from .options import option
@@ -127,12 +128,23 @@ def movable_specs() -> Callable[[Tenant], PodSpec | None]:
                     annotations=annotations if isinstance(annotations, dict) else {},
                     containers=containers if isinstance(containers, list) else [],
                     init_containers=inits if isinstance(inits, list) else [],
+                    labels=labels if isinstance(labels, dict) else {},
+                    **spec_fields(scheduling),
                 )
-                for pk, namespace, name, annotations, containers, inits in Pod.objects.filter(
+                for pk, namespace, name, annotations, containers, inits, labels, scheduling in Pod.objects.filter(
                     status__in=Pod.BOUND
                 )
                 .exclude(origin=Pod.KUBERNETES)
-                .values_list("pk", "namespace", "name", "annotations", "containers", "init_containers")
+                .values_list(
+                    "pk",
+                    "namespace",
+                    "name",
+                    "annotations",
+                    "containers",
+                    "init_containers",
+                    "labels",
+                    "scheduling",
+                )
             }
         return specs.get(tenant.ref)
 

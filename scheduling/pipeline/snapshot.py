@@ -6,18 +6,24 @@ rows into them, so every cycle (and every worker) sees the cluster the same way.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from django.db.models import Q
+from django.db.models import BooleanField, F, Q, TextField, Value
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
 from scheduling.engine import Cluster, ClusterConfig
 from scheduling.engine import Node as EngineNode
-from scheduling.engine.encoding import links_to_pairs
-from scheduling.models import Allocation, Card, Node, Pod, SchedulerConfig
+from scheduling.engine.encoding import ALLOCATED, links_to_pairs
+from scheduling.engine.model import RunningPod
+from scheduling.engine.noderules import account_running
+from scheduling.models import Allocation, BoundPod, Card, Node, Pod, SchedulerConfig
 
 from .options import option
+
+log = logging.getLogger(__name__)
 
 #: The card columns the engine reads, in `engine_card`'s order: the snapshot and the commit's
 #: re-check under lock build the engine's cards from the same columns.
@@ -35,6 +41,13 @@ ENGINE_CARD_COLUMNS = (
 )
 USED_COLUMNS = ("used_slots", "used_memory", "used_cores")
 CARD_COLUMNS = ("id", "node_id", "links", *ENGINE_CARD_COLUMNS, *USED_COLUMNS)
+#: Where a card row (CARD_COLUMNS) holds `engine_card`'s columns, the usage counters, the
+#: UUID and the links: read by name, so a column added to the row moves them all.
+ENGINE_FIELDS = slice(
+    CARD_COLUMNS.index(ENGINE_CARD_COLUMNS[0]), CARD_COLUMNS.index(ENGINE_CARD_COLUMNS[-1]) + 1
+)
+USED_FIELDS = slice(CARD_COLUMNS.index(USED_COLUMNS[0]), CARD_COLUMNS.index(USED_COLUMNS[-1]) + 1)
+CARD_UUID, CARD_LINKS = CARD_COLUMNS.index("uuid"), CARD_COLUMNS.index("links")
 
 
 def engine_card(values, used=(0, 0, 0)) -> EngineCard:
@@ -67,7 +80,7 @@ class Snapshot:
     card_ids: dict[str, int] = field(default_factory=dict)
 
 
-NODE_COLUMNS = ("id", "name", "labels", "annotations", "ready")
+NODE_COLUMNS = ("id", "name", "labels", "annotations", "ready", "taints", "unschedulable", "allocatable")
 
 
 def current_config() -> ClusterConfig:
@@ -88,19 +101,116 @@ def node_rows():
 
 def engine_node(row, cards) -> EngineNode:
     """An engine node from a row of NODE_COLUMNS and its card rows (CARD_COLUMNS)."""
-    _, name, labels, annotations, ready = row
+    _, name, labels, annotations, ready, taints, unschedulable, allocatable = row
     return EngineNode(
         name=name,
-        cards=[engine_card(card[3:13], card[13:16]) for card in cards],
+        cards=[engine_card(card[ENGINE_FIELDS], card[USED_FIELDS]) for card in cards],
         annotations=annotations if isinstance(annotations, dict) else {},
         labels=labels if isinstance(labels, dict) else {},
         ready=ready,
-        links=links_to_pairs([(card[3], card[2]) for card in cards]),
+        links=links_to_pairs([(card[CARD_UUID], card[CARD_LINKS]) for card in cards]),
+        taints=taints if isinstance(taints, list) else [],
+        unschedulable=bool(unschedulable),
+        allocatable=allocatable if isinstance(allocatable, dict) else {},
     )
 
 
-def build_snapshot(cards, nodes, config: ClusterConfig) -> Snapshot:
-    """A snapshot from rows of CARD_COLUMNS and NODE_COLUMNS (a node without rows has no cards)."""
+#: What `running_pods` reads of each running pod, in `running_pod`'s order: hamiadmin's own
+#: placed pods (their affinity inside `scheduling`, no allocation annotation: their cards
+#: hold them already) and the pods others bound, in one UNION ALL.
+OWN_RUNNING_COLUMNS = (
+    "namespace",
+    "name",
+    "node__name",
+    "labels",
+    "scheduling",
+    "containers",
+    "init_containers",
+    "held",
+    "mine",
+)
+BOUND_RUNNING_COLUMNS = (
+    "namespace",
+    "name",
+    "node_name",
+    "labels",
+    "affinity",
+    "containers",
+    "init_containers",
+    "held",
+    "mine",
+)
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _listing(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _own_rows(node_ids: Iterable[int] | None = None):
+    rows = Pod.objects.filter(status__in=Pod.BOUND, node__isnull=False)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=sorted(set(node_ids)))
+    marks = {"held": Value("", output_field=TextField()), "mine": Value(True, output_field=BooleanField())}
+    return rows.order_by().annotate(**marks).values_list(*OWN_RUNNING_COLUMNS)
+
+
+def _bound_rows():
+    marks = {"held": F("allocated"), "mine": Value(False, output_field=BooleanField())}
+    rows = BoundPod.objects.exclude(phase__in=BoundPod.ENDED).order_by().annotate(**marks)
+    return rows.values_list(*BOUND_RUNNING_COLUMNS)
+
+
+def running_pod(row) -> RunningPod:
+    """A row of OWN_RUNNING_COLUMNS or BOUND_RUNNING_COLUMNS as the engine's `RunningPod`."""
+    namespace, name, node, labels, affinity, containers, init_containers, allocated, mine = row
+    if mine:
+        affinity = _mapping(affinity).get("affinity")  # an own pod's column is `Pod.scheduling`
+    return RunningPod(
+        name=name,
+        node=node,
+        namespace=namespace,
+        labels=_mapping(labels),
+        affinity=affinity if isinstance(affinity, dict) and affinity else None,
+        containers=_listing(containers),
+        init_containers=_listing(init_containers),
+        annotations={ALLOCATED: allocated} if allocated else {},
+    )
+
+
+def own_running(node_ids: Iterable[int] | None = None) -> list[RunningPod]:
+    """hamiadmin's own placed pods (scheduled or running) as `RunningPod`s (`node_ids`: only
+    those nodes' pods): their cpu, memory, pod slot, ports, labels and anti-affinity count on
+    their node. Without their `hami.io/vgpu-devices-allocated`: their cards hold them already."""
+    return [running_pod(row) for row in _own_rows(node_ids)]
+
+
+def running_pods() -> tuple[list[RunningPod], list[RunningPod]]:
+    """`Cluster.running` in one query: (the pods others bound that still hold their node, as
+    `RunningPod`s with HAMi's allocation annotation when they have one; hamiadmin's own placed
+    pods, `own_running`). A pod others bound that hamiadmin placed itself is left out: it
+    counts once, as its own."""
+    bound: list[RunningPod] = []
+    own: list[RunningPod] = []
+    for row in _bound_rows().union(_own_rows(), all=True):
+        (own if row[-1] else bound).append(running_pod(row))
+    mine = {pod.key for pod in own}
+    return [pod for pod in bound if pod.key not in mine], own
+
+
+def count_running(cluster: Cluster) -> None:
+    """Apply `cluster.running` to its nodes (the engine's `account_running`, idempotent): the one
+    place a snapshot does it. A running pod that does not read is left out and logged."""
+    for pod, problem in account_running(cluster):
+        log.warning("running pod %s on %s is not counted: %s", pod.key, pod.node, problem)
+
+
+def build_snapshot(cards, nodes, config: ClusterConfig, running: list[RunningPod] | None = None) -> Snapshot:
+    """A snapshot from rows of CARD_COLUMNS and NODE_COLUMNS (a node without rows has no cards)
+    and the running pods (`running_pods`), counted on their nodes."""
     per_node: dict[int, list] = {}
     card_ids: dict[str, int] = {}
     for row in cards:
@@ -111,7 +221,10 @@ def build_snapshot(cards, nodes, config: ClusterConfig) -> Snapshot:
     for row in nodes:
         engine_nodes.append(engine_node(row, per_node.get(row[0], [])))
         node_ids[row[1]] = row[0]
-    return Snapshot(cluster=Cluster(engine_nodes), config=config, node_ids=node_ids, card_ids=card_ids)
+    cluster = Cluster(engine_nodes, running=list(running or ()))
+    if cluster.running:
+        count_running(cluster)
+    return Snapshot(cluster=cluster, config=config, node_ids=node_ids, card_ids=card_ids)
 
 
 def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
@@ -122,7 +235,8 @@ def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
     is kept so that pods see `NodeNotReady` for it. Cycles keep theirs up to date instead
     (`pipeline.standing`); this reads it whole.
     """
-    return build_snapshot(card_rows(), node_rows(), config or current_config())
+    bound, own = running_pods()
+    return build_snapshot(card_rows(), node_rows(), config or current_config(), [*bound, *own])
 
 
 def mark_gangs(cluster: Cluster) -> None:
@@ -181,16 +295,18 @@ POD_COLUMNS = (
     "group_id",
     "priority",
     "submitted_at",
+    "scheduling",
 )
 
 
 def due_pods(limit: int, now=None):
     """Pending pods in queue order (priority high to low, then submission), skipping parked
-    pods, pods still backing off, and extender pods (placed only when kube-scheduler's filter
-    call offers its nodes). One query; rows as tuples of POD_COLUMNS."""
+    pods, gated pods (never tried until their gates go), pods still backing off, and extender
+    pods (placed only when kube-scheduler's filter call offers its nodes). One query; rows as
+    tuples of POD_COLUMNS."""
     now = now or timezone.now()
     return list(
-        Pod.objects.filter(status=Pod.PENDING, parked=False)
+        Pod.objects.filter(status=Pod.PENDING, parked=False, gated=False)
         .exclude(origin=Pod.EXTENDER)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         .order_by("-priority", "submitted_at", "id")
@@ -200,11 +316,12 @@ def due_pods(limit: int, now=None):
 
 def gang_members(group_ids, but) -> list:
     """The other pending members of gangs `group_ids` (rows of POD_COLUMNS), backing off or
-    not: a gang is tried with all its members as soon as one of them is due."""
+    not: a gang is tried with all its members as soon as one of them is due. A gated member
+    is not: it waits for its gates."""
     if not group_ids:
         return []
     return list(
-        Pod.objects.filter(status=Pod.PENDING, parked=False, group_id__in=sorted(group_ids))
+        Pod.objects.filter(status=Pod.PENDING, parked=False, gated=False, group_id__in=sorted(group_ids))
         .exclude(origin=Pod.EXTENDER)
         .exclude(pk__in=sorted(but))
         .order_by("-priority", "submitted_at", "id")

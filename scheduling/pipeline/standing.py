@@ -15,8 +15,11 @@ What changed is found without trusting every writer to say so:
   touch log.
 
 Counters, health, cordons and readiness are updated in place. Anything else (a card added,
-gone or reshaped, links, a node's labels or annotations, a new node), a touch log that dropped
-entries, a planning error or SNAPSHOT_REBUILD_SECONDS rebuilds it whole. Each process keeps
+gone or reshaped, links, a node's labels, annotations, taints, cordon or allocatable, a new
+node, a pod others bound that came, went or changed), a touch log that dropped entries, a
+planning error or SNAPSHOT_REBUILD_SECONDS rebuilds it whole. hamiadmin's own placed pods
+(`Cluster.running`, for cpu, memory, ports and labels) are read again for every node put back:
+a placement or release changes its cards' counters, which marks the node. Each process keeps
 its own; the commit re-checks under lock whatever a snapshot said, so a stale view costs a
 conflict and another cycle, never an over-commit.
 """
@@ -31,19 +34,23 @@ from contextlib import contextmanager
 from django.db import connection
 
 from scheduling.engine import Scheduler
-from scheduling.engine.model import TOUCHES, cordoned_uuids
-from scheduling.models import Card, Node
+from scheduling.engine.model import TOUCHES, RunningPod, cordoned_uuids
+from scheduling.models import BoundPod, Card, Node
 
 from .options import option
 from .snapshot import (
     CARD_COLUMNS,
     NODE_COLUMNS,
+    USED_FIELDS,
     Snapshot,
     build_snapshot,
     card_rows,
+    count_running,
     current_config,
     load_snapshot,
     node_rows,
+    own_running,
+    running_pods,
 )
 
 #: Card columns kept up to date in place; a change to any other column rebuilds.
@@ -100,6 +107,10 @@ class StandingSnapshot:
         self.cards: dict[int, tuple] = {}  # card id -> row of CARD_COLUMNS
         self.nodes: dict[int, tuple] = {}  # node id -> row of NODE_COLUMNS
         self.horizon: str | None = None  # PostgreSQL: rows before it were read (`_postgres_horizon`)
+        self.bound: list[RunningPod] = []  # the pods others bound, as counted
+        self.own: dict[str, list[RunningPod]] = {}  # node name -> hamiadmin's placed pods on it
+        self.bound_seen: dict[int, object] = {}  # BoundPod id -> updated_at (`_bound_changed`)
+        self.bound_count = 0
         self.position = 0  # where in the touch log the kept nodes were last put back
         self.built_at = 0.0
         self.rebuilds = 0  # whole reads, for tests and the bench
@@ -149,9 +160,14 @@ class StandingSnapshot:
     def rebuild(self, config) -> None:
         # the horizon before the rows: a write landing between them is read again next time
         self.horizon = _postgres_horizon()[0] if connection.vendor == "postgresql" else None
+        self.bound_seen, self.bound_count = self._bound_rows(self.horizon), BoundPod.objects.count()
         self.cards = {row[0]: row for row in card_rows()}
         self.nodes = {row[0]: row for row in node_rows()}
-        self.snapshot = build_snapshot(self.cards.values(), self.nodes.values(), config)
+        self.bound, own = running_pods()
+        self.own = {}
+        for pod in own:
+            self.own.setdefault(pod.node, []).append(pod)
+        self.snapshot = build_snapshot(self.cards.values(), self.nodes.values(), config, [*self.bound, *own])
         self.scheduler = Scheduler(self.snapshot.cluster, config)
         self.position = TOUCHES.position
         self.built_at = time.monotonic()
@@ -180,10 +196,29 @@ class StandingSnapshot:
                 changed[row[0]] = row
         return changed
 
+    @staticmethod
+    def _bound_rows(horizon: str | None) -> dict[int, object]:
+        """BoundPod id -> updated_at: of every row (SQLite), or of those written since `horizon`."""
+        rows = BoundPod.objects.order_by() if horizon is None else written_since(BoundPod, horizon)
+        return dict(rows.values_list("id", "updated_at"))
+
+    def _bound_changed(self) -> bool:
+        """Whether a pod others bound came, went or changed since it was read: the count moved,
+        or a row written since the last horizon is not as it was seen then. Cheap: on
+        PostgreSQL only the rows written since (`xmin`), elsewhere two narrow columns."""
+        count = BoundPod.objects.count()
+        rows = self._bound_rows(self.horizon)
+        changed = count != self.bound_count or any(self.bound_seen.get(pk) != at for pk, at in rows.items())
+        # read after `horizon` was taken: a superset of the rows the next check reads, as seen
+        self.bound_seen, self.bound_count = rows, count
+        return changed
+
     def _apply_changes(self) -> None:
         assert self.snapshot is not None
         postgres = connection.vendor == "postgresql"
         horizon, card_count, node_count = _postgres_horizon() if postgres else (None, None, None)
+        if self._bound_changed():
+            raise Rebuild  # a pod others bound came, went or changed: counted anew
         cards = self._changed_rows(
             self.cards,
             card_rows,
@@ -220,18 +255,35 @@ class StandingSnapshot:
         ids = self.snapshot.node_ids
         for name in dirty:
             self._put_back(cluster.by_name[name], self.nodes[ids[name]])
+        if dirty:
+            self._recount(dirty)
         self.position = TOUCHES.position
+
+    def _recount(self, names: set[str]) -> None:
+        """The running pods of the nodes put back counted again: hamiadmin's own placed pods on
+        them read anew (one query), every running pod applied (`count_running`, idempotent: it
+        adds only what the put-back nodes lost)."""
+        assert self.snapshot is not None
+        ids = self.snapshot.node_ids
+        for name in names:
+            self.own.pop(name, None)
+        for pod in own_running(ids[name] for name in names):
+            self.own.setdefault(pod.node, []).append(pod)
+        cluster = self.snapshot.cluster
+        cluster.running = [*self.bound, *(pod for pods in self.own.values() for pod in pods)]
+        count_running(cluster)
 
     def _put_back(self, node, row) -> None:
         """The node as its rows say: readiness and every card's counters, health and cordon
         (planning's assumed placements, held nominations and marked gangs undone)."""
         node.ready = row[READY]
+        node.held = None  # what pods hold of it: counted again (`_recount`)
         cordoned = cordoned_uuids(node.annotations)
         assert self.snapshot is not None
         card_ids = self.snapshot.card_ids
         for card in node.cards:
             values = self.cards[card_ids[card.uuid]]
-            card.used_slots, card.used_memory, card.used_cores = values[13:16]
+            card.used_slots, card.used_memory, card.used_cores = values[USED_FIELDS]
             card.health = values[HEALTH]
             card.cordoned = values[CORDONED] or card.uuid in cordoned
             card.gangs = ()

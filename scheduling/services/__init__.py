@@ -1,10 +1,11 @@
-"""The write paths: the one place where the API, the admin, the agents and the demo change
-the cluster and the pods, by domain (`inventory`, `pods`, `config`; `simulations` keeps the
-queued simulations). Each validates before it writes (errors name the field and nothing is
-written), writes in one transaction, and asks for a cycle on commit.
+"""The write paths: the one place where the API, the admin, the agents, the Kubernetes watchers
+and the demo change the cluster and the pods, by domain (`inventory`, `pods`, `bound`, `config`,
+`batch`, `evictions`, `actions`, `consistency`; `simulations` keeps the queued simulations),
+one validated writer per model. Each validates before it writes (errors name the field and
+nothing is written), writes in one transaction, and asks for a cycle on commit.
 
-Lock order everywhere (docs/architecture.md, "Lock order"): pods by primary key, then the
-node, then cards by primary key; rows are locked FOR NO KEY UPDATE, since no write here
+Lock order everywhere (docs/architecture.md, "Lock order"; taken only through the helpers of
+`scheduling.pipeline.rowlocks`): pods by primary key, then the node, then cards by primary key; rows are locked FOR NO KEY UPDATE, since no write here
 changes a key, so the key-share locks that foreign-key checks take never wait on them.
 Waking backed-off pods locks pods, so it runs after the commit that freed capacity, in its
 own transaction, never while card locks are held. Every write is retried from the start
@@ -32,15 +33,27 @@ from .batch import (
     create_pod_group,
     create_queue,
     delete_queue,
+    forget_namespace_quotas,
     queue_tree,
+    store_namespace_quota,
+    store_pod_group,
     update_pod_group,
     update_queue,
+    validate_namespace_quota,
     validate_pod_group,
     validate_queue,
 )
+from .bound import BOUND_KEYS, BoundWritten, forget_bound_pods, upsert_bound_pods
 from .config import current_config_view, parse_config_defaults, set_config, validate_config
 from .consistency import Repair, repair_consistency
-from .inventory import CAPACITY_FIELDS, cordon_card, mark_node_not_ready, reassign_card, report_inventory
+from .inventory import (
+    CAPACITY_FIELDS,
+    cordon_card,
+    mark_node_not_ready,
+    reassign_card,
+    report_inventory,
+    set_node_fields,
+)
 from .pods import (
     FINAL_STATUSES,
     ORIGIN_VALUES,
@@ -51,6 +64,7 @@ from .pods import (
     release_pods,
     requeue_placed_pod,
     requeue_pod,
+    set_scheduling_gates,
     spec_hash,
     submit_pod,
     submit_pods,
@@ -58,10 +72,12 @@ from .pods import (
 )
 
 __all__ = [
+    "BOUND_KEYS",
     "CAPACITY_FIELDS",
     "FINAL_STATUSES",
     "OPERATOR_ACTION",
     "ORIGIN_VALUES",
+    "BoundWritten",
     "Drain",
     "QueueNode",
     "Repair",
@@ -75,6 +91,8 @@ __all__ = [
     "delete_pod_by",
     "delete_queue",
     "drain_node",
+    "forget_bound_pods",
+    "forget_namespace_quotas",
     "mark_bound",
     "mark_node_not_ready",
     "over_capacity_text",
@@ -92,12 +110,18 @@ __all__ = [
     "requeueable",
     "running_on",
     "set_config",
+    "set_node_fields",
+    "set_scheduling_gates",
     "spec_hash",
+    "store_namespace_quota",
+    "store_pod_group",
     "submit_pod",
     "submit_pods",
     "update_pod_group",
     "update_queue",
+    "upsert_bound_pods",
     "validate_config",
+    "validate_namespace_quota",
     "validate_pod_group",
     "validate_queue",
     "wake_pending_pods",

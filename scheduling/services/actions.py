@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
 from scheduling.models import Card, Event, Node, Pod, record_event
+from scheduling.pipeline.rowlocks import lock_cards, lock_node
 
 from .inventory import cordon_card
 from .pods import (
@@ -69,8 +70,8 @@ def cordon_node(node_name: str, on: bool, by: str) -> int:
 def _cordon_node_cards(node_name: str, on: bool) -> tuple[int, int]:
     """(cards changed, cards of the node), in one transaction: the node, then its cards."""
     with transaction.atomic():
-        node = Node.objects.select_for_update(no_key=True).get(name=node_name)
-        cards = list(Card.objects.select_for_update(no_key=True).filter(node=node).order_by("pk"))
+        node = lock_node(Node.objects.filter(name=node_name)).get()
+        cards = list(lock_cards(Card.objects.filter(node=node)))
         changed = [card for card in cards if card.cordoned != bool(on)]
         for card in changed:
             card.cordoned = bool(on)

@@ -25,9 +25,12 @@ from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.dbretry import retry_on_conflict
 from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES, Usage, zero
-from scheduling.models import Event, Pod, PodGroup, Queue, record_event
+from scheduling.models import Event, NamespaceQuota, Pod, PodGroup, Queue, record_event
 from scheduling.pipeline.batch import fair_share_book, queue_usage
+from scheduling.pipeline.rowlocks import lock_namespace_quotas, lock_pod_group, lock_queue
 from scheduling.pipeline.triggers import request_cycle
+
+from .pods import capacity_changed
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,10 @@ GROUP_FIELDS = (
     "schedule_timeout_seconds",
     "on_timeout",
 )
+#: What a Kubernetes PodGroup object sets on its row, besides its source and queue.
+READ_GROUP_FIELDS = ("min_member", "min_vgpus", "min_gpumem", "min_gpucores", "schedule_timeout_seconds")
+#: The largest `NamespaceQuota.hard` (a PostgreSQL bigint).
+LARGEST_HARD = 2**63 - 1
 #: Pod statuses that hold or wait for cards: a queue with such pods is in use.
 LIVE_STATUSES = (Pod.PENDING, Pod.SCHEDULED, Pod.RUNNING)
 LIVE_PHASES = (PodGroup.PENDING, PodGroup.INQUEUE, PodGroup.RUNNING)
@@ -178,7 +185,7 @@ def update_queue(name: str, by: str = "", **changes) -> Queue:
     """Change a queue's parent, weight, namespaces or figures. Raises Queue.DoesNotExist,
     ValidationError naming the field."""
     with transaction.atomic():
-        queue = Queue.objects.select_for_update(no_key=True).get(name=name)
+        queue = lock_queue(Queue.objects.filter(name=name)).get()
         changed = _apply_queue(queue, changes)
         if not changed:
             return queue
@@ -194,7 +201,7 @@ def delete_queue(name: str, by: str = "") -> None:
     """Delete an unused leaf queue. Raises Queue.DoesNotExist, ValidationError when it is
     `default`, has children, or holds pods or unfinished jobs."""
     with transaction.atomic():
-        queue = Queue.objects.select_for_update(no_key=True).get(name=name)
+        queue = lock_queue(Queue.objects.filter(name=name)).get()
         if queue.name == DEFAULT_QUEUE:
             raise ValidationError({"name": ["the default queue is never deleted"]})
         children = sorted(queue.children.values_list("name", flat=True))
@@ -265,7 +272,7 @@ def create_pod_group(namespace: str, name: str, by: str = "", **changes) -> PodG
 def update_pod_group(namespace: str, name: str, by: str = "", **changes) -> PodGroup:
     """Change a job's figures or queue. Raises PodGroup.DoesNotExist, ValidationError."""
     with transaction.atomic():
-        group = PodGroup.objects.select_for_update(no_key=True).get(namespace=namespace, name=name)
+        group = lock_pod_group(PodGroup.objects.filter(namespace=namespace, name=name)).get()
         changed = _apply_group(group, changes)
         if not changed:
             return group
@@ -279,6 +286,109 @@ def update_pod_group(namespace: str, name: str, by: str = "", **changes) -> PodG
         by,
     )
     return group
+
+
+@retry_on_conflict
+def store_pod_group(namespace: str, name: str, source: str, queue: str | None = None, **figures) -> bool:
+    """Create or update the row of a pod group read from Kubernetes (a Volcano or scheduler-plugins
+    PodGroup object, `source`); `queue` by name, none when no queue has that name (its pods' own
+    queue or `default` then), `figures` of `READ_GROUP_FIELDS` (those left out stay as they are).
+    Checked by `validate_pod_group` as an operator's job is (a ValidationError naming the field,
+    nothing written); asks for a cycle when anything changed. Not audited: the object is the
+    record. Whether anything was written."""
+    unknown = sorted(set(figures) - set(READ_GROUP_FIELDS))
+    if unknown:
+        raise ValidationError({column: ["not a pod group field read from Kubernetes"] for column in unknown})
+    found = Queue.objects.filter(name=queue).first() if queue else None
+    with transaction.atomic():
+        group = lock_pod_group(PodGroup.objects.filter(namespace=namespace, name=name)).first()
+        created = group is None
+        if group is None:
+            group = PodGroup(namespace=namespace, name=name)
+        wanted = {"source": source, **figures}
+        changed = [column for column, value in wanted.items() if getattr(group, column) != value]
+        for column in changed:
+            setattr(group, column, wanted[column])
+        if group.queue_id != (found.pk if found else None):
+            group.queue = found
+            changed.append("queue")
+        if not created and not changed:
+            return False
+        validate_pod_group(group)
+        if created:
+            group.save()
+            request_cycle(f"pod group {group.key} read")
+        else:
+            group.save(update_fields=[*changed, "updated_at"])
+            request_cycle(f"pod group {group.key} changed")
+    return True
+
+
+def validate_namespace_quota(namespace: str, quota: str, limits: dict[str, int]) -> None:
+    """Raise ValidationError naming each field at fault: the namespace (a Kubernetes name), the
+    quota's name (at most 253 characters), each limit (`hard.<resource>`: one of the queue
+    resources, a whole number from 0)."""
+    errors: dict[str, list[str]] = {}
+    if not isinstance(namespace, str) or not NAME.fullmatch(namespace) or len(namespace) > 63:
+        errors["namespace"] = ["must be a Kubernetes namespace name"]
+    if not isinstance(quota, str) or not quota.strip() or len(quota) > 253:
+        errors["quota"] = ["must be a name of at most 253 characters"]
+    for resource, hard in limits.items():
+        if resource not in RESOURCES:
+            errors[f"hard.{resource}"] = [f"not one of {', '.join(RESOURCES)}"]
+        elif isinstance(hard, bool) or not isinstance(hard, int) or not 0 <= hard <= LARGEST_HARD:
+            errors[f"hard.{resource}"] = [f"must be a whole number from 0 to {LARGEST_HARD}"]
+    if errors:
+        raise ValidationError(errors)
+
+
+@retry_on_conflict
+def store_namespace_quota(
+    namespace: str, quota: str, limits: dict[str, int], keep: frozenset[str] = frozenset()
+) -> bool:
+    """Make the rows of one ResourceQuota object `limits` (resource -> hard); rows of resources
+    in `keep` (entries refused this time) stay as they were, so a typo never lifts a quota.
+    Checked first (`validate_namespace_quota`). Asks for a cycle, after waking the backed-off
+    pods, when anything changed (a looser quota may let pods in). Whether anything was written."""
+    validate_namespace_quota(namespace, quota, limits)
+    changed = False
+    with transaction.atomic():
+        rows = {
+            row.resource: row
+            for row in lock_namespace_quotas(NamespaceQuota.objects.filter(namespace=namespace, quota=quota))
+        }
+        for resource, row in rows.items():
+            if resource not in limits and resource not in keep:
+                row.delete()
+                changed = True
+        for resource, hard in limits.items():
+            found = rows.get(resource)
+            if found is None:
+                NamespaceQuota.objects.create(namespace=namespace, quota=quota, resource=resource, hard=hard)
+                changed = True
+            elif found.hard != hard:
+                found.hard = hard
+                found.save(update_fields=["hard", "updated_at"])
+                changed = True
+        if changed:
+            capacity_changed(f"namespace quota {namespace}/{quota} changed")
+    return changed
+
+
+@retry_on_conflict
+def forget_namespace_quotas(present: set[tuple[str, str]]) -> int:
+    """Delete the rows of every quota not in `present` (namespace, name): its object is gone.
+    The number of rows deleted."""
+    with transaction.atomic():
+        gone = [
+            pk
+            for pk, namespace, quota in NamespaceQuota.objects.values_list("pk", "namespace", "quota")
+            if (namespace, quota) not in present
+        ]
+        if gone:
+            NamespaceQuota.objects.filter(pk__in=gone).delete()
+            capacity_changed("namespace quotas removed")
+    return len(gone)
 
 
 # --- the queue tree, as the API, the pages and the metrics read it ----------------------
@@ -353,14 +463,14 @@ def queue_tree() -> list[QueueNode]:
     jobs = (
         PodGroup.objects.filter(phase__in=LIVE_PHASES).values("queue__name", "phase").annotate(n=Count("id"))
     )
-    for row in jobs.order_by():
-        mine = own.get(row["queue__name"] or DEFAULT_QUEUE)
+    for job in jobs.order_by():
+        mine = own.get(job["queue__name"] or DEFAULT_QUEUE)
         if mine is None:
             continue
-        if row["phase"] == PodGroup.RUNNING:
-            mine.running_jobs += row["n"]
+        if job["phase"] == PodGroup.RUNNING:
+            mine.running_jobs += job["n"]
         else:
-            mine.pending_jobs += row["n"]
+            mine.pending_jobs += job["n"]
     for name, mine in own.items():
         seen: set[str] = set()
         current: str | None = name

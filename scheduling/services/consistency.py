@@ -28,6 +28,7 @@ from scheduling.models import Allocation, Card, Event, Pod, record_event
 from scheduling.models.cluster import over_capacity_text
 from scheduling.ops import metrics
 from scheduling.pipeline import consistency
+from scheduling.pipeline.rowlocks import lock_cards, lock_pods
 
 from .pods import capacity_changed, release_pod, requeue_placed_pod
 
@@ -59,7 +60,7 @@ def _release_ghosts_and_fix_counters(actor: str) -> tuple[list[str], dict[str, l
     now = timezone.now()
     with transaction.atomic():
         ghost_pods = sorted({ghost["pod_id"] for ghost in consistency.ghost_allocations()})
-        pods = list(Pod.objects.select_for_update(no_key=True).filter(pk__in=ghost_pods).order_by("pk"))
+        pods = list(lock_pods(Pod.objects.filter(pk__in=ghost_pods)))
         not_placed = [pod.pk for pod in pods if pod.status not in Pod.BOUND]
         ghosts = list(
             Allocation.objects.filter(active=True, pod_id__in=not_placed).values_list(
@@ -70,7 +71,7 @@ def _release_ghosts_and_fix_counters(actor: str) -> tuple[list[str], dict[str, l
         card_ids = sorted(drifting | {card_id for _, card_id, *_ in ghosts})
         if not card_ids:
             return [], {}
-        cards = list(Card.objects.select_for_update(no_key=True).filter(pk__in=card_ids).order_by("pk"))
+        cards = list(lock_cards(Card.objects.filter(pk__in=card_ids)))
         released: dict[str, list[str]] = {}
         if ghosts:
             Allocation.objects.filter(pk__in=[pk for pk, *_ in ghosts]).update(active=False, released_at=now)

@@ -25,6 +25,7 @@ from scheduling.dbretry import retry_on_conflict
 from scheduling.models import Allocation, Eviction, Nomination, Pod, record_event
 from scheduling.models.events import Event
 from scheduling.pipeline.options import option
+from scheduling.pipeline.rowlocks import lock_evictions
 from scheduling.pipeline.triggers import request_cycle
 
 from .pods import (
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def _preemptor_key(eviction: Eviction) -> str:
-    return eviction.preemptor.key if eviction.preemptor_id else "a pod since deleted"
+    return eviction.preemptor.key if eviction.preemptor is not None else "a pod since deleted"
 
 
 def pending_kube_evictions(limit: int = 50) -> list[Eviction]:
@@ -62,8 +63,7 @@ def _give_up(eviction_id: int, states, state: str, message: str) -> Eviction | N
     refused): the row locked and ended, the preemptor's nominations dropped. None when it was
     not in those states. Runs in the caller's transaction."""
     eviction = (
-        Eviction.objects.select_for_update(of=("self",))
-        .select_related("victim", "preemptor")
+        lock_evictions(Eviction.objects.select_related("victim", "preemptor"))
         .filter(pk=eviction_id, state__in=states)
         .first()
     )
@@ -106,9 +106,7 @@ def _evict_locally(eviction_id: int) -> int:
         if eviction is None or eviction.state != Eviction.REQUESTED:
             return 0
         pod = _pod_for_update(eviction.victim_id)
-        eviction = (
-            Eviction.objects.select_for_update(of=("self",)).select_related("preemptor").get(pk=eviction_id)
-        )
+        eviction = lock_evictions(Eviction.objects.select_related("preemptor")).get(pk=eviction_id)
         if eviction.state != Eviction.REQUESTED:
             return 0
         if pod.status not in Pod.BOUND:

@@ -17,7 +17,9 @@ from scheduling.engine.scenario import parse_node
 from scheduling.models import INT32_MAX, Card, Event, Node, record_event
 from scheduling.models.cluster import over_capacity_text
 from scheduling.ops.metrics import count_claim_refused
+from scheduling.pipeline.rowlocks import lock_cards, lock_node
 
+from .fields import checked_node_fields
 from .pods import capacity_changed
 
 log = logging.getLogger("scheduling.services")
@@ -96,8 +98,21 @@ def _parse_report(node_name, labels, annotations, devices):
 
 
 @retry_on_conflict
-def report_inventory(node_name: str, labels=None, annotations=None, devices=None) -> Node:
+def report_inventory(
+    node_name: str,
+    labels=None,
+    annotations=None,
+    devices=None,
+    *,
+    taints=None,
+    unschedulable=None,
+    allocatable=None,
+) -> Node:
     """An agent's report of its node: upsert the node and its cards, and beat its heart.
+
+    `taints`, `unschedulable` and `allocatable` are the Kubernetes Node's (SPEC 10, API forms:
+    `spec.taints`, `spec.unschedulable`, `status.allocatable`); each left as stored when None
+    (`set_node_fields` changes them alone).
 
     `devices` are SPEC 9 cards without `used` (usage is the scheduler's). Cards missing from
     the report are kept, marked absent: their tenants and history stay, they take no new pods.
@@ -122,10 +137,11 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
     """
     devices = [] if devices is None else devices
     parsed, positions = _parse_report(node_name, labels, annotations, devices)
+    kube_fields = checked_node_fields(taints, unschedulable, allocatable)
     now = timezone.now()
     refused: list[dict] = []
     with transaction.atomic():
-        node = Node.objects.select_for_update(no_key=True).filter(name=parsed.name).first()
+        node = lock_node(Node.objects.filter(name=parsed.name)).first()
         if node is None:
             changed = True
             node = Node.objects.create(
@@ -134,11 +150,15 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
                 annotations=parsed.annotations,
                 ready=True,
                 last_heartbeat=now,
+                **kube_fields,
             )
         else:
             changed = not node.ready or node.annotations != parsed.annotations or node.labels != parsed.labels
+            changed = changed or any(getattr(node, name) != value for name, value in kube_fields.items())
             node.labels, node.annotations, node.ready = parsed.labels, parsed.annotations, True
             node.not_ready_reason, node.last_heartbeat = "", now
+            for name, value in kube_fields.items():
+                setattr(node, name, value)
             node.save(
                 update_fields=[
                     "labels",
@@ -146,15 +166,16 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
                     "ready",
                     "not_ready_reason",
                     "last_heartbeat",
+                    *kube_fields,
                     "updated_at",
                 ]
             )
         existing = {
             card.uuid: card
-            for card in Card.objects.select_for_update(of=("self",), no_key=True)
-            .select_related("node")
-            .filter(Q(node=node) | Q(uuid__in=list(positions)))
-            .order_by("pk")
+            for card in lock_cards(
+                Card.objects.select_related("node").filter(Q(node=node) | Q(uuid__in=list(positions))),
+                of_self=True,
+            )
         }
         foreign = {uuid for uuid, row in existing.items() if row.node_id != node.id}
         # Each taken card's pair scores, both ways, leaving out the cards whose claim is refused.
@@ -164,7 +185,7 @@ def report_inventory(node_name: str, labels=None, annotations=None, devices=None
             device = devices[positions[card.uuid]]
             row = existing.get(card.uuid)
             if card.uuid in foreign:
-                refused.append(_refuse_claim(node.name, row, positions[card.uuid]))
+                refused.append(_refuse_claim(node.name, existing[card.uuid], positions[card.uuid]))
                 continue
             values = {
                 "index": card.index,
@@ -252,13 +273,38 @@ def _refuse_claim(claimant: str, row: Card, position: int) -> dict:
 
 
 @retry_on_conflict
+def set_node_fields(node_name: str, *, taints=None, unschedulable=None, allocatable=None) -> Node | None:
+    """The Kubernetes Node's scheduling fields changed (SPEC 10, API forms): `taints`
+    (`[{key, value, effect}]`), `unschedulable` (`spec.unschedulable`, a cordon) and
+    `allocatable` (resource name -> quantity as given). Each None is left as stored. A change
+    wakes the scheduler (an untaint, uncordon or larger allocatable may let pods in). None
+    for a node hamiadmin does not know (an agent's first report creates it, with these
+    fields). Raises ScenarioError naming the field; then nothing is written.
+
+    Public API: `services.set_node_fields(node_name, taints=..., unschedulable=..., allocatable=...)`.
+    """
+    fields = checked_node_fields(taints, unschedulable, allocatable)
+    with transaction.atomic():
+        node = lock_node(Node.objects.filter(name=node_name)).first()
+        if node is None:
+            return None
+        differs = [name for name, value in fields.items() if getattr(node, name) != value]
+        if differs:
+            for name in differs:
+                setattr(node, name, fields[name])
+            node.save(update_fields=[*differs, "updated_at"])
+            capacity_changed(f"node fields of {node_name}")
+    return node
+
+
+@retry_on_conflict
 def reassign_card(uuid: str, node_name: str, by: str = "") -> Card:
     """An operator moves a card to another node (it was physically moved, or its node was
     rebuilt under another name). Refused while the card has tenants: release them first.
     Audited as an Event. Raises Card.DoesNotExist, Node.DoesNotExist, ValueError."""
     with transaction.atomic():
-        target = Node.objects.select_for_update(no_key=True).get(name=node_name)
-        card = Card.objects.select_for_update(no_key=True).select_related("node").get(uuid=uuid)
+        target = lock_node(Node.objects.filter(name=node_name)).get()
+        card = lock_cards(Card.objects.select_related("node").filter(uuid=uuid)).get()
         if card.node_id == target.id:
             return card
         if card.used_slots:
@@ -285,7 +331,7 @@ def cordon_card(uuid: str, on: bool, by: str = "") -> Card:
     """Keep a card from new allocations (on) or give it back (off). Tenants are untouched.
     Raises Card.DoesNotExist for an unknown UUID."""
     with transaction.atomic():
-        card = Card.objects.select_for_update(no_key=True).get(uuid=uuid)
+        card = lock_cards(Card.objects.filter(uuid=uuid)).get()
         if card.cordoned != bool(on):
             card.cordoned = bool(on)
             card.save(update_fields=["cordoned", "updated_at"])
@@ -302,7 +348,7 @@ def mark_node_not_ready(node_name: str, reason: str) -> Node:
     clears it. A node never seen before is created, not ready."""
     reason = str(reason)[:1000]
     with transaction.atomic():
-        node = Node.objects.select_for_update(no_key=True).filter(name=node_name).first()
+        node = lock_node(Node.objects.filter(name=node_name)).first()
         if node is None:
             return Node.objects.create(name=node_name, ready=False, not_ready_reason=reason)
         if node.ready or node.not_ready_reason != reason:

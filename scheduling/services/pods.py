@@ -7,17 +7,19 @@ Locks the pod first, then the cards its allocations hold, by primary key
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from functools import partial
 from typing import Any
 
 from django.db import DataError, IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Field, Q
 from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
@@ -35,7 +37,11 @@ from scheduling.models import (
     SchedulerConfig,
 )
 from scheduling.models.cluster import over_capacity_text
+from scheduling.models.pods import gate_names, gated_reason, spec_fields
+from scheduling.pipeline.rowlocks import lock_cards, lock_pods
 from scheduling.pipeline.triggers import request_cycle
+
+from .fields import checked_scheduling
 
 ORIGIN_VALUES = tuple(value for value, _ in Pod.ORIGINS)
 FINAL_STATUSES = (Pod.DELETED, Pod.SUCCEEDED, Pod.FAILED)
@@ -54,7 +60,7 @@ def wake_pending_pods(but: int | None = None) -> int:
         backed_off = Pod.objects.filter(status=Pod.PENDING, parked=False, next_attempt_at__isnull=False)
         if but is not None:
             backed_off = backed_off.exclude(pk=but)
-        pks = list(backed_off.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
+        pks = list(lock_pods(backed_off).values_list("pk", flat=True))
         if not pks:
             return 0
         return backed_off.filter(pk__in=pks).update(next_attempt_at=None)
@@ -67,18 +73,35 @@ def capacity_changed(reason: str) -> None:
     request_cycle(reason)
 
 
-def spec_hash(annotations, containers, init_containers, priority, labels=None) -> str:
-    """What a submission asks, as a digest: the same spec again changes nothing. Labels count
-    only when there are some (they name queues and groups), so older digests stay valid."""
+def spec_hash(annotations, containers, init_containers, priority, labels=None, scheduling=None) -> str:
+    """What a submission asks, as a digest: the same spec again changes nothing. Labels and
+    scheduling fields count only when there are some, so older digests stay valid."""
     fields = [annotations, containers, init_containers, priority]
-    if labels:
-        fields.append(labels)
+    if labels or scheduling:
+        fields.append(labels or {})
+    if scheduling:
+        fields.append(scheduling)
     body = json.dumps(fields, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _columns(names) -> list[tuple[Field, str]]:
+    """Pod's fields of these names with their column names; each must be a column (`get_field`
+    also answers the reverse side of a relation)."""
+    found = []
+    for name in names:
+        field = Pod._meta.get_field(name)
+        if not isinstance(field, Field) or field.column is None:
+            raise TypeError(f"Pod.{name} is not a column")
+        found.append((field, field.column))
+    return found
+
+
 def _max_length(field: str) -> int:
-    return Pod._meta.get_field(field).max_length
+    ((column, _),) = _columns([field])
+    if column.max_length is None:
+        raise TypeError(f"Pod.{field} has no maximum length")
+    return column.max_length
 
 
 def _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid) -> None:
@@ -105,8 +128,18 @@ def _check_envelope(namespace, name, annotations, containers, init_containers, p
         raise PodInvalid("containers", f"must be plain JSON: {exc}") from None
 
 
-#: What became of one submission (`Submitted.outcome`).
-CREATED, UPDATED, UNCHANGED, REFUSED = "created", "updated", "unchanged", "refused"
+class WriteOutcome(StrEnum):
+    """What became of one item of a bulk pod write (`Submitted`, `Released`, `BoundWritten`):
+    the API's `outcome` values. REFUSED: the item's `error` names the field; RELEASED and,
+    for a pod that had finished already, UNCHANGED answer `release_pods`."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    REFUSED = "refused"
+    RELEASED = "released"
+
+
 #: The keys an item of `submit_pods` may have: `submit_pod`'s arguments of one pod.
 SUBMISSION_KEYS = (
     "namespace",
@@ -117,6 +150,7 @@ SUBMISSION_KEYS = (
     "priority",
     "uid",
     "labels",
+    "scheduling",
 )
 #: The columns a pod that waits again rewrites: all but its key (`Pod.save()` writes the same).
 REQUEUED_FIELDS = tuple(
@@ -142,6 +176,14 @@ class Submission:
     group: GroupRef | None
     queue: str | None
     parsed: ParsedPod | None
+    scheduling: dict = dataclasses.field(default_factory=dict)
+    #: Not validated (`validate=False`) and its scheduling fields are malformed: stored parked,
+    #: naming the field, so it is never tried (let alone bound) until its spec changes.
+    problem: PodInvalid | None = None
+
+    @property
+    def gates(self) -> list[str]:
+        return gate_names(self.scheduling)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -156,7 +198,7 @@ class Submitted:
     no history: no decisions, evictions or nominations)."""
 
     index: int
-    outcome: str
+    outcome: WriteOutcome
     pod: Pod | None = None
     error: PodInvalid | None = None
     previous_uid: str = ""
@@ -167,7 +209,7 @@ class Submitted:
     def warnings(self) -> dict[str, list[str]]:
         """What the engine accepted but ignores (unknown chain names...), by field."""
         parsed = self.submission.parsed if self.submission is not None else None
-        return parsed.warnings() if parsed is not None and self.outcome != REFUSED else {}
+        return parsed.warnings() if parsed is not None and self.outcome != WriteOutcome.REFUSED else {}
 
 
 def _checked(
@@ -183,6 +225,7 @@ def _checked(
     origin: str,
     labels=None,
     config: ClusterConfig | None = None,
+    scheduling=None,
 ) -> Submission:
     """`submit_pod`'s checks of one pod, before anything is written: raises PodInvalid naming
     the field (ValueError for an unknown `origin`). `config` is read once per batch."""
@@ -197,6 +240,14 @@ def _checked(
     if origin not in ORIGIN_VALUES:
         raise ValueError(f"origin must be one of {', '.join(ORIGIN_VALUES)}, got {origin!r}")
     _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid)
+    problem = None
+    try:
+        scheduling = checked_scheduling(scheduling, containers, init_containers, labels)
+    except PodInvalid as exc:
+        if validate or not isinstance(scheduling, dict):
+            raise
+        problem = exc  # read from Kubernetes: stored parked, naming the field
+        scheduling = {key: value for key, value in scheduling.items() if value is not None}
     spec = PodSpec(
         name=name,
         namespace=namespace,
@@ -204,6 +255,8 @@ def _checked(
         containers=containers,
         init_containers=init_containers,
         uid=uid,
+        labels=labels,
+        **spec_fields(scheduling),
     )
     parsed = parse_pod(spec, config or SchedulerConfig.current()) if validate else None
     try:
@@ -223,10 +276,12 @@ def _checked(
         containers=containers,
         init_containers=init_containers,
         priority=priority,
-        digest=spec_hash(annotations, containers, init_containers, priority, labels),
+        digest=spec_hash(annotations, containers, init_containers, priority, labels, scheduling),
         group=ref,
         queue=named_queue,
         parsed=parsed,
+        scheduling=scheduling,
+        problem=problem,
     )
 
 
@@ -243,6 +298,7 @@ def submit_pod(
     validate: bool = True,
     origin: str = Pod.API,
     labels=None,
+    scheduling=None,
 ) -> Pod:
     """Queue a pod, or update a queued one.
 
@@ -263,6 +319,16 @@ def submit_pod(
     when it is new, and a queue (`engine.batch.queue_ref`); a group's queue wins. A name the
     cycle cannot use (an unknown queue) is stored, and the cycle says so.
 
+    `scheduling` holds the Kubernetes scheduling fields (SPEC 10) by their API names
+    (`nodeName`, `nodeSelector`, `affinity`, `tolerations`, `topologySpreadConstraints`,
+    `schedulingGates`), stored as given in `Pod.scheduling`; containers keep their cpu, memory
+    and extended requests and `ports`. The engine's rules judge them and the labels
+    (`engine.kubefields`): malformed values are refused, FieldProblems naming every field;
+    with `validate=False` the pod is stored parked, naming the first. `scheduling` may also
+    hold `ownerReferences` (`[{apiVersion, kind, name, uid, controller}]`), stored, not used
+    for scheduling yet. A pod with `schedulingGates` is never tried (`Pod.gated`, reason
+    `SchedulingGated`) until they go (`set_scheduling_gates`, or a submission without them).
+
     `submit_pods` is the same for many pods in one transaction.
     """
     submission = _checked(
@@ -276,10 +342,12 @@ def submit_pod(
         validate=validate,
         origin=origin,
         labels=labels,
+        scheduling=scheduling,
     )
     (done,) = _write_atomically([(0, submission)])
     if done.error is not None:
         raise done.error  # judged before anything was written: no group was made for it
+    assert done.pod is not None  # written, since nothing was refused
     return done.pod
 
 
@@ -300,7 +368,7 @@ def submit_pods(items: Iterable, *, validate: bool = True, origin: str = Pod.API
     results, accepted = sort_out(
         list(items),
         lambda item: _checked(**_arguments(item), validate=validate, origin=origin, config=config),
-        lambda index, exc: Submitted(index, REFUSED, error=exc),
+        lambda index, exc: Submitted(index, WriteOutcome.REFUSED, error=exc),
     )
     for done in _write_apart_if_refused(accepted):
         results[done.index] = done
@@ -337,9 +405,10 @@ def named_again(items: list) -> dict[int, PodInvalid]:
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             continue
-        key = item.get("namespace"), item.get("name")
-        if not all(isinstance(part, str) for part in key):
+        namespace, name = item.get("namespace"), item.get("name")
+        if not isinstance(namespace, str) or not isinstance(name, str):
             continue
+        key = (namespace, name)
         first = first_of.setdefault(key, index)
         if first != index:
             again[index] = PodInvalid("name", f"{'/'.join(key)} is item {first} of this batch already")
@@ -373,7 +442,7 @@ def _write_alone(index: int, submission: Submission) -> Submitted:
         why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return Submitted(
             index,
-            REFUSED,
+            WriteOutcome.REFUSED,
             error=PodInvalid("pod", f"the database refused the pod: {why}"),
             submission=submission,
         )
@@ -434,7 +503,7 @@ def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
         try:
             how, free = _judge(pod, submission)
         except PodInvalid as exc:
-            done[index] = Submitted(index, REFUSED, pod, exc, pod.uid, submission)
+            done[index] = Submitted(index, WriteOutcome.REFUSED, pod, exc, pod.uid, submission)
             continue
         judged.append((index, submission, how))
         if free:
@@ -482,20 +551,22 @@ def _judge(pod: Pod, asked: Submission) -> tuple[str, bool]:
 
 def _apply(
     pod: Pod, asked: Submission, how: str, group: PodGroup | None, queue: Queue | None, now
-) -> tuple[str, tuple[str, ...]]:
+) -> tuple[WriteOutcome, tuple[str, ...]]:
     """The judged submission applied to the locked row in memory: the outcome and the
     columns to write."""
     if how == KEEP:
-        return UNCHANGED, ()
+        return WriteOutcome.UNCHANGED, ()
     if how == TAKE_UID:
         pod.uid = asked.uid
-        return UPDATED, ("uid", "updated_at")
+        return WriteOutcome.UPDATED, ("uid", "updated_at")
     if how == RELABEL:
         pod.annotations, pod.labels, pod.spec_hash = asked.annotations, asked.labels, asked.digest
+        pod.scheduling = asked.scheduling
         pod.revision += 1
-        return UPDATED, ("annotations", "labels", "spec_hash", "revision", "updated_at")
+        changed = ("annotations", "labels", "scheduling", "spec_hash", "revision", "updated_at")
+        return WriteOutcome.UPDATED, changed
     replaced = bool(asked.uid and pod.uid and asked.uid != pod.uid)
-    outcome = CREATED if pod.status in Pod.FINISHED else UPDATED
+    outcome = WriteOutcome.CREATED if pod.status in Pod.FINISHED else WriteOutcome.UPDATED
     if pod.status in Pod.FINISHED or replaced:  # a new incarnation
         pod.submitted_at, pod.attempts, pod.node, pod.origin = now, 0, None, asked.origin
         pod.scheduled_at = pod.bound_at = pod.finished_at = None
@@ -505,10 +576,19 @@ def _apply(
     pod.containers, pod.init_containers = asked.containers, asked.init_containers
     pod.group, pod.queue = group, queue
     pod.priority, pod.spec_hash = asked.priority, asked.digest
-    pod.status, pod.parked, pod.next_attempt_at = Pod.PENDING, False, None
-    pod.error = pod.error_field = pod.reason = ""
+    pod.status, pod.next_attempt_at = Pod.PENDING, None
+    pod.scheduling, pod.gated = asked.scheduling, bool(asked.gates)
+    pod.parked, pod.error, pod.error_field, pod.reason = _waiting(asked)
     pod.revision += 1
     return outcome, REQUEUED_FIELDS
+
+
+def _waiting(asked: Submission) -> tuple[bool, str, str, str]:
+    """(parked, error, error_field, reason) of a pod that waits as `asked`: parked naming the
+    field when its scheduling fields are malformed, saying which gates hold it when gated."""
+    if asked.problem is not None:
+        return True, str(asked.problem), asked.problem.field[:300], str(asked.problem)[:1000]
+    return False, "", "", gated_reason(asked.gates) if asked.gates else ""
 
 
 def _placements(accepted: list[tuple[int, Submission]]) -> dict[int, tuple[PodGroup | None, Queue | None]]:
@@ -550,13 +630,15 @@ def _locked_rows(keys: list[tuple[str, str]], *, with_node: bool = False) -> dic
     `with_node` reads their nodes in the same query without locking them."""
     if not keys:
         return {}
-    rows = Pod.objects.select_for_update(no_key=True, of=("self",) if with_node else ())
+    rows = Pod.objects.filter(_named(keys))
     if with_node:
         rows = rows.select_related("node")
-    return {(pod.namespace, pod.name): pod for pod in rows.filter(_named(keys)).order_by("pk")}
+    return {(pod.namespace, pod.name): pod for pod in lock_pods(rows, of_self=with_node)}
 
 
-def _insert(fresh: list[tuple[int, Submission]], placements, now) -> list[Submitted]:
+def _insert(
+    fresh: list[tuple[int, Submission]], placements: dict[int, tuple[PodGroup | None, Queue | None]], now
+) -> list[Submitted]:
     """Insert the pods that had no row, together. Raises _InsertRefused when the database
     refuses them (a concurrent submission created one meanwhile: the unique name), judged by
     `_write_atomically` once the transaction is rolled back: no savepoint around the insert,
@@ -569,7 +651,7 @@ def _insert(fresh: list[tuple[int, Submission]], placements, now) -> list[Submit
     except IntegrityError as exc:
         raise _InsertRefused([submission.key for _, submission in fresh], exc) from exc
     return [
-        Submitted(index, CREATED, pod, submission=submission, inserted=True)
+        Submitted(index, WriteOutcome.CREATED, pod, submission=submission, inserted=True)
         for (index, submission), pod in zip(fresh, pods, strict=True)
     ]
 
@@ -586,9 +668,12 @@ def _new_pod(submission: Submission, group: PodGroup | None, queue: Queue | None
         queue=queue,
         containers=submission.containers,
         init_containers=submission.init_containers,
+        scheduling=submission.scheduling,
+        gated=bool(submission.gates),
         priority=submission.priority,
         spec_hash=submission.digest,
         submitted_at=now,
+        **dict(zip(("parked", "error", "error_field", "reason"), _waiting(submission), strict=True)),
     )
 
 
@@ -602,15 +687,15 @@ def _save(changed: dict[tuple[str, ...], list[Pod]], now) -> None:
         if len(pods) == 1:
             pods[0].save(update_fields=names)
             continue
-        fields = [Pod._meta.get_field(name) for name in names]
-        assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
-        statement = (
-            f"UPDATE {quote(Pod._meta.db_table)} SET {assignments} WHERE {quote(Pod._meta.pk.column)} = %s"
-        )
+        fields = _columns(names)
+        assignments = ", ".join(f"{quote(column)} = %s" for _, column in fields)
+        ((_, key),) = _columns(["id"])
+        statement = f"UPDATE {quote(Pod._meta.db_table)} SET {assignments} WHERE {quote(key)} = %s"
         for pod in pods:
             pod.updated_at = now  # auto_now is applied by save() only
         rows = [
-            [field.get_db_prep_save(getattr(pod, field.attname), connection) for field in fields] + [pod.pk]
+            [field.get_db_prep_save(getattr(pod, field.attname), connection) for field, _ in fields]
+            + [pod.pk]
             for pod in pods
         ]
         with connection.cursor() as cursor:
@@ -664,7 +749,7 @@ def _group_for(namespace: str, ref: GroupRef | None, named_queue: str | None) ->
 def _pod_for_update(pod) -> Pod:
     """`pod` as a Pod, a primary key, or "namespace/name"; locked, its node read in the same
     query (not locked: the lock order takes no node after a pod)."""
-    queryset = Pod.objects.select_for_update(no_key=True, of=("self",)).select_related("node")
+    queryset = lock_pods(Pod.objects.select_related("node"), of_self=True)
     if isinstance(pod, Pod):
         return queryset.get(pk=pod.pk)
     if isinstance(pod, str):
@@ -720,7 +805,7 @@ def _release_allocations_of(pods: list[Pod], now) -> bool:
         total[0] += 1
         total[1] += memory
         total[2] += cores
-    cards = list(Card.objects.select_for_update(no_key=True).filter(pk__in=sorted(freed)).order_by("pk"))
+    cards = list(lock_cards(Card.objects.filter(pk__in=sorted(freed))))
     for card in cards:
         slots, memory, cores = freed[card.pk]
         card.used_slots -= slots
@@ -743,7 +828,9 @@ def _finish(pod: Pod, final_status: str, now) -> None:
     """The pod's row as a release leaves it, in memory: `final_status`, finished now, saying
     where it ran. Its node is read already (`_pod_for_update`, `_locked_rows`)."""
     pod.status, pod.finished_at, pod.next_attempt_at = final_status, now, None
-    pod.reason = f"{final_status} after {'running on ' + pod.node.name if pod.node_id else 'no placement'}"
+    pod.reason = (
+        f"{final_status} after {'running on ' + pod.node.name if pod.node is not None else 'no placement'}"
+    )
     pod.revision += 1
 
 
@@ -780,9 +867,6 @@ def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None =
     return pod
 
 
-#: What became of one item of `release_pods` (`Released.outcome`); UNCHANGED: it had finished
-#: already, REFUSED: `error` names the field.
-RELEASED = "released"
 #: The keys an item of `release_pods` may have: `uid` (optional) releases only that incarnation.
 RELEASE_KEYS = ("namespace", "name", "uid")
 
@@ -793,7 +877,7 @@ class Released:
     names the field; `pod` is the row when there is one, as it is now)."""
 
     index: int
-    outcome: str
+    outcome: WriteOutcome
     pod: Pod | None = None
     error: PodInvalid | None = None
 
@@ -813,7 +897,7 @@ def release_pods(
     or running (`status`), judged under the pod's lock. Raises ValueError for `final_status`."""
     _check_final_status(final_status)
     results, wanted = sort_out(
-        list(items), _release_item, lambda index, exc: Released(index, REFUSED, error=exc)
+        list(items), _release_item, lambda index, exc: Released(index, WriteOutcome.REFUSED, error=exc)
     )
     if wanted:
         for done in _release_together(wanted, final_status, placed_only):
@@ -853,21 +937,21 @@ def _release_together(wanted: list[tuple[int, dict]], final_status: str, placed_
                 done.append(
                     Released(
                         index,
-                        REFUSED,
+                        WriteOutcome.REFUSED,
                         error=PodInvalid("name", f"no pod {asked['namespace']}/{asked['name']}"),
                     )
                 )
             elif asked["uid"] is not None and pod.uid != asked["uid"]:
                 why = f"{pod.key} is another incarnation now (uid {pod.uid!r}); nothing released"
-                done.append(Released(index, REFUSED, pod, PodInvalid("uid", why)))
+                done.append(Released(index, WriteOutcome.REFUSED, pod, PodInvalid("uid", why)))
             elif placed_only and pod.status not in Pod.BOUND:
                 why = f"pod {pod.key} is {pod.status}: only a scheduled or running pod can end {final_status}"
-                done.append(Released(index, REFUSED, pod, PodInvalid("status", why)))
+                done.append(Released(index, WriteOutcome.REFUSED, pod, PodInvalid("status", why)))
             elif pod.status in Pod.FINISHED:
-                done.append(Released(index, UNCHANGED, pod))
+                done.append(Released(index, WriteOutcome.UNCHANGED, pod))
             else:
                 releasing.append(pod)
-                done.append(Released(index, RELEASED, pod))
+                done.append(Released(index, WriteOutcome.RELEASED, pod))
         if not releasing:
             return done
         freed = _release_allocations_of(releasing, now)
@@ -899,7 +983,7 @@ def _groups_after_release(released: list[Pod], now) -> list[PodGroup]:
         members[group_id][pk] = status
     changed: dict[int, PodGroup] = {}
     for pod in released:
-        group = groups.get(pod.group_id)
+        group = groups.get(pod.group_id) if pod.group_id is not None else None
         if group is None:
             continue
         members[group.pk][pod.pk] = pod.status
@@ -1008,4 +1092,61 @@ def requeue_placed_pod(
             now + timedelta(seconds=retry_after) if retry_after > 0 else None,
         )
         request_cycle(f"requeue {pod.key}")
+    return pod
+
+
+@retry_on_conflict
+def set_scheduling_gates(pod, gates, expected_uid: str | None = None) -> Pod | None:
+    """A pod's scheduling gates are now `gates` (`[{name}]`, as `spec.schedulingGates`; empty:
+    all gone). Kubernetes only ever removes gates, and the watcher calls this when it sees them
+    go; a pod whose gates all went is due at once (its back-off cleared, a cycle asked for).
+    A gated pod is never tried: pending, reason `SchedulingGated` (`Pod.gated`). The stored
+    digest follows, so the same spec submitted again changes nothing.
+
+    Only a pending pod changes (a placed or finished one is returned as it is). None when
+    `expected_uid` is given and the row holds another incarnation. Raises PodInvalid naming
+    `schedulingGates`, Pod.DoesNotExist.
+
+    Public API: `services.set_scheduling_gates(pod, gates, expected_uid=None)`; `pod` as a Pod,
+    a primary key or "namespace/name".
+    """
+    gates = [] if gates is None else gates
+    checked = checked_scheduling({"schedulingGates": gates}).get("schedulingGates", [])
+    with transaction.atomic():
+        pod = _pod_for_update(pod)
+        if expected_uid is not None and pod.uid != expected_uid:
+            return None
+        if pod.status != Pod.PENDING:
+            return pod
+        scheduling = dict(pod.scheduling) if isinstance(pod.scheduling, dict) else {}
+        if checked:
+            scheduling["schedulingGates"] = checked
+        else:
+            scheduling.pop("schedulingGates", None)
+        names = gate_names(scheduling)
+        if scheduling == pod.scheduling and pod.gated == bool(names):
+            return pod
+        pod.scheduling, pod.gated = scheduling, bool(names)
+        pod.spec_hash = spec_hash(
+            pod.annotations, pod.containers, pod.init_containers, pod.priority, pod.labels, scheduling
+        )
+        if names:
+            pod.reason = gated_reason(names)
+        elif pod.reason.startswith(gated_reason([])):
+            pod.reason = ""
+        pod.next_attempt_at = None
+        pod.revision += 1
+        pod.save(
+            update_fields=[
+                "scheduling",
+                "gated",
+                "spec_hash",
+                "reason",
+                "next_attempt_at",
+                "revision",
+                "updated_at",
+            ]
+        )
+        if not names:
+            request_cycle(f"scheduling gates of {pod.key} removed")
     return pod

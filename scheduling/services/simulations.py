@@ -21,6 +21,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from enum import StrEnum
 
 from celery import current_app
 from celery.exceptions import SoftTimeLimitExceeded
@@ -32,8 +33,18 @@ from scheduling.engine.scenario import run_scenario
 
 log = logging.getLogger("hamiadmin.simulations")
 
-QUEUED, RUNNING, DONE, FAILED = "queued", "running", "done", "failed"
-STATUSES = (QUEUED, RUNNING, DONE, FAILED)
+
+class SimulationStatus(StrEnum):
+    """Where a queued simulation job is (its state's `status`). The state keeps the plain
+    value (`.value`), so what the cache holds reads the same without this class."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+STATUSES = tuple(status.value for status in SimulationStatus)
 
 
 def option(name: str):
@@ -60,9 +71,10 @@ def measure(raw) -> Work:
     """The work of a scenario as posted; what is not a list counts 0 (the parser refuses it)."""
     if not isinstance(raw, dict):
         return Work(0, 0, 0)
-    nodes = raw.get("nodes") if isinstance(raw.get("nodes"), list) else []
-    pods = raw.get("pods") if isinstance(raw.get("pods"), list) else []
-    cards = sum(
+    listed_nodes, listed_pods = raw.get("nodes"), raw.get("pods")
+    nodes: list = listed_nodes if isinstance(listed_nodes, list) else []
+    pods: list = listed_pods if isinstance(listed_pods, list) else []
+    cards: int = sum(
         len(node["devices"])
         for node in nodes
         if isinstance(node, dict) and isinstance(node.get("devices"), list)
@@ -93,7 +105,7 @@ def submit(raw: dict, top: int | None, owner: int, work: Work) -> dict:
     job = uuid.uuid4().hex
     state = {
         "id": job,
-        "status": QUEUED,
+        "status": SimulationStatus.QUEUED.value,
         "owner": owner,
         "work": work.units,
         "submitted_at": _now(),
@@ -123,7 +135,7 @@ def run(job: str, raw: dict, top: int | None) -> None:
     if state is None:
         log.warning("simulation %s expired before it ran", job)
         return
-    state.update(status=RUNNING, started_at=_now())
+    state.update(status=SimulationStatus.RUNNING.value, started_at=_now())
     _save(job, state)
     try:
         result = run_scenario(raw, top=top)
@@ -131,7 +143,7 @@ def run(job: str, raw: dict, top: int | None) -> None:
         limit = option("SIMULATE_TIME_LIMIT_SECONDS")
         log.warning("simulation %s stopped after %s s (HAMI_SIMULATE_TIME_LIMIT_SECONDS)", job, limit)
         state.update(
-            status=FAILED,
+            status=SimulationStatus.FAILED.value,
             finished_at=_now(),
             error=f"stopped after {limit} s (HAMI_SIMULATE_TIME_LIMIT_SECONDS)",
         )
@@ -139,10 +151,14 @@ def run(job: str, raw: dict, top: int | None) -> None:
         return
     except Exception as exc:  # noqa: BLE001 - the submitter reads why, the log keeps the trace
         log.exception("simulation %s failed", job)
-        state.update(status=FAILED, finished_at=_now(), error=f"{type(exc).__name__}: {exc}"[:1000])
+        state.update(
+            status=SimulationStatus.FAILED.value,
+            finished_at=_now(),
+            error=f"{type(exc).__name__}: {exc}"[:1000],
+        )
         _save(job, state)
         return
-    state.update(status=DONE, finished_at=_now())
+    state.update(status=SimulationStatus.DONE.value, finished_at=_now())
     document = json.dumps({**public(state), "result": result}, separators=(",", ":")).encode()
     state["document"] = gzip.compress(document, compresslevel=5)
     _save(job, state)

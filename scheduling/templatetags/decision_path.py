@@ -72,4 +72,4 @@ def reason_colour(css: str) -> str:
 
 @register.filter
 def stage_words(stage: str) -> str:
-    return explain.STAGE_WORDS.get(stage or "", "")
+    return explain.stage_words(stage)

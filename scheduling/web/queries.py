@@ -29,6 +29,7 @@ from scheduling.filtersets import (
     PodFilterSet,
 )
 from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Eviction, Node, Pod
+from scheduling.models.pods import SCHEDULING_GATED
 from scheduling.models.samples import latest_reasons, top_reason
 from scheduling.pipeline.snapshot import load_snapshot
 from scheduling.services import simulations
@@ -212,15 +213,17 @@ def pending_page(params) -> dict:
     pods = Pod.objects.filter(status=Pod.PENDING).order_by("submitted_at", "id")
     filterset = PendingFilterSet(params, queryset=pods)
     pods = filterset.qs if filterset.is_valid() else pods
-    keyed = list(pods.with_latest_decision().values_list("id", "error", "latest_decision_id"))
-    latest = latest_reasons([decision_id for _, _, decision_id in keyed if decision_id])
+    keyed = list(pods.with_latest_decision().values_list("id", "error", "latest_decision_id", "gated"))
+    latest = latest_reasons([decision_id for _, _, decision_id, _ in keyed if decision_id])
     dominant = {
-        pod_id: top_reason(error, *(latest.get(decision_id) or (None, None, None)))
-        for pod_id, error, decision_id in keyed
+        pod_id: SCHEDULING_GATED  # never tried while gated: no decision says why
+        if gated
+        else top_reason(error, *(latest.get(decision_id) or (None, None, None)))
+        for pod_id, error, decision_id, gated in keyed
     }
     facets = sorted(Counter(dominant.values()).items(), key=lambda item: (-item[1], item[0]))
     chosen = params.get("dominant", "")
-    ids = [pod_id for pod_id, _, _ in keyed if not chosen or dominant[pod_id] == chosen]
+    ids = [pod_id for pod_id, *_ in keyed if not chosen or dominant[pod_id] == chosen]
     page = Paginator(ids, tables.PODS_PER_PAGE).get_page(params.get("page"))
     listed = list(
         Pod.objects.filter(pk__in=list(page.object_list))

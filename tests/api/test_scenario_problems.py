@@ -150,6 +150,24 @@ def test_the_api_answers_400_with_every_problem_keyed_by_where(viewer):
 
 
 @pytest.mark.django_db
+def test_the_api_names_every_malformed_kubernetes_field(viewer):
+    body = {
+        "nodes": [
+            {"name": "n1", "allocatable": {"cpu": "4 cores"}, "devices": [card("A0")]},
+        ],
+        "pods": [pod("p0", tolerations=[{"key": "k", "operator": "Exists", "value": "v"}])],
+        "running": [{"name": "old", "node": "n9", "containers": []}],
+    }
+    answer = simulate(viewer, body)
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {
+        "nodes[0].allocatable.cpu": ["not a quantity: '4 cores'"],
+        "pods[0].tolerations[0].value": ["must be empty when operator is Exists, got 'v'"],
+        "running[0].node": ["no node 'n9' in the scenario"],
+    }
+
+
+@pytest.mark.django_db
 def test_the_api_counts_what_it_does_not_list(viewer):
     body = simulate(viewer, many_broken_pods(MAX_PROBLEMS + 7)).json()
     assert len([key for key in body if key.startswith("pods[")]) == MAX_PROBLEMS

@@ -93,6 +93,16 @@ def test_a_bad_whatif_is_a_400_naming_the_field(cluster, viewer, body, field):
     assert field in answer.json(), answer.json()
 
 
+def test_a_whatif_with_malformed_kubernetes_fields_names_every_one(cluster, viewer):
+    bad = gpu_pod("x", tolerations=[{"key": "k", "effect": "NoRun"}], nodeSelector={"pool": 1})
+    answer = viewer.post("/api/v1/whatif/", {"pods": [gpu_pod("ok"), bad]}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {
+        "pods[1].nodeSelector.pool": ["must be a string, got 1"],
+        "pods[1].tolerations[0].effect": ["must be NoSchedule, PreferNoSchedule or NoExecute, not 'NoRun'"],
+    }
+
+
 def test_whatif_needs_a_role(cluster, client_for):
     assert (
         client_for(None).post("/api/v1/whatif/", {"pods": [gpu_pod("x")]}, format="json").status_code == 401

@@ -9,8 +9,13 @@ kube calls, with the semantics those calls rely on:
 - field selectors on pods (`spec.schedulerName`, `spec.nodeName`, `status.phase`);
 - JSON merge patch of pods, nodes and events, refused with 409 when the patch carries a
   `metadata.resourceVersion` that is no longer current; get of one node;
-- pods/binding (409 when the pod is already bound), events create/patch, and leases
-  get/create/replace (replace refused with 409 on a stale resourceVersion);
+- pods/binding as the real registry runs it: 409 Conflict when the pod is already bound or
+  still has `spec.schedulingGates` (with the real messages); a Binding sets the
+  `PodScheduled=True` condition and clears `status.nominatedNodeName`;
+- pods/status: a merge patch of which only `status` is kept (conditions, nominatedNodeName),
+  refused with 409 on a stale `metadata.resourceVersion`, like the pod itself;
+- events create/patch, and leases get/create/replace (replace refused with 409 on a stale
+  resourceVersion);
 - pods/eviction: the pod is deleted (a DELETED watch event) unless a PodDisruptionBudget a
   test `put` ("poddisruptionbudgets": `spec.selector.matchLabels`, `minAvailable` or
   `maxUnavailable` as counts) has no disruption left: 429 as Kubernetes answers; 500 when
@@ -58,6 +63,12 @@ ROUTES = [
     ("PATCH", r"^/api/v1/nodes/([^/]+)$", "patch_node", ("", "nodes", "patch")),
     ("GET", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "get_pod", ("", "pods", "get")),
     ("PATCH", r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)$", "patch_pod", ("", "pods", "patch")),
+    (
+        "PATCH",
+        r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/status$",
+        "patch_pod_status",
+        ("", "pods/status", "patch"),
+    ),
     (
         "POST",
         r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding$",
@@ -486,6 +497,25 @@ class StandInApiServer:
             obj = self._store("pods", patched)
         handler.send_json(200, obj)
 
+    def patch_pod_status(self, handler, query, body, namespace, name):
+        """The status subresource: only `status` is taken from the patch, as a real server does."""
+        if "merge-patch" not in handler.headers.get("Content-Type", ""):
+            raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
+        with self.lock:
+            current = self._pod(namespace, name)
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                raise Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                )
+            patched = merge_patch(current, {"status": body.get("status") or {}})
+            patched["metadata"].pop("resourceVersion", None)
+            obj = self._store("pods", patched)
+        handler.send_json(200, obj)
+
     def bind_pod(self, handler, query, body, namespace, name):
         target = (body.get("target") or {}).get("name")
         if not target:
@@ -495,12 +525,22 @@ class StandInApiServer:
             uid = (body.get("metadata") or {}).get("uid")
             if uid and uid != current["metadata"]["uid"]:
                 raise Failure(409, "Conflict", "the pod's uid does not match the binding")
+            refused = f'Operation cannot be fulfilled on pods/binding "{name}": pod {name}'
             if current.get("spec", {}).get("nodeName"):
                 raise Failure(
-                    409, "Conflict", f"pod {name} is already assigned to node {current['spec']['nodeName']!r}"
+                    409, "Conflict", f'{refused} is already assigned to node "{current["spec"]["nodeName"]}"'
                 )
+            if current.get("spec", {}).get("schedulingGates"):
+                raise Failure(409, "Conflict", f"{refused} has non-empty .spec.schedulingGates")
             bound = copy.deepcopy(current)
             bound.setdefault("spec", {})["nodeName"] = target
+            status = bound.setdefault("status", {})
+            status.pop("nominatedNodeName", None)
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            status["conditions"] = [
+                *conditions,
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now_stamp()},
+            ]
             bound["metadata"].pop("resourceVersion")
             self._store("pods", bound)
         # What a real API server answers: a Status, which the generated Binding model rejects.

@@ -49,6 +49,12 @@ def every_call(kube, apiserver):
             KubeApi.patch_pod,
             lambda: kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}}),
         ),
+        (
+            KubeApi.patch_pod_status,
+            lambda: kube.patch_pod_status(
+                "default", "p1", {"status": {"conditions": [{"type": "PodScheduled", "status": "False"}]}}
+            ),
+        ),
         (KubeApi.bind_pod, lambda: kube.bind_pod("default", "p1", found["pod"]["metadata"]["uid"], "n1")),
         (KubeApi.evict_pod, lambda: kube.evict_pod("default", "p1", found["pod"]["metadata"]["uid"], 30)),
         (

@@ -8,7 +8,7 @@ import pytest
 
 from kube.agent import KubeAgent
 from kube.api import api_for_host
-from kube.binder import BOUND, Binder
+from kube.binder import Binder, BindOutcome
 from kube.leader import LeaderElector
 from scheduling import services
 from scheduling.models import Event, Pod
@@ -109,7 +109,7 @@ def test_a_last_patch_that_failed_after_mark_bound_is_written_by_the_next_leader
         "POST", "/pods/train/binding", lambda: apiserver.fail("PATCH", r"/pods/train$", 500, times=10)
     )
     result = Binder(kube).bind(row)
-    assert result.outcome == BOUND and "bind-phase not updated" in result.detail
+    assert result.outcome == BindOutcome.BOUND and "bind-phase not updated" in result.detail
     apiserver.injected.clear()
     assert (annotations(apiserver)[PHASE], Pod.objects.get(name="train").status) == (
         "allocating",

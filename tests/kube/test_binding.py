@@ -9,7 +9,7 @@ import pytest
 
 from kube.agent import KubeAgent
 from kube.api import api_for_host
-from kube.binder import BOUND, FAILED, GONE, UNAVAILABLE, Binder
+from kube.binder import Binder, BindOutcome
 from kube.leader import LeaderElector
 from scheduling import services
 from scheduling.models import Card, Pod
@@ -162,7 +162,7 @@ def place(apiserver, name="train") -> Pod:
 def test_a_pod_deleted_before_binding_is_released(kube, apiserver):
     placed = place(apiserver)
     apiserver.delete("pods", "default", "train")
-    assert Binder(kube).bind(placed).outcome == GONE
+    assert Binder(kube).bind(placed).outcome == BindOutcome.GONE
     assert row("train").status == Pod.DELETED
     assert Card.objects.get(uuid="GPU-a-0").used_slots == 0
 
@@ -171,7 +171,7 @@ def test_a_pod_replaced_by_a_new_one_of_the_same_name_is_not_bound(kube, apiserv
     placed = place(apiserver)
     apiserver.delete("pods", "default", "train")
     apiserver.put("pods", pod_object("train"))  # same name, new uid
-    assert Binder(kube).bind(placed).outcome == GONE
+    assert Binder(kube).bind(placed).outcome == BindOutcome.GONE
     assert "nodeName" not in kube_pod(apiserver, "train")["spec"]
 
 
@@ -179,7 +179,7 @@ def test_a_pod_bound_elsewhere_gives_its_cards_back(kube, apiserver):
     placed = place(apiserver)
     apiserver.update("pods", "default", "train", lambda pod: pod["spec"].update(nodeName="other-node"))
     result = Binder(kube).bind(placed)
-    assert result.outcome == FAILED and "other-node" in result.detail
+    assert result.outcome == BindOutcome.FAILED and "other-node" in result.detail
     assert row("train").status == Pod.FAILED
     assert Card.objects.get(uuid="GPU-a-0").used_slots == 0
 
@@ -187,10 +187,10 @@ def test_a_pod_bound_elsewhere_gives_its_cards_back(kube, apiserver):
 def test_no_server_changes_nothing_and_the_next_try_binds(kube, apiserver):
     placed = place(apiserver)
     apiserver.stop()
-    assert Binder(kube).bind(placed).outcome == UNAVAILABLE
+    assert Binder(kube).bind(placed).outcome == BindOutcome.UNAVAILABLE
     assert row("train").status == Pod.SCHEDULED
     apiserver.start()
-    assert Binder(kube).bind(row("train")).outcome == BOUND
+    assert Binder(kube).bind(row("train")).outcome == BindOutcome.BOUND
     assert row("train").status == Pod.RUNNING
 
 
@@ -199,13 +199,13 @@ def test_a_lost_binding_answer_is_recognised_on_retry(kube, apiserver):
     placed = place(apiserver)
     binder = Binder(kube)
     apiserver.update("pods", "default", "train", lambda pod: pod["spec"].update(nodeName="gpu-1"))
-    assert binder.bind(placed).outcome == BOUND
+    assert binder.bind(placed).outcome == BindOutcome.BOUND
     assert apiserver.calls("POST", "/binding") == []
 
 
 def test_leaving_bind_phase_for_hamis_device_plugin(kube, apiserver):
     placed = place(apiserver)
-    assert Binder(kube, complete_phase=False).bind(placed).outcome == BOUND
+    assert Binder(kube, complete_phase=False).bind(placed).outcome == BindOutcome.BOUND
     assert kube_pod(apiserver, "train")["metadata"]["annotations"]["hami.io/bind-phase"] == "allocating"
 
 
@@ -221,7 +221,7 @@ def test_a_waiting_pod_gets_one_failed_scheduling_event_not_one_per_cycle(kube, 
     (event,) = events_for(apiserver, "huge", "FailedScheduling")
     assert event["type"] == "Warning"
     assert event["message"] == (
-        "0/1 nodes are available: 2 NodeInsufficientDevice; asks 5 cards, no node has more than 2: never fits here"
+        "0/1 nodes are available: 1 NodeInsufficientDevice; asks 5 cards, no node has more than 2: never fits here"
     )
     assert event["count"] == 1
     assert len(apiserver.calls("POST", "/events")) == 1
@@ -277,7 +277,7 @@ def test_a_failure_after_the_binding_undoes_nothing(kube, apiserver):
         "POST", "/pods/train/binding", lambda: apiserver.fail("PATCH", r"/pods/train$", 500, times=10)
     )
     result = Binder(kube).bind(placed)
-    assert result.outcome == BOUND and "bind-phase not updated" in result.detail
+    assert result.outcome == BindOutcome.BOUND and "bind-phase not updated" in result.detail
     assert row("train").status == Pod.RUNNING
     assert Card.objects.get(uuid="GPU-a-0").used_slots == 1
     assert kube_pod(apiserver, "train")["spec"]["nodeName"] == "gpu-1"
@@ -291,7 +291,7 @@ def test_a_refused_binding_requeues_the_same_pod_after_the_delay_never_failed(ku
     placed = place(apiserver)
     apiserver.fail("POST", r"/pods/train/binding$", 422, reason="Invalid")
     before = timezone.now()
-    assert Binder(kube).bind(placed, retry_after=60).outcome == FAILED
+    assert Binder(kube).bind(placed, retry_after=60).outcome == BindOutcome.FAILED
     again = row("train")
     assert (again.status, again.uid, again.attempts, again.submitted_at, again.finished_at) == (
         Pod.PENDING,
@@ -324,7 +324,7 @@ def test_a_late_outcome_for_a_replaced_pod_leaves_the_new_one_alone(kube, apiser
         origin=Pod.KUBERNETES,
     )
     assert Card.objects.get(uuid="GPU-a-0").used_slots == 0, "the new uid released the old cards"
-    assert Binder(kube).bind(placed).outcome == GONE
+    assert Binder(kube).bind(placed).outcome == BindOutcome.GONE
     current = row("train")
     assert (current.uid, current.status) == (fresh["metadata"]["uid"], Pod.PENDING)
     assert run_cycle().placed, "the new pod is placed as usual"

@@ -9,7 +9,7 @@ import pytest
 
 from kube import pods as pod_objects
 from kube.agent import KubeAgent
-from kube.groups import COSCHEDULING_KIND, VOLCANO_KIND, GroupInvalid, group_fields
+from kube.groups import COSCHEDULING_KIND, VOLCANO_KIND, GroupInvalid, GroupSync, group_fields
 from scheduling.engine import PodInvalid
 from scheduling.models import Card, Event, Pod, PodGroup, Queue
 from scheduling.pipeline import run_cycle
@@ -214,3 +214,19 @@ def test_an_unreadable_podgroup_is_refused_out_loud(kube, apiserver):
     assert refused.reason == "PodGroupInvalid"
     assert refused.message.startswith("spec.minMember: must be a whole number")
     assert group_row("job") is None
+
+
+@db
+def test_a_podgroup_the_writer_refuses_is_refused_naming_the_object_field():
+    """The rows go through `services.store_pod_group`, which checks them as it checks an
+    operator's job: a parent queue takes no pods, so the object is refused naming `spec.queue`
+    and its row keeps what it held."""
+    Queue.objects.create(name="team", parent=Queue.objects.create(name="org"))
+    sync = GroupSync(api=None, kind=VOLCANO_KIND)  # the API is only used to write status back
+    sync.apply(podgroup("job", minMember=2, queue="team"))
+    assert (group_row("job").min_member, group_row("job").queue.name) == (2, "team")
+    sync.apply(podgroup("job", minMember=3, queue="org"))
+    refused = Event.objects.get(kind=Event.OBJECT_REFUSED, subject="podgroup/default/job")
+    assert refused.reason == "PodGroupInvalid"
+    assert refused.message == "spec.queue: queue org has children: only leaf queues take pods"
+    assert (group_row("job").min_member, group_row("job").queue.name) == (2, "team")

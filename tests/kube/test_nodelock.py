@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kube.agent import KubeAgent
-from kube.binder import BOUND, FAILED, LOCKED, NODE_LOCK_TAKEN_OVER, Binder
+from kube.binder import NODE_LOCK_TAKEN_OVER, Binder, BindOutcome
 from kube.nodelock import KEY, NodeLock, lock_value, parse_lock, stamp
 from scheduling import services
 from scheduling.models import Event, Pod
@@ -92,7 +92,7 @@ def test_the_lock_is_taken_in_hamis_format_before_the_annotations_and_given_back
     placed = place(apiserver)
     seen_at_binding = []
     apiserver.before("POST", "/pods/train/binding", lambda: seen_at_binding.append(lock_of(apiserver)))
-    assert Binder(kube).bind(placed).outcome == BOUND
+    assert Binder(kube).bind(placed).outcome == BindOutcome.BOUND
     [value] = seen_at_binding
     assert HAMI_FORMAT.match(value), value
     holder = parse_lock(value)
@@ -119,12 +119,12 @@ def test_the_lock_is_taken_in_hamis_format_before_the_annotations_and_given_back
 def test_with_hamis_device_plugin_the_lock_stays_for_the_plugin_to_give_back(kube, apiserver):
     """HAMi's plugin reads the pod from the lock and removes it after Allocate."""
     placed = place(apiserver)
-    assert Binder(kube, complete_phase=False).bind(placed).outcome == BOUND
+    assert Binder(kube, complete_phase=False).bind(placed).outcome == BindOutcome.BOUND
     assert parse_lock(lock_of(apiserver)).name == "train"
     # The plugin allocates and gives the lock back (it checks the suffix `,default,train`).
     assert lock_of(apiserver).endswith(",default,train")
     set_lock(apiserver, None)
-    assert Binder(kube, complete_phase=False).bind(place(apiserver, "second")).outcome == BOUND
+    assert Binder(kube, complete_phase=False).bind(place(apiserver, "second")).outcome == BindOutcome.BOUND
     assert parse_lock(lock_of(apiserver)).name == "second"
 
 
@@ -134,7 +134,7 @@ def test_a_live_bind_of_another_pod_is_waited_for_and_nothing_is_written(kube, a
     held = lock_value("default", "other", time.time())
     set_lock(apiserver, held)
     result = Binder(kube).bind(placed)
-    assert result.outcome == LOCKED
+    assert result.outcome == BindOutcome.LOCKED
     assert "locked by default/other's bind" in result.detail
     assert lock_of(apiserver) == held
     assert "hami.io/bind-phase" not in apiserver.get("pods", "default", "train")["metadata"]["annotations"]
@@ -146,7 +146,7 @@ def test_a_live_bind_of_another_pod_is_waited_for_and_nothing_is_written(kube, a
         "other",
         lambda p: p["metadata"]["annotations"].update({"hami.io/bind-phase": "success"}),
     )
-    assert Binder(kube).bind(row("train")).outcome == BOUND
+    assert Binder(kube).bind(row("train")).outcome == BindOutcome.BOUND
     [event] = taken_over()
     assert event.subject == f"node/{NODE}"
     assert "default/other, which held it, has ended its bind (bind-phase success)" in event.message
@@ -172,7 +172,7 @@ def test_a_stale_lock_is_taken_over_and_an_event_says_why(kube, apiserver, value
     now = 1_800_000_000.0
     set_lock(apiserver, value(now))
     binder = Binder(kube, clock=lambda: now, node_lock=NodeLock(kube, 15, clock=lambda: now))
-    assert binder.bind(placed).outcome == BOUND
+    assert binder.bind(placed).outcome == BindOutcome.BOUND
     [event] = taken_over()
     assert why in event.message and event.message.startswith(f"took over {KEY} to bind pod default/train")
     assert lock_of(apiserver) is None  # given back after the bind
@@ -181,13 +181,13 @@ def test_a_stale_lock_is_taken_over_and_an_event_says_why(kube, apiserver, value
 def test_a_fresh_lock_in_the_old_time_only_form_is_honoured(kube, apiserver):
     placed = place(apiserver)
     set_lock(apiserver, stamp(time.time()))
-    assert Binder(kube).bind(placed).outcome == LOCKED
+    assert Binder(kube).bind(placed).outcome == BindOutcome.LOCKED
 
 
 def test_a_refused_binding_gives_the_lock_back(kube, apiserver):
     placed = place(apiserver)
     apiserver.fail("POST", "/pods/train/binding", 403, reason="Forbidden")
-    assert Binder(kube, complete_phase=False).bind(placed).outcome == FAILED
+    assert Binder(kube, complete_phase=False).bind(placed).outcome == BindOutcome.FAILED
     assert lock_of(apiserver) is None
 
 
@@ -198,14 +198,14 @@ def test_of_two_binders_racing_for_one_node_only_one_takes_the_lock(kube, apiser
     other_pod(apiserver)
     theirs = lock_value("default", "other", time.time())
     apiserver.before("PATCH", f"/api/v1/nodes/{NODE}", lambda: set_lock(apiserver, theirs))
-    assert Binder(kube).bind(placed).outcome == LOCKED
+    assert Binder(kube).bind(placed).outcome == BindOutcome.LOCKED
     assert lock_of(apiserver) == theirs
 
 
 def test_the_lock_can_be_switched_off(kube, apiserver, settings):
     settings.HAMIADMIN = {**settings.HAMIADMIN, "NODE_LOCK_SECONDS": 0}
     placed = place(apiserver)
-    assert Binder(kube).bind(placed).outcome == BOUND
+    assert Binder(kube).bind(placed).outcome == BindOutcome.BOUND
     assert apiserver.calls(contains="/api/v1/nodes/") == []
 
 

@@ -39,13 +39,22 @@ def test_a_pod_becomes_what_submit_pod_takes():
             {
                 "name": "main",
                 "resources": {
-                    "limits": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 30}
+                    "limits": {
+                        "cpu": "1",
+                        "memory": "1Gi",
+                        "nvidia.com/gpu": 2,
+                        "nvidia.com/gpumem": 3000,
+                        "nvidia.com/gpucores": 30,
+                    }
                 },
             }
         ],
-        "init_containers": [{"name": "warm", "resources": {"requests": {"nvidia.com/gpu": 1}}}],
+        "init_containers": [
+            {"name": "warm", "resources": {"requests": {"nvidia.com/gpu": 1, "cpu": "100m"}}}
+        ],
         "priority": 1000,
         "uid": "uid-1",
+        "scheduling": {},
     }
 
 
@@ -88,7 +97,7 @@ def test_gpu_resources_are_plain_numbers_as_the_api_server_writes_them(written, 
     numbers; any other unit stays as written, for the engine to refuse naming the field."""
     pod = pod_object("p", gpu=1, mem=written)
     limits = pods.submission(pod)["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/gpu": 1, "nvidia.com/gpumem": read}
+    assert limits == {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1, "nvidia.com/gpumem": read}
 
 
 @pytest.mark.parametrize(
@@ -97,7 +106,8 @@ def test_gpu_resources_are_plain_numbers_as_the_api_server_writes_them(written, 
 def test_every_gpu_resource_refuses_units_the_same_way(resource):
     pod = pod_object("p", gpu=None)
     pod["spec"]["containers"][0]["resources"]["limits"][resource] = "1Ki"
-    assert pods.submission(pod)["containers"][0]["resources"]["limits"] == {resource: "1Ki"}
+    limits = pods.submission(pod)["containers"][0]["resources"]["limits"]
+    assert limits == {"cpu": "1", "memory": "1Gi", resource: "1Ki"}
 
 
 def test_a_pod_without_priority_gets_zero_and_no_gpu_is_seen():

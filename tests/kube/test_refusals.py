@@ -63,8 +63,22 @@ sections = st.dictionaries(st.sampled_from((*RESOURCES, "cpu")), quantities, max
 resources = st.one_of(
     st.fixed_dictionaries({}, optional={"limits": sections | anything, "requests": sections}), anything
 )
+ports = st.one_of(
+    st.lists(
+        st.fixed_dictionaries(
+            {"hostPort": st.one_of(st.integers(0, 70000), anything)},
+            optional={"containerPort": numbers, "protocol": texts | anything, "hostIP": texts},
+        ),
+        max_size=2,
+    ),
+    anything,
+)
 containers = st.one_of(
-    st.fixed_dictionaries({}, optional={"name": texts | anything, "resources": resources}), anything
+    st.fixed_dictionaries(
+        {},
+        optional={"name": texts | anything, "resources": resources, "ports": ports, "restartPolicy": texts},
+    ),
+    anything,
 )
 annotation_keys = st.one_of(
     texts,
@@ -93,6 +107,11 @@ pod_spec = st.fixed_dictionaries(
         "initContainers": st.one_of(st.lists(containers, max_size=2), anything),
         "priority": st.one_of(st.integers(min_value=-(2**33), max_value=2**33), anything),
         "nodeName": st.one_of(st.just("gpu-1"), texts),
+        "nodeSelector": st.one_of(st.dictionaries(texts, texts, max_size=2), anything),
+        "affinity": anything,
+        "tolerations": anything,
+        "topologySpreadConstraints": anything,
+        "schedulingGates": st.one_of(st.lists(st.fixed_dictionaries({"name": texts}), max_size=2), anything),
     },
 )
 pod_objects = st.one_of(
@@ -198,7 +217,9 @@ def test_a_pod_reads_as_storable_arguments_or_is_refused_naming_the_field(pod):
         "init_containers",
         "priority",
         "uid",
+        "scheduling",
     }
+    assert set(arguments["scheduling"]) <= set(pods.SCHEDULING_SPEC_FIELDS)
     assert_storable(arguments)
     json.dumps(arguments, allow_nan=False)
     assert 0 < len(arguments["namespace"]) <= 63 and 0 < len(arguments["name"]) <= 253

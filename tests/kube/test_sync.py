@@ -31,9 +31,8 @@ def test_pods_of_our_scheduler_and_gpu_nodes_reach_the_tables(kube, apiserver):
         wait_until(lambda: Card.objects.filter(node__name="gpu-1").count() == 2, what="the cards")
         row = pod_row("train", "ml")
         assert (row.uid, row.priority, row.status) == (ours["metadata"]["uid"], 100, Pod.PENDING)
-        assert row.containers == [
-            {"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}}}
-        ]
+        limits = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}
+        assert row.containers == [{"name": "main", "resources": {"limits": limits}}]
         assert pod_row("web") is None
         assert not Node.objects.filter(name="cpu-1").exists()
 
@@ -128,7 +127,7 @@ def test_a_pending_pod_sees_node_not_ready_for_a_malformed_node(kube, apiserver)
     with running(KubeAgent(kube, fast_options())):
         wait_until(lambda: pod_row("waits") and Node.objects.filter(name="broken").exists())
         report = run_cycle()
-        assert report.pending == [("default/waits", "0/1 nodes are available: 0 NodeNotReady")]
+        assert report.pending == [("default/waits", "0/1 nodes are available: 1 NodeNotReady")]
 
 
 def test_node_reported_not_ready_by_kubernetes(kube, apiserver):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kube.api import api_for_host
-from kube.binder import BOUND, FAILED, Binder
+from kube.binder import Binder, BindOutcome
 from scheduling import services
 from scheduling.models import Pod
 from scheduling.pipeline import run_cycle
@@ -43,7 +43,7 @@ def test_a_refused_binding_is_counted_once(client, apiserver):
     row = placed(apiserver, "train")
     apiserver.fail("POST", r"/pods/train/binding$", 500)
     before = scrape(client)
-    assert Binder(api_for_host(apiserver.url)).bind(row).outcome == FAILED
+    assert Binder(api_for_host(apiserver.url)).bind(row).outcome == BindOutcome.FAILED
     after = scrape(client)
     assert value(after, FAILURES, reason="refused") - value(before, FAILURES, reason="refused") == 1
     assert value(after, FAILURES, reason="bound_elsewhere") == value(
@@ -55,7 +55,7 @@ def test_a_pod_bound_to_another_node_is_counted_as_bound_elsewhere(client, apise
     row = placed(apiserver, "train")
     apiserver.update("pods", "default", "train", lambda pod: pod["spec"].update(nodeName="other-node"))
     before = scrape(client)
-    assert Binder(api_for_host(apiserver.url)).bind(row).outcome == FAILED
+    assert Binder(api_for_host(apiserver.url)).bind(row).outcome == BindOutcome.FAILED
     after = scrape(client)
     assert (
         value(after, FAILURES, reason="bound_elsewhere") - value(before, FAILURES, reason="bound_elsewhere")
@@ -66,7 +66,7 @@ def test_a_pod_bound_to_another_node_is_counted_as_bound_elsewhere(client, apise
 def test_a_successful_binding_counts_no_failure(client, apiserver):
     row = placed(apiserver, "train")
     before = scrape(client)
-    assert Binder(api_for_host(apiserver.url)).bind(row).outcome == BOUND
+    assert Binder(api_for_host(apiserver.url)).bind(row).outcome == BindOutcome.BOUND
     after = scrape(client)
     for reason in ("refused", "bound_elsewhere"):
         assert value(after, FAILURES, reason=reason) == value(before, FAILURES, reason=reason)

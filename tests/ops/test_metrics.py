@@ -72,7 +72,7 @@ def test_a_cycle_counts_each_outcome_and_each_pending_reason(client):
     }
     assert (
         Pod.objects.get(name="huge").reason
-        == "0/2 nodes are available: 2 CardInsufficientMemory, 1 NodeNotReady"
+        == "0/2 nodes are available: 1 CardInsufficientMemory, 1 NodeNotReady"
     )
 
     name = "hamiadmin_cycle_duration_seconds"

@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from scheduling import services
-from scheduling.models import Allocation, Card, Event, Node, Pod, PodGroup, Queue
+from scheduling.models import Allocation, Card, Event, NamespaceQuota, Node, Pod, PodGroup, Queue
 
 pytestmark = pytest.mark.django_db
 
@@ -151,3 +151,44 @@ def test_the_tree_counts_every_vgpu_and_sums_children_into_parents():
         "fair_share": gpumem["fair_share"],
     }
     assert gpumem["fair_share"] > 0  # team has work waiting: it wants more than it holds
+
+
+def test_a_pod_group_read_from_kubernetes_is_written_checked_and_only_when_it_changed():
+    services.create_queue("team")
+    assert services.store_pod_group("ml", "job", "volcano", "team", min_member=3, min_gpumem=8000)
+    group = PodGroup.objects.get(namespace="ml", name="job")
+    assert (group.source, group.min_member, group.min_gpumem, group.queue.name) == (
+        "volcano",
+        3,
+        8000,
+        "team",
+    )
+    assert not services.store_pod_group("ml", "job", "volcano", "team", min_member=3, min_gpumem=8000)
+    assert services.store_pod_group("ml", "job", "volcano", "nowhere", min_member=3)
+    group.refresh_from_db()
+    assert (group.queue, group.min_gpumem) == (None, 8000)  # no such queue: none; unnamed figures kept
+    assert (
+        "at least 1"
+        in errors_of(services.store_pod_group, "ml", "job", "volcano", min_member=0)["min_member"][0]
+    )
+    assert "namespace" in errors_of(services.store_pod_group, "ML!", "job", "volcano")
+    assert (
+        "not a pod group field"
+        in errors_of(services.store_pod_group, "ml", "job", "volcano", phase="x")["phase"][0]
+    )
+    group.refresh_from_db()
+    assert group.min_member == 3
+    assert not Event.objects.filter(subject="podgroup/ml/job").exists()  # the object is the record
+
+
+def test_namespace_quotas_are_checked_kept_where_refused_and_forgotten_when_gone():
+    assert services.store_namespace_quota("ml", "gpus", {"vgpus": 4, "gpumem": 16000})
+    assert not services.store_namespace_quota("ml", "gpus", {"vgpus": 4, "gpumem": 16000})
+    assert services.store_namespace_quota("ml", "gpus", {"vgpus": 2}, keep=frozenset({"gpumem"}))
+    rows = dict(NamespaceQuota.objects.filter(namespace="ml").values_list("resource", "hard"))
+    assert rows == {"vgpus": 2, "gpumem": 16000}
+    errors = errors_of(services.store_namespace_quota, "Bad_NS", "", {"cpu": 1, "vgpus": -1})
+    assert set(errors) == {"namespace", "quota", "hard.cpu", "hard.vgpus"}
+    assert services.store_namespace_quota("research", "cap", {"gpucores": 100})
+    assert services.forget_namespace_quotas({("ml", "gpus")}) == 1
+    assert set(NamespaceQuota.objects.values_list("namespace", flat=True)) == {"ml"}

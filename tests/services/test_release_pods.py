@@ -17,7 +17,7 @@ from scheduling.models import Allocation, Card, Pod, PodGroup
 from scheduling.pipeline import run_cycle
 from scheduling.pipeline.consistency import counter_drift
 from scheduling.pipeline.triggers import signal_scheduler
-from scheduling.services.pods import FINAL_STATUSES, REFUSED, RELEASE_KEYS, RELEASED, UNCHANGED, release_pods
+from scheduling.services.pods import FINAL_STATUSES, RELEASE_KEYS, WriteOutcome, release_pods
 from tests.pipeline.conftest import card, limits
 
 pytestmark = pytest.mark.django_db
@@ -121,23 +121,23 @@ def one_by_one(items: list, final_status: str, placed_only: bool) -> list[str]:
     outcomes, seen = [], set()
     for entry in items:
         if not isinstance(entry, dict) or set(entry) - set(RELEASE_KEYS):
-            outcomes.append(REFUSED)
+            outcomes.append(WriteOutcome.REFUSED)
             continue
         key = (entry.get("namespace"), entry.get("name"))
         if key in seen or not all(isinstance(part, str) for part in key):
-            outcomes.append(REFUSED)
+            outcomes.append(WriteOutcome.REFUSED)
             continue
         seen.add(key)
         before = Pod.objects.filter(namespace=key[0], name=key[1]).values_list("status", "uid").first()
         uid = entry.get("uid") or None
         if before is None or (placed_only and before[0] not in Pod.BOUND and uid in (None, before[1])):
-            outcomes.append(REFUSED)
+            outcomes.append(WriteOutcome.REFUSED)
             continue
         after = services.release_pod(f"{key[0]}/{key[1]}", final_status, expected_uid=uid)
         if after is None:
-            outcomes.append(REFUSED)
+            outcomes.append(WriteOutcome.REFUSED)
         else:
-            outcomes.append(UNCHANGED if before[0] in Pod.FINISHED else RELEASED)
+            outcomes.append(WriteOutcome.UNCHANGED if before[0] in Pod.FINISHED else WriteOutcome.RELEASED)
     return outcomes
 
 
@@ -203,13 +203,15 @@ def test_a_batch_ends_where_release_pod_one_item_after_another_ends(final_status
         assert [result.outcome for result in results] == expected
         assert together == sequential
         for result in results:
-            assert (result.error is None) == (result.outcome != REFUSED)
+            assert (result.error is None) == (result.outcome != WriteOutcome.REFUSED)
         seen.update(expected)
 
     seen: set[str] = set()
     check()
     assert seen == (
-        {RELEASED, REFUSED} if placed_only else {RELEASED, UNCHANGED, REFUSED}
+        {WriteOutcome.RELEASED, WriteOutcome.REFUSED}
+        if placed_only
+        else {WriteOutcome.RELEASED, WriteOutcome.UNCHANGED, WriteOutcome.REFUSED}
     )  # finished: not placed
 
 
@@ -218,7 +220,7 @@ def test_a_whole_gang_in_one_batch_passes_through_the_queue_as_one_by_one():
     succeeded after the third; the conditions say both, as `release_pod` one by one writes."""
     world()
     gang = [{"namespace": "default", "name": f"gang-{n}"} for n in (2, 0, 1)]
-    assert [r.outcome for r in release_pods(gang, Pod.SUCCEEDED)] == [RELEASED] * 3
+    assert [r.outcome for r in release_pods(gang, Pod.SUCCEEDED)] == [WriteOutcome.RELEASED] * 3
     group = PodGroup.objects.get(name="g1")
     assert (group.phase, group.reason) == (PodGroup.COMPLETED, "3 members succeeded")
     assert [c["phase"] for c in group.conditions][-2:] == [PodGroup.INQUEUE, PodGroup.COMPLETED]
@@ -252,7 +254,7 @@ def test_one_transaction_and_one_cycle_for_a_batch(
     items = [{"namespace": "default", "name": f"p-{n}"} for n in range(60)]
     with django_capture_on_commit_callbacks(execute=False) as callbacks, django_assert_max_num_queries(12):
         results = release_pods(items, Pod.SUCCEEDED, placed_only=True)
-    assert [r.outcome for r in results] == [RELEASED] * 60
+    assert [r.outcome for r in results] == [WriteOutcome.RELEASED] * 60
     cycles = [c for c in callbacks if getattr(c, "func", None) is signal_scheduler]
     assert len(cycles) == 1 and cycles[0].args[0] == "released 60 pods"
     assert set(Card.objects.values_list("used_slots", "used_memory")) == {(0, 0)}
@@ -277,15 +279,15 @@ def test_refusals_name_the_field_and_never_keep_the_others_out():
     ]
     results = release_pods(items, Pod.SUCCEEDED, placed_only=True)
     assert [(r.outcome, r.error and r.error.field) for r in results] == [
-        (RELEASED, None),
-        (REFUSED, "name"),
-        (REFUSED, "name"),
-        (REFUSED, "uid"),
-        (REFUSED, "status"),
-        (REFUSED, "colour"),
-        (REFUSED, "pod"),
-        (REFUSED, "name"),
-        (RELEASED, None),
+        (WriteOutcome.RELEASED, None),
+        (WriteOutcome.REFUSED, "name"),
+        (WriteOutcome.REFUSED, "name"),
+        (WriteOutcome.REFUSED, "uid"),
+        (WriteOutcome.REFUSED, "status"),
+        (WriteOutcome.REFUSED, "colour"),
+        (WriteOutcome.REFUSED, "pod"),
+        (WriteOutcome.REFUSED, "name"),
+        (WriteOutcome.RELEASED, None),
     ]
     assert "no pod default/ghost" in results[1].error.message
     assert "item 0 of this batch" in results[2].error.message

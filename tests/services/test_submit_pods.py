@@ -19,7 +19,7 @@ from scheduling.engine import PodInvalid
 from scheduling.models import Allocation, Card, Pod, PodGroup
 from scheduling.pipeline import run_cycle
 from scheduling.pipeline.triggers import signal_scheduler
-from scheduling.services.pods import CREATED, REFUSED, SUBMISSION_KEYS, UNCHANGED, UPDATED
+from scheduling.services.pods import SUBMISSION_KEYS, WriteOutcome
 from tests.pipeline.conftest import card, limits
 
 pytestmark = pytest.mark.django_db
@@ -115,7 +115,7 @@ def one_by_one(items: list[dict], validate: bool, origin: str) -> list[str]:
     for entry in items:
         key = (entry.get("namespace"), entry.get("name"))
         if key in seen or set(entry) - set(SUBMISSION_KEYS):
-            outcomes.append(REFUSED)
+            outcomes.append(WriteOutcome.REFUSED)
             seen.add(key)
             continue
         seen.add(key)
@@ -125,15 +125,15 @@ def one_by_one(items: list[dict], validate: bool, origin: str) -> list[str]:
         try:
             services.submit_pod(**entry, validate=validate, origin=origin)
         except (PodInvalid, DataError):
-            outcomes.append(REFUSED)
+            outcomes.append(WriteOutcome.REFUSED)
             continue
         after = (
             Pod.objects.filter(namespace=key[0], name=key[1]).values_list("status", "revision", "uid").get()
         )
         if before is None or before[0] in Pod.FINISHED:
-            outcomes.append(CREATED)
+            outcomes.append(WriteOutcome.CREATED)
         else:
-            outcomes.append(UNCHANGED if before[1:] == after[1:] else UPDATED)
+            outcomes.append(WriteOutcome.UNCHANGED if before[1:] == after[1:] else WriteOutcome.UPDATED)
     return outcomes
 
 
@@ -208,12 +208,12 @@ def test_a_batch_ends_where_submit_pod_one_item_after_another_ends(validate, ori
         assert [result.outcome for result in results] == expected
         assert together == sequential
         for result in results:
-            assert (result.error is None) == (result.outcome != REFUSED)
+            assert (result.error is None) == (result.outcome != WriteOutcome.REFUSED)
         seen.update(expected)
 
     seen: set[str] = set()
     check()
-    assert seen == {CREATED, UPDATED, UNCHANGED, REFUSED}
+    assert seen == {WriteOutcome.CREATED, WriteOutcome.UPDATED, WriteOutcome.UNCHANGED, WriteOutcome.REFUSED}
 
 
 def test_one_transaction_and_one_cycle_for_a_mixed_batch(
@@ -228,7 +228,12 @@ def test_one_transaction_and_one_cycle_for_a_mixed_batch(
     ]
     with django_capture_on_commit_callbacks(execute=False) as callbacks, django_assert_max_num_queries(25):
         results = services.submit_pods(batch)
-    assert [r.outcome for r in results] == [CREATED] * 50 + [UPDATED, UPDATED, CREATED, UNCHANGED]
+    assert [r.outcome for r in results] == [WriteOutcome.CREATED] * 50 + [
+        WriteOutcome.UPDATED,
+        WriteOutcome.UPDATED,
+        WriteOutcome.CREATED,
+        WriteOutcome.UNCHANGED,
+    ]
     assert results[51].previous_uid == "u-placed" and results[51].pod.uid == "u-placed-2"
     cycles = [c for c in callbacks if getattr(c, "func", None) is signal_scheduler]
     assert len(cycles) == 1 and "50 pods submitted, 3 updated" in cycles[0].args[0]
@@ -243,7 +248,7 @@ def test_an_unchanged_batch_writes_nothing_and_asks_for_no_cycle(django_capture_
     services.submit_pods(batch)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         again = services.submit_pods(batch)
-    assert {r.outcome for r in again} == {UNCHANGED}
+    assert {r.outcome for r in again} == {WriteOutcome.UNCHANGED}
     assert not callbacks
 
 
@@ -263,14 +268,14 @@ def test_bad_items_are_refused_naming_the_field_and_never_keep_the_others_out():
     )
     fields = [(r.outcome, r.error.field if r.error else None) for r in results]
     assert fields == [
-        (CREATED, None),
-        (REFUSED, "name"),
-        (REFUSED, "colour"),
-        (REFUSED, "pod"),
-        (REFUSED, "containers"),
-        (REFUSED, "annotations.hami.io/device-scoring-weights"),
-        (REFUSED, "namespace"),
-        (CREATED, None),
+        (WriteOutcome.CREATED, None),
+        (WriteOutcome.REFUSED, "name"),
+        (WriteOutcome.REFUSED, "colour"),
+        (WriteOutcome.REFUSED, "pod"),
+        (WriteOutcome.REFUSED, "containers"),
+        (WriteOutcome.REFUSED, "annotations.hami.io/device-scoring-weights"),
+        (WriteOutcome.REFUSED, "namespace"),
+        (WriteOutcome.CREATED, None),
     ]
     assert "item 0" in results[1].error.message and "placed on node1" in results[4].error.message
     assert Pod.objects.get(name="placed").containers == containers(1000)
@@ -292,7 +297,7 @@ def test_a_refused_placed_pod_makes_no_group_and_later_items_see_none():
             item("new-a", annotations={"hami.io/group-name": "g9"}),
         ]
     )
-    assert [r.outcome for r in results] == [REFUSED, CREATED]
+    assert [r.outcome for r in results] == [WriteOutcome.REFUSED, WriteOutcome.CREATED]
     assert PodGroup.objects.get(name="g9").min_member == 1
     with pytest.raises(PodInvalid):
         services.submit_pod(
@@ -318,7 +323,7 @@ def test_groups_and_queues_resolve_in_item_order():
             item("q-1", labels={"kai.scheduler/queue": "team-a"}),
         ]
     )
-    assert {r.outcome for r in results} == {CREATED}
+    assert {r.outcome for r in results} == {WriteOutcome.CREATED}
     group = PodGroup.objects.get(name="g5")
     assert (group.min_member, group.queue.name) == (2, "team-a")
     assert set(
@@ -329,7 +334,7 @@ def test_groups_and_queues_resolve_in_item_order():
 def test_the_database_refusing_one_pod_refuses_that_one_only(require_postgres):
     base_state()
     results = services.submit_pods([item("fine-1"), item("nul\x00name"), item("fine-2")], validate=False)
-    assert [r.outcome for r in results] == [CREATED, REFUSED, CREATED]
+    assert [r.outcome for r in results] == [WriteOutcome.CREATED, WriteOutcome.REFUSED, WriteOutcome.CREATED]
     assert results[1].error.field == "pod" and "database refused" in results[1].error.message
     assert Pod.objects.filter(name__in=["fine-1", "fine-2"]).count() == 2
 
@@ -378,7 +383,7 @@ def test_a_pod_inserted_concurrently_is_written_as_a_resubmission(require_postgr
         writer.join(30)
     finally:
         other.close()
-    assert [r.outcome for r in results] == [CREATED, UPDATED]
+    assert [r.outcome for r in results] == [WriteOutcome.CREATED, WriteOutcome.UPDATED]
     raced = Pod.objects.get(name="raced")
     assert raced.containers == containers(2000) and raced.revision == 1
     assert Pod.objects.filter(name="calm").count() == 1

@@ -48,7 +48,7 @@ class QueueSerializer(serializers.Serializer):
     """A queue of the tree: usage and counts are its own plus its children's."""
 
     name = serializers.CharField()
-    parent = serializers.CharField(allow_null=True)
+    parent = serializers.CharField(allow_null=True)  # type: ignore[assignment]  # a declared field, not DRF's Field.parent (the stubs mix the two)
     children = serializers.ListField(child=serializers.CharField())
     depth = serializers.IntegerField(help_text="0 for a root queue")
     leaf = serializers.BooleanField(help_text="only leaf queues take pods")
@@ -92,7 +92,7 @@ class QueueWriteSerializer(serializers.Serializer):
     In a figures object, a resource left out stays as it was; null clears it."""
 
     name = StrictCharField(max_length=max_length(Queue, "name"), help_text="create only")
-    parent = StrictCharField(
+    parent = StrictCharField(  # type: ignore[assignment]  # a declared field, not DRF's Field.parent
         max_length=max_length(Queue, "name"), allow_null=True, required=False, help_text="a queue name"
     )
     weight = serializers.FloatField(required=False, min_value=0, max_value=1e6)
@@ -210,7 +210,7 @@ class PodGroupSerializer(OutputModelSerializer):
         if members is None:
             members = list(group.pods.select_related("node").with_latest_decision().order_by("name"))
             Pod.objects.latest_decisions(members)
-        return MemberSerializer(members, many=True).data
+        return MemberSerializer(members, many=True).data  # type: ignore[return-value]  # many=True: a ReturnList, typed ReturnDict by the stubs
 
 
 class PodGroupWriteSerializer(serializers.Serializer):

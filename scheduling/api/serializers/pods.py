@@ -11,7 +11,8 @@ from rest_framework import serializers
 
 from scheduling.engine import explain
 from scheduling.engine.annotations import GPU_POLICY, parse_chain
-from scheduling.models import INT32_MAX, Pod
+from scheduling.models import INT32_MAX, Decision, Pod
+from scheduling.models.pods import SCHEDULING_GATED
 
 from .fields import OutputModelSerializer, StrictCharField, StrictIntegerField, StringMapField, max_length
 from .history import DecisionSerializer
@@ -39,6 +40,19 @@ class PodSubmitSerializer(serializers.Serializer):
     containers = ContainerListField(allow_empty=False)
     initContainers = ContainerListField(required=False, default=list)  # noqa: N815 (Kubernetes name)
     priority = StrictIntegerField(required=False, default=0, min_value=-INT32_MAX - 1, max_value=INT32_MAX)
+    labels = StringMapField(required=False, default=dict)
+    # The Kubernetes scheduling fields (SPEC 10), in the API's own names and forms; checked by
+    # `services.submit_pod`, whose errors name the field (`tolerations[0].effect`).
+    nodeName = StrictCharField(max_length=253, required=False, allow_blank=True)  # noqa: N815
+    nodeSelector = StringMapField(required=False)  # noqa: N815
+    affinity = serializers.JSONField(required=False, help_text="nodeAffinity, podAffinity, podAntiAffinity")
+    tolerations = serializers.JSONField(required=False, help_text="[{key, operator, value, effect}]")
+    topologySpreadConstraints = serializers.JSONField(  # noqa: N815
+        required=False, help_text="[{maxSkew, topologyKey, whenUnsatisfiable, labelSelector...}]"
+    )
+    schedulingGates = serializers.JSONField(  # noqa: N815
+        required=False, help_text="[{name}]: the pod is not tried until they are removed"
+    )
 
     def validate_name(self, value: str) -> str:
         if not DNS_SUBDOMAIN.fullmatch(value):
@@ -128,19 +142,19 @@ class PodDetailSerializer(PodSerializer):
     def get_evictions(self, pod: Pod) -> list[dict]:
         """The pod as a victim, newest first: by whom, when, how far the eviction got."""
         rows = pod.evictions.select_related("victim", "preemptor").order_by("-created_at", "-id")
-        return EvictionSerializer(rows[:EVICTIONS_SHOWN], many=True).data
+        return EvictionSerializer(rows[:EVICTIONS_SHOWN], many=True).data  # type: ignore[return-value]  # many=True: a ReturnList, typed ReturnDict by the stubs
 
     @extend_schema_field(EvictionSerializer(many=True))
     def get_preemptions(self, pod: Pod) -> list[dict]:
         """The pod as a preemptor, newest first: its victims."""
         rows = pod.preemptions.select_related("victim", "preemptor").order_by("-created_at", "-id")
-        return EvictionSerializer(rows[:EVICTIONS_SHOWN], many=True).data
+        return EvictionSerializer(rows[:EVICTIONS_SHOWN], many=True).data  # type: ignore[return-value]  # many=True: a ReturnList, typed ReturnDict by the stubs
 
     @extend_schema_field(NominationSerializer(many=True))
     def get_nominations(self, pod: Pod) -> list[dict]:
         """The vGPUs the pod holds while it waits for its victims (unexpired only)."""
         rows = pod.nominations.filter(expires_at__gt=timezone.now()).select_related("card", "card__node")
-        return NominationSerializer(rows.order_by("id"), many=True).data
+        return NominationSerializer(rows.order_by("id"), many=True).data  # type: ignore[return-value]  # many=True: a ReturnList, typed ReturnDict by the stubs
 
     def held(self, pod: Pod) -> dict[int, list[dict]]:
         """The vGPUs each container holds, by container position. Nothing when the context says
@@ -245,7 +259,7 @@ class PendingPodSerializer(OutputModelSerializer):
     def _latest(self, pod: Pod) -> dict:
         """The latest decision's explanation: no query for a page read `Pod.objects.latest_decisions`."""
         decision = pod.latest_decision
-        return decision.payload if decision else {}
+        return decision.payload if isinstance(decision, Decision) else {}
 
     @extend_schema_field(OpenApiTypes.FLOAT)
     def get_age_seconds(self, pod: Pod) -> float:
@@ -264,4 +278,6 @@ class PendingPodSerializer(OutputModelSerializer):
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
     def get_reasons(self, pod: Pod) -> dict[str, int]:
+        if pod.gated:  # never tried while gated: its gates are the reason, not an old decision
+            return {SCHEDULING_GATED: 1}
         return self._latest(pod).get("reasons") or {}

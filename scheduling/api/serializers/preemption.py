@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from scheduling.models import Eviction, Nomination
+from scheduling.models import Decision, Eviction, Nomination
 
 
 class EvictionSerializer(serializers.ModelSerializer):
@@ -21,7 +21,7 @@ class EvictionSerializer(serializers.ModelSerializer):
         help_text="NAMESPACE/NAME; null once the preemptor is deleted",
     )
     cards = serializers.ListField(child=serializers.CharField(), read_only=True, help_text="card UUIDs")
-    decision = serializers.PrimaryKeyRelatedField(
+    decision: serializers.PrimaryKeyRelatedField[Decision] = serializers.PrimaryKeyRelatedField(
         read_only=True, allow_null=True, help_text="the preemptor's decision that chose this victim"
     )
 

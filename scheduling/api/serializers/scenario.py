@@ -162,7 +162,7 @@ class ScenarioPodSerializer(serializers.Serializer):
     name = serializers.CharField()
     namespace = serializers.CharField(required=False, default="default")
     annotations = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
-    containers = ContainerSpecSerializer(many=True, allow_empty=False, min_length=1)
+    containers = ContainerSpecSerializer(many=True, allow_empty=False, min_length=1)  # type: ignore[call-arg]  # many=True: ListSerializer's min_length, unknown to the stubs
     initContainers = ContainerSpecSerializer(many=True, required=False)  # noqa: N815 (Kubernetes name)
 
 

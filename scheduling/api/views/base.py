@@ -3,12 +3,15 @@ documented error responses."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.filters import OrderingFilter
-from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.pagination import BasePagination, LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
@@ -16,6 +19,9 @@ from rest_framework.views import APIView
 from scheduling.api.permissions import RoleRequired
 from scheduling.api.throttles import TokenWriteThrottle
 from scheduling.roles import OPERATOR, VIEWER
+
+if TYPE_CHECKING:
+    from rest_framework.permissions import _PermissionClass  # the stubs' name for what DRF takes
 
 
 class Conflict(APIException):
@@ -113,8 +119,8 @@ class RoleView:
     """Mixin: role-based permission, bounded pages, and the `token-writes` limit on top of
     the view's own throttles. Views set `read_role` / `write_role`."""
 
-    permission_classes = [RoleRequired]
-    pagination_class = Pages
+    permission_classes: Sequence[_PermissionClass] = [RoleRequired]
+    pagination_class: type[BasePagination] | None = Pages
     read_role = VIEWER
     write_role = OPERATOR
     #: Lists refuse unknown query parameters (`check_query_parameters`).

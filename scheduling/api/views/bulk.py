@@ -21,14 +21,15 @@ from scheduling import services
 from scheduling.api import serializers as s
 from scheduling.engine import PodInvalid
 from scheduling.models import Pod
-from scheduling.services.pods import CREATED, REFUSED, UNCHANGED, UPDATED, named_again
+from scheduling.models.pods import SCHEDULING_FIELDS
+from scheduling.services.pods import WriteOutcome, named_again
 
 from .base import ERRORS, RoleView
 from .base import REFUSED as REFUSED_ANSWERS
 
 #: The most pods one request may carry.
 MAX_PODS = 1000
-OUTCOMES = (CREATED, UPDATED, UNCHANGED, REFUSED)
+OUTCOMES = (WriteOutcome.CREATED, WriteOutcome.UPDATED, WriteOutcome.UNCHANGED, WriteOutcome.REFUSED)
 
 
 class PodBulkItemSerializer(s.PodSubmitSerializer):
@@ -89,6 +90,9 @@ def submission_of(pod: dict) -> dict:
     }
     if "labels" in pod:
         submission["labels"] = pod["labels"]
+    scheduling = {name: pod[name] for name in SCHEDULING_FIELDS if name in pod}
+    if scheduling:
+        submission["scheduling"] = scheduling
     return submission
 
 
@@ -129,7 +133,7 @@ def first_error(detail, where: str = "") -> tuple[str, str]:
 def _refused(index: int, field: str, message: str) -> dict:
     return {
         "index": index,
-        "outcome": REFUSED,
+        "outcome": WriteOutcome.REFUSED,
         "pod": None,
         "error": {"field": field, "message": message},
         "warnings": {},
@@ -216,7 +220,7 @@ class PodBulkSubmitView(RoleView, APIView):
 
     @staticmethod
     def _answer(index: int, done) -> dict:
-        if done.outcome == REFUSED:
+        if done.outcome == WriteOutcome.REFUSED:
             return _refused(index, done.error.field, done.error.message)
         pod = done.pod
         return {

@@ -22,13 +22,13 @@ from rest_framework.views import APIView
 from scheduling.api.serializers.fields import StrictCharField, max_length
 from scheduling.engine import PodInvalid
 from scheduling.models import Pod
-from scheduling.services.pods import REFUSED, RELEASED, UNCHANGED, named_again, release_pods
+from scheduling.services.pods import WriteOutcome, named_again, release_pods
 
 from .base import ERRORS, RoleView
 from .base import REFUSED as REFUSED_ANSWERS
 from .bulk import MAX_PODS, ItemErrorSerializer, PodRefSerializer, checked_item, pods_of
 
-OUTCOMES = (RELEASED, UNCHANGED, REFUSED)
+OUTCOMES = (WriteOutcome.RELEASED, WriteOutcome.UNCHANGED, WriteOutcome.REFUSED)
 #: The statuses a release may end pods in, and whether only a placed pod may end so (the
 #: rule of `POST pods/<ns>/<name>/complete/`).
 ENDINGS = {Pod.SUCCEEDED: True, Pod.FAILED: True, Pod.DELETED: False}
@@ -132,7 +132,7 @@ class PodBulkReleaseView(RoleView, APIView):
         for index, item in enumerate(raw):
             asked, refusal = self._checked(item, again.get(index), envelope)
             if asked is None:
-                answers[index] = _result(index, REFUSED, None, refusal)
+                answers[index] = _result(index, WriteOutcome.REFUSED, None, refusal)
             else:
                 checked.append((index, asked))
         done = release_pods([asked for _, asked in checked], ending, placed_only=ENDINGS[ending])

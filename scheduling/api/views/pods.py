@@ -13,7 +13,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from scheduling import filtersets, services
 from scheduling.api import serializers as s
 from scheduling.models import Pod
-from scheduling.services.pods import CREATED, release_pods
+from scheduling.services.pods import WriteOutcome, release_pods
 
 from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, RoleView
 from .bulk import submission_of
@@ -101,7 +101,7 @@ class PodViewSet(
         answer = s.PodSubmittedSerializer(
             done.pod, context={"warnings": done.warnings, "request": request, "new_row": done.inserted}
         )
-        created = done.outcome == CREATED
+        created = done.outcome == WriteOutcome.CREATED
         return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def destroy(self, request, namespace=None, name=None):

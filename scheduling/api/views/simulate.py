@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import gzip
 import re
+from typing import cast
 
-from django.core.cache import caches
+from django.core.cache import BaseCache, caches
 from django.http import HttpResponse
 from django.urls import reverse
 from django.utils.connection import ConnectionProxy
@@ -50,7 +51,7 @@ class QueuedSimulationThrottle(UserRateThrottle):
     """Simulations sent to the background, per user, counted by every process together."""
 
     scope = "simulate-queued"
-    cache = ConnectionProxy(caches, "shared")
+    cache = cast(BaseCache, ConnectionProxy(caches, "shared"))
 
 
 class SimulateView(RoleView, APIView):
@@ -140,7 +141,7 @@ class SimulationView(RoleView, APIView):
         state = simulations.read(job) if _JOB_ID.fullmatch(job) else None
         if state is None or state["owner"] != request.user.pk:
             raise NotFound("No such simulation: it expired, or it is not yours.")
-        if state["status"] != simulations.DONE:
+        if state["status"] != simulations.SimulationStatus.DONE:
             return Response(s.SimulationJobSerializer(simulations.public(state)).data)
         document = state["document"]
         if _ACCEPTS_GZIP.search(request.headers.get("Accept-Encoding", "")):

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from scheduling.api.serializers import whatif as ws
 from scheduling.engine import explain
+from scheduling.engine.errors import ScenarioProblems
 from scheduling.engine.model import PodSpec
 from scheduling.engine.requests import GPU, GPUCORES, GPUMEM, GPUMEM_PERCENTAGE
 from scheduling.engine.whatif import MAX_CAPACITY, apply_edits, capacity, decide_all, parse_whatif
@@ -22,6 +23,7 @@ from scheduling.pipeline.snapshot import card_tenants, load_snapshot
 from scheduling.roles import VIEWER
 
 from .base import ERRORS, REFUSED, RoleView
+from .simulate import every_problem
 
 GPU_POLICY = "hami.io/gpu-scheduler-policy"
 NODE_POLICY = "hami.io/node-scheduler-policy"
@@ -86,7 +88,10 @@ class WhatIfView(RoleView, APIView):
         ),
     )
     def post(self, request):
-        pods, edits = parse_whatif(request.data)
+        try:
+            pods, edits = parse_whatif(request.data)
+        except ScenarioProblems as exc:
+            raise every_problem(exc) from None
         snapshot = load_snapshot()
         cluster, config = apply_edits(snapshot.cluster, snapshot.config, edits)
         top = option("DECISION_TOP")

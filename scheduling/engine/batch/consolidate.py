@@ -4,7 +4,7 @@ to other nodes, never by evicting work that has nowhere to go.
 Tried for a pod that fits no node and for which no preemption or reclaim plan exists. On a
 node the pod failed on, a tenant (then a pair of tenants) is taken off its cards; if the pod
 then fits there, each moved tenant is decided again with its own spec and chain on the rest
-of the cluster (its old node cordoned for that decision). Only when every moved tenant has a
+of the cluster (its old node held for the pod meanwhile, `Scheduler.reserve`). Only when every moved tenant has a
 new home is the move kept: the homes are assumed in the job's `Statement` first, then the pod
 is decided again. The pipeline commits the homes as the moved pods' nominations in the same
 transaction that asks for their evictions, so a moved pod's new cards are held before it
@@ -20,16 +20,15 @@ before two, the least memory moved, nodes with fewer tenants first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 from ..decision import SCHEDULED, Decision
 from ..model import PodSpec
 from ..pod import ParsedPod
-from .preempt import Plan, Preemptor, Tenant, Victim, grants_of
+from .preempt import Plan, Preemptor, Tenant, Victim, VictimKind, grants_of
 
 CONSOLIDATING = "Consolidating"
-CONSOLIDATE = "consolidate"
 #: How many tenants of a node are paired at most (the cheapest ones).
 PAIR_POOL = 6
 #: How many nodes are searched at most per pod.
@@ -38,15 +37,26 @@ NODE_LIMIT = 200
 
 @dataclass
 class Move:
+    """A tenant moved off its node: `home` is it decided again elsewhere (scheduled)."""
+
     tenant: Tenant
-    home: Decision  # the tenant decided again elsewhere: scheduled
+    home: Decision
+
+    @property
+    def pod(self) -> str:
+        return self.tenant.key
+
+    @property
+    def grants(self) -> list[tuple[str, int, int]]:
+        """(card uuid, MiB, cores) per vGPU at its new home."""
+        return grants_of(self.home)
 
     def as_dict(self) -> dict:
         return {
             "pod": self.tenant.key,
             "from": self.tenant.node,
             "to": self.home.node,
-            "grants": [list(grant) for grant in grants_of(self.home)],
+            "grants": [list(grant) for grant in self.grants],
         }
 
 
@@ -78,19 +88,17 @@ class Consolidator:
             and self.spec_of(tenant) is not None
         )
 
-    def _home(self, tenant: Tenant, statement) -> Decision | None:
-        """The tenant decided on the cluster without its own node; assumed in `statement`."""
+    def _home(self, tenant: Tenant, statement, for_job: str) -> Decision | None:
+        """The tenant decided on the cluster without its own node, held meanwhile for `for_job`
+        (the pod making room there); assumed in `statement`."""
         spec = self.spec_of(tenant)
         assert spec is not None
-        node = self.scheduler.cluster.node(tenant.node)
-        was = node.ready
-        node.ready = False
-        node.touch()
+        held = self.scheduler.reserve(tenant.node, for_job)
         try:
             decision, _ = self.decide(spec)
         finally:
-            node.ready = was
-            node.touch()
+            if held:
+                self.scheduler.release(tenant.node)
         if decision.status != SCHEDULED:
             return None
         statement.assume(decision, tenant.queue, "")
@@ -104,7 +112,7 @@ class Consolidator:
         for name in self.scheduler.failed_names(parsed)[:NODE_LIMIT]:
             movable = [t for t in tenants.by_node.get(name, ()) if self._movable(t)]
             node = self.scheduler.cluster.by_name.get(name)
-            if movable and node is not None and node.ready:
+            if movable and node is not None and node.ready and not node.reserved_for:
                 nodes.append((len(tenants.by_node.get(name, ())), name, node, sorted(movable, key=_cost)))
         nodes.sort(key=lambda entry: entry[:2])
         for size in (1, 2):
@@ -114,18 +122,18 @@ class Consolidator:
                 for group in sets:
                     if not self.preemptor.fits_without(node, parsed, list(group)):
                         continue
-                    moves = self._apply(group, statement)
+                    moves = self._apply(group, statement, f"{decision.namespace}/{decision.name}")
                     if moves is not None:
                         return moves, name
         return None
 
-    def _apply(self, group: tuple[Tenant, ...], statement) -> list[Move] | None:
+    def _apply(self, group: tuple[Tenant, ...], statement, for_job: str) -> list[Move] | None:
         mark = statement.mark()
         moves = []
         for tenant in group:
             statement.evict(tenant, self.preemptor)
         for tenant in group:
-            home = self._home(tenant, statement)
+            home = self._home(tenant, statement, for_job)
             if home is None:
                 statement.rollback(mark)
                 return None
@@ -138,7 +146,7 @@ class Consolidator:
         victims = [
             Victim(
                 m.tenant,
-                CONSOLIDATE,
+                VictimKind.CONSOLIDATE,
                 f"moved to {m.home.node} ({', '.join(sorted({g[0] for g in grants_of(m.home)}))}) so {decision.namespace}/{decision.name} fits {node}",
             )
             for m in moves
@@ -149,9 +157,8 @@ class Consolidator:
         verb = "would move" if self.preemptor.rules.dry_run else "moving"
         message = f"{verb} {len(moves)} pod{'s' if len(moves) != 1 else ''} to make room on {node}: {names}"
         assert decision.preemption is not None and decision.batch is not None
-        decision.preemption["moves"] = [m.as_dict() for m in moves]
-        decision.preemption["message"] = message
-        decision.batch.update(reason=CONSOLIDATING, message=message)
+        decision.preemption = replace(decision.preemption, moves=tuple(moves), message=message)
+        decision.batch = replace(decision.batch, reason=CONSOLIDATING, message=message)
         return plan
 
 

@@ -5,8 +5,9 @@ Order: the leaf queue that is furthest below its share goes next (`QueueBook.ord
 re-read after every job, so placements move a queue back), and inside a queue jobs go by
 priority, then age. A job that does not fit does not block the jobs behind it (backfill);
 one that has waited `reserve_after_seconds` and still does not fit holds the nodes it came
-closest on for the rest of the cycle (they read as not ready to every later job, with a
-warning saying so), so smaller jobs cannot keep taking what it needs (no starvation).
+closest on for the rest of the cycle (`Scheduler.reserve`: every later job reads
+`NodeReserved` there, with a warning naming them; the nodes stay ready), so smaller jobs
+cannot keep taking what it needs (no starvation). The runner releases them when it is done.
 
 A gang is tried only when at least `min_member` of its pods are known; its members are
 placed in a `Statement`, and kept only if the ones already placed plus the ones placed now
@@ -19,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..decision import PENDING, SCHEDULED, Decision
+from ..decision import PENDING, SCHEDULED, Decision, Hold, Preemption
 from ..model import PodSpec
 from ..pod import ParsedPod, describe_policy
 from .consolidate import CONSOLIDATING, Consolidation, Consolidator
@@ -69,8 +70,9 @@ class Job:
     waited_seconds: float = 0.0
 
     @property
-    def label(self) -> str:
-        return f"gang {self.gang.key}" if self.gang is not None else self.members[0].spec.key
+    def key(self) -> str:
+        """The job's `ns/name`: its gang's, or its one pod's."""
+        return self.gang.key if self.gang is not None else self.members[0].spec.key
 
 
 @dataclass
@@ -121,14 +123,16 @@ def ask_usage(parsed: ParsedPod | None) -> Usage:
     return used
 
 
-def held_decision(spec: PodSpec, config, reason: str, message: str, **figures) -> Decision:
+def held_decision(
+    spec: PodSpec, config, reason: str, message: str, group: str | None = None, queue: str | None = None
+) -> Decision:
     """A member left pending by a batch rule before the engine looked at its cards."""
     return Decision(
         name=spec.name,
         namespace=spec.namespace,
         status=PENDING,
         policy=describe_policy(spec.annotations, config),
-        batch={"reason": reason, "message": message, "would_fit_on": None, **figures},
+        batch=Hold(reason, message, group=group, queue=queue),
     )
 
 
@@ -155,7 +159,7 @@ class JobRunner:
         self.statement = Statement(scheduler, book, self.namespaces)
         self.reserve_after = reserve_after_seconds
         self.decide = decide or scheduler.decide_parsed
-        self.reserved: dict[str, str] = {}  # node -> the job holding it this cycle
+        self.reserved: dict[str, str] = {}  # node -> the job (key) it holds this cycle
         self.preemptor = preemptor
         self.consolidator = consolidator
         self.nominations = nominations or {}
@@ -179,13 +183,22 @@ class JobRunner:
             queues.setdefault(job.queue, deque()).append(job)
         self.book.fair_shares(set(queues))
         outcomes: list[Outcome] = []
-        while queues:
-            name = min(queues, key=self.book.order_key)
-            job = queues[name].popleft()
-            if not queues[name]:
-                del queues[name]
-            outcomes.extend(self.place(job))
+        try:
+            while queues:
+                name = min(queues, key=self.book.order_key)
+                job = queues[name].popleft()
+                if not queues[name]:
+                    del queues[name]
+                outcomes.extend(self.place(job))
+        finally:
+            self.release()
         return outcomes
+
+    def release(self) -> None:
+        """Give back the nodes this runner holds (`_reserve`): a reservation lasts one run.
+        `reserved` keeps saying which they were."""
+        for name in self.reserved:
+            self.scheduler.release(name)
 
     def place(self, job: Job) -> list[Outcome]:
         gang, config = job.gang, self.scheduler.config
@@ -250,17 +263,12 @@ class JobRunner:
                     if decision.status == SCHEDULED:
                         hold_back(decision, GANG_UNSCHEDULABLE, message, group=gang.key)
                     elif decision.status == PENDING and (
-                        decision.batch is None or decision.batch.get("reason") in (PREEMPTING, CONSOLIDATING)
+                        decision.batch is None or decision.batch.reason in (PREEMPTING, CONSOLIDATING)
                     ):
                         if outcome.victims:
-                            decision.preemption = {"tried": True, "why": f"gang rolled back: {message}"}
+                            decision.preemption = Preemption.failed(f"gang rolled back: {message}")
                             outcome.victims = []
-                        decision.batch = {
-                            "reason": GANG_UNSCHEDULABLE,
-                            "message": message,
-                            "would_fit_on": None,
-                            "group": gang.key,
-                        }
+                        decision.batch = Hold(GANG_UNSCHEDULABLE, message, group=gang.key)
                 placed = []
             else:
                 for outcome in outcomes:
@@ -284,11 +292,7 @@ class JobRunner:
             else:
                 self._hold_nominations(1, key)
                 if decision.batch is None:
-                    decision.batch = {
-                        "reason": NOMINATED,
-                        "message": nominated.message(),
-                        "would_fit_on": nominated.node,
-                    }
+                    decision.batch = Hold(NOMINATED, nominated.message(), would_fit_on=nominated.node)
             return decision, parsed, None, None
         if not self._may_preempt(decision, parsed):
             return decision, parsed, None, None
@@ -303,17 +307,14 @@ class JobRunner:
             # The reason line says why only when some tenant could have given way but was
             # protected or not enough; "nothing of lower priority runs" stays in the payload.
             say = bool(set(misses) - QUIET_MISSES)
-            decision.preemption = {"tried": True, "why": why, "misses": dict(misses), "say": say}
+            decision.preemption = Preemption.failed(why, misses, say)
             return decision, parsed, None, None
         before = self.statement.mark()
         self.preemptor.evict(self.statement, plan)
         again, parsed_again = self.decide(member.spec)
         if again.status != SCHEDULED or again.node != plan.node:
             self.statement.rollback(before)
-            decision.preemption = {
-                "tried": True,
-                "why": f"evicting on {plan.node} did not place the pod there",
-            }
+            decision.preemption = Preemption.failed(f"evicting on {plan.node} did not place the pod there")
             return decision, parsed, None, None
         again.warnings.extend(decision.warnings[len(again.warnings) :])
         return again, parsed_again, plan, before
@@ -373,12 +374,9 @@ class JobRunner:
             name = decision.closest[0].get("node")
             if not name or name in self.reserved or name not in self.scheduler.cluster.by_name:
                 continue
-            node = self.scheduler.cluster.node(name)
-            if node.ready:
-                node.ready = False
-                node.touch()
-                self.reserved[name] = job.label
+            if self.scheduler.cluster.node(name).ready and self.scheduler.reserve(name, job.key):
+                self.reserved[name] = job.key
 
     def _reserved_warning(self) -> str:
-        held = ", ".join(f"{node} ({who})" for node, who in sorted(self.reserved.items()))
-        return f"reservation: held this cycle for jobs waiting longest, read as not ready: {held}"
+        held = ", ".join(f"{node} (job {who})" for node, who in sorted(self.reserved.items()))
+        return f"reservation: held this cycle for the jobs waiting longest: {held}"

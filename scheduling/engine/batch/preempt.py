@@ -36,19 +36,31 @@ from __future__ import annotations
 from bisect import insort
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from ..decision import PENDING, SCHEDULED, Decision
+from .. import reasons as R
+from ..decision import PENDING, SCHEDULED, Decision, Hold, Preemption
 from ..evaluate import evaluate_node
 from ..fit import check_card
 from ..model import TOUCHES
+from ..noderules import PLAIN, NodeRules, accounting
 from ..pod import ParsedPod
 from ..requests import WHOLE_CARD_CORES
 from .queues import RESOURCES, UNITS, QueueBook, Usage, zero
 
 PREEMPTING = "Preempting"
 NOMINATED = "Nominated"
-PREEMPT = "preempt"
-RECLAIM = "reclaim"
+
+
+class VictimKind(StrEnum):
+    """Why a tenant gives way (`Victim.kind`, the eviction's `kind`): a higher priority in its
+    own queue (preempt), its queue above its fair share (reclaim), or a move to a new home
+    held for it (consolidate)."""
+
+    PREEMPT = "preempt"
+    RECLAIM = "reclaim"
+    CONSOLIDATE = "consolidate"
+
 
 #: The annotation that keeps a pod from ever being evicted by hamiadmin.
 PREEMPTIBLE_ANNOTATION = "hami.io/preemptible"
@@ -64,6 +76,10 @@ NOT_ENOUGH = "evicting every candidate would not free enough"
 CAP_REACHED = "cap of evicted cards per cycle reached"
 QUEUE_NOT_BELOW = "queue not below its fair share"
 VICTIM_QUEUE_AT_SHARE = "victim queues at or below their fair share"
+#: A node the pod's node rules refuse whoever leaves it (cordon, node name, taint, affinity).
+NODE_RULES_REFUSE = "node rules refuse the pod there"
+#: The node rules (SPEC 10) that evicting pods cannot change.
+_FIXED_RULES = frozenset((R.NODE_UNSCHEDULABLE, R.NODE_NAME, R.TAINT_TOLERATION, R.NODE_AFFINITY))
 
 #: How many plans a search keeps: the cheapest and the alternatives it is shown beside.
 KEEP = 6
@@ -145,16 +161,26 @@ class Tenants:
 
 @dataclass
 class Victim:
+    """A tenant chosen to give way, of `kind` preempt, reclaim or consolidate, and why it may."""
+
     tenant: Tenant
-    kind: str
+    kind: VictimKind
     why: str
+
+    @property
+    def pod(self) -> str:
+        return self.tenant.key
+
+    @property
+    def cards(self) -> list[str]:
+        return sorted({uuid for uuid, _, _ in self.tenant.holdings})
 
     def as_dict(self) -> dict:
         tenant = self.tenant
         return {
             "pod": tenant.key,
             "node": tenant.node,
-            "cards": sorted({uuid for uuid, _, _ in tenant.holdings}),
+            "cards": self.cards,
             "priority": tenant.priority,
             "queue": tenant.queue,
             "gang": tenant.gang or None,
@@ -286,15 +312,15 @@ def node_bound(node, parsed: ParsedPod, holders: dict, span: int) -> Bound | Non
     leave; None when the pod cannot fit even with all of them gone (a card check it fails
     regardless, or too few cards)."""
     policy = parsed.policy
-    mutex = any(f.name == "mutex" for f in policy.active_filters)
+    empties = any(f.empties_card for f in policy.active_filters)
     victims = work = 0
     cards = []
     for ask in (*parsed.gpu_inits, *(a for a in parsed.apps if a is not None)):
         n = ask.count
-        empty = mutex or ask.cores == WHOLE_CARD_CORES
+        empty = empties or ask.cores == WHOLE_CARD_CORES
         ks, freed, whole, busy = [], [], [], []
         for card in node.cards:
-            memory = ask.memory if ask.memory is not None else card.memory * ask.memory_percentage // 100
+            memory = ask.memory_on(card.memory)
             if check_card(card, ask, memory, policy, (0, 0, 0)) is not None:
                 continue
             need = card_need(card, ask.cores, memory, empty, holders.get(card.uuid))
@@ -351,27 +377,27 @@ class Preemptor:
 
     def _eligible(
         self, tenant: Tenant, priority: int, queue: str, ask: Usage, removed: dict
-    ) -> tuple[str, str]:
-        """(kind, why) when `tenant` may give way to a job of `priority` in `queue`, else ("", reason)."""
+    ) -> tuple[VictimKind | None, str]:
+        """(kind, why) when `tenant` may give way to a job of `priority` in `queue`, else (None, reason)."""
         rules = self.rules
         if not tenant.preemptible or (
             rules.protect_priority is not None and tenant.priority >= rules.protect_priority
         ):
-            return "", NON_PREEMPTIBLE
+            return None, NON_PREEMPTIBLE
         if tenant.refused:
-            return "", PDB_REFUSED
+            return None, PDB_REFUSED
         if tenant.runtime_seconds < rules.min_runtime_seconds:
-            return "", MIN_RUNTIME
+            return None, MIN_RUNTIME
         if tenant.queue == queue:
             if tenant.priority < priority:
-                return PREEMPT, f"priority {tenant.priority} < {priority}"
-            return "", NO_LOWER_PRIORITY
+                return VictimKind.PREEMPT, f"priority {tenant.priority} < {priority}"
+            return None, NO_LOWER_PRIORITY
         if not rules.reclaim:
-            return "", NO_LOWER_PRIORITY
+            return None, NO_LOWER_PRIORITY
         why = self._reclaimable(queue, ask, tenant, removed)
         if why is None:
-            return "", VICTIM_QUEUE_AT_SHARE
-        return RECLAIM, why
+            return None, VICTIM_QUEUE_AT_SHARE
+        return VictimKind.RECLAIM, why
 
     def _dominant(self, queue: str, delta: Usage, sign: int = 1) -> tuple[float, str]:
         """The queue's dominant share with `delta` added (or taken off): the largest, over the
@@ -412,7 +438,7 @@ class Preemptor:
         its victims together (each was checked alone when it was picked)."""
         taken: dict[str, Usage] = {}
         for victim in victims:
-            if victim.kind == RECLAIM:
+            if victim.kind == VictimKind.RECLAIM:
                 total = taken.setdefault(victim.tenant.queue, zero())
                 for r, n in victim.tenant.usage.items():
                     total[r] += n
@@ -485,14 +511,28 @@ class Preemptor:
             units.append((members, kind, why))
         return units
 
+    def _node_rules(self, parsed: ParsedPod) -> NodeRules:
+        """The node rules of the pod `parsed` was read from (SPEC 10), as its scheduler decided it."""
+        rules_of = getattr(self.scheduler, "rules_of", None)
+        return rules_of(parsed) if rules_of is not None else PLAIN
+
     def fits_without(self, node, parsed: ParsedPod, freed: list[Tenant]) -> bool:
-        """Whether the pod fits `node` with `freed` tenants' holdings off its cards (restored after)."""
-        holdings = [holding for tenant in freed if tenant.node == node.name for holding in tenant.holdings]
+        """Whether the pod fits `node` with `freed` tenants gone (restored after): their
+        holdings off its cards, and their cpu, memory, pod slots and ports off the node, so the
+        pod's node rules (SPEC 10) pass there too."""
+        here = [tenant for tenant in freed if tenant.node == node.name]
+        footprints = [fp for fp in (accounting.remove(node, t.key, touch=False) for t in here) if fp is not None]
+        on_cards = {fp.key for fp in footprints if fp.holdings}  # their cards came off with them
+        holdings = [holding for tenant in here if tenant.key not in on_cards for holding in tenant.holdings]
         node.shift(holdings, -1)
         try:
+            if self._node_rules(parsed).refuse(node) is not None:
+                return False
             return evaluate_node(node, parsed.gpu_inits, list(parsed.apps), parsed.policy).fits
         finally:
             node.shift(holdings, 1)
+            for footprint in footprints:
+                accounting.add(node, footprint, touch=False)
 
     def _minimal(self, node, parsed: ParsedPod, units, need: int = 0) -> list | None:
         """The cheapest set of units found on `node` that lets the pod fit, made minimal.
@@ -582,7 +622,8 @@ class Preemptor:
         misses: dict[str, int] = {}
         reclaim_why = self._below_share(queue, ask) if self.rules.reclaim else "reclaim is off"
         reclaim_ok = self.rules.reclaim and reclaim_why is None
-        key = (parsed.shape, priority, queue, reclaim_ok)
+        node_rules = self._node_rules(parsed)
+        key = (parsed.shape, node_rules.key, priority, queue, reclaim_ok)
         seen = (TOUCHES.position, len(self.cards_evicted), decision.nodes_failed)
         nothing = self._nothing.get(key)
         if nothing is not None and nothing[0] == seen:
@@ -598,7 +639,11 @@ class Preemptor:
                 misses[NO_TENANTS] = misses.get(NO_TENANTS, 0) + 1
                 continue
             node = nodes.get(name)
-            if node is None or not node.ready:
+            if node is None or not node.ready or node.reserved_for:
+                continue
+            refused = node_rules.refuse(node)
+            if refused is not None and refused.rule in _FIXED_RULES:
+                misses[NODE_RULES_REFUSE] = misses.get(NODE_RULES_REFUSE, 0) + 1
                 continue
             cached = table.get(name)
             if cached is not None and cached[0] == (node.version, changes.get(name, 0)):
@@ -661,26 +706,26 @@ class Preemptor:
 
     def explain(self, decision: Decision, plan: Plan, grants: list[tuple[str, int, int]]) -> None:
         """Turn the member's decision into a preemption: pending, nominated to `plan.node`."""
-        victims = [v.as_dict() for v in plan.victims]
-        names = ", ".join(v["pod"] for v in victims)
-        cards = sorted({uuid for v in victims for uuid in v["cards"]})
+        victims = plan.victims
+        names = ", ".join(v.pod for v in victims)
+        cards = sorted({uuid for v in victims for uuid in v.cards})
         dry = self.rules.dry_run
         verb = "would evict" if dry else "evicting"
         message = f"{verb} {len(victims)} pod{'s' if len(victims) != 1 else ''} on {plan.node} ({', '.join(cards)}): {names}"
-        decision.preemption = {
-            "node": plan.node,
-            "victims": victims,
-            "cards": cards,
-            "grants": [list(g) for g in grants],
-            "alternatives": plan.alternatives,
-            "dry_run": dry,
-            "message": message,
-        }
+        decision.preemption = Preemption(
+            node=plan.node,
+            victims=tuple(victims),
+            cards=tuple(cards),
+            grants=tuple(grants),
+            alternatives=tuple(plan.alternatives),
+            dry_run=dry,
+            message=message,
+        )
         decision.status = PENDING
         decision.node = None
         decision.containers = []
         decision.init_containers = []
-        decision.batch = {"reason": PREEMPTING, "message": message, "would_fit_on": plan.node}
+        decision.batch = Hold(PREEMPTING, message, would_fit_on=plan.node)
 
 
 def grants_of(decision: Decision) -> list[tuple[str, int, int]]:

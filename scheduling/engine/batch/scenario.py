@@ -204,7 +204,7 @@ def run_batch_scenario(
             )
             entry["members"] += 1
             entry["placed"] += outcome.decision.status == SCHEDULED
-            if outcome.decision.batch and entry["verdict"] is None:
+            if outcome.decision.batch is not None and entry["verdict"] is None:
                 entry["verdict"] = outcome.decision.reason_text()
     for entry in results.values():
         entry["scheduled"] = entry["placed"] >= entry["min_member"]

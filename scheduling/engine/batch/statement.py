@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decision import PENDING, SCHEDULED, Decision
+from ..decision import PENDING, SCHEDULED, Decision, Hold
+from ..noderules import Footprint, accounting
 from .queues import NamespaceBook, QueueBook, decision_usage
 
 
@@ -31,6 +32,9 @@ class Statement:
         self.namespaces = namespaces
         #: placements as (decision, queue, usage, gang); evictions as (None, preemptor, tenant, "")
         self.log: list[tuple] = []
+        #: what each evicted tenant held of its node beside its cards (cpu, memory, pod slot,
+        #: ports: SPEC 10), by the tenant's id, given back with it on rollback
+        self.lifted: dict[int, Footprint] = {}
 
     def mark(self) -> Mark:
         return Mark(len(self.log))
@@ -72,6 +76,13 @@ class Statement:
     def evict(self, tenant, preemptor) -> None:
         """Take a running tenant (`preempt.Tenant`) off its cards, its queue and namespace, and
         out of the preemptor's tenants, so later members see the freed cards."""
+        node = self.scheduler.cluster.node(tenant.node)
+        footprint = accounting.remove(node, tenant.key, touch=False)
+        if footprint is not None:
+            if footprint.holdings:  # one of `Cluster.running`: its cards are its own holdings
+                accounting.add(node, footprint, touch=False)
+            else:
+                self.lifted[id(tenant)] = footprint
         unmarked = self._holdings(tenant, -1, ())
         preemptor.tenants.remove(tenant)
         self.log.append((None, preemptor, tenant, unmarked))
@@ -81,6 +92,9 @@ class Statement:
         return [entry[2] for entry in self.log[since.at if since else 0 :] if entry[0] is None]
 
     def _give_back(self, preemptor, tenant, unmarked) -> None:
+        footprint = self.lifted.pop(id(tenant), None)
+        if footprint is not None:
+            accounting.add(self.scheduler.cluster.node(tenant.node), footprint, touch=False)
         self._holdings(tenant, 1, unmarked)
         preemptor.tenants.add(tenant)
 
@@ -124,7 +138,9 @@ class Statement:
                     card.gangs = tuple(held)
 
 
-def hold_back(decision: Decision, reason: str, message: str, **figures) -> None:
+def hold_back(
+    decision: Decision, reason: str, message: str, group: str | None = None, queue: str | None = None
+) -> None:
     """Turn a decision pending for a batch reason (gang, queue, quota): the card verdicts stay,
     the placement goes; `batch` says why, with the node it would have had."""
     would = decision.node if decision.status == SCHEDULED else None
@@ -132,4 +148,4 @@ def hold_back(decision: Decision, reason: str, message: str, **figures) -> None:
     decision.node = None
     decision.containers = []
     decision.init_containers = []
-    decision.batch = {"reason": reason, "message": message, "would_fit_on": would, **figures}
+    decision.batch = Hold(reason, message, would_fit_on=would, group=group, queue=queue)

@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand
 
 from scheduling.engine.batch.scenario import run_batch_scenario, wants_batch
 from scheduling.engine.errors import ScenarioError, ScenarioProblems
-from scheduling.engine.explain import SELF_EXCLUDED, what_would_fit
+from scheduling.engine.explain import SELF_EXCLUDED, summary_of, what_would_fit
 from scheduling.engine.scenario import parse_scenario, read_scenario_file, read_scenario_text
 from scheduling.engine.scheduler import Scheduler
 from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
@@ -158,16 +158,14 @@ def cards_cell(pod: dict) -> str:
 
 
 def why_cell(pod: dict) -> str:
-    """Why a pod is not placed: a rejected pod's error; for a pending one the batch rule that
-    held it, its top reasons by cards, and the first thing that would make it fit."""
-    if pod["status"] == "rejected":
-        return pod.get("error") or "rejected"
-    if pod["status"] != "pending":
+    """Why a pod is not placed: its one-line verdict (`explain.summary_of`, what `Pod.reason`
+    says); for a pending one then its top reasons by cards (what blocks usable cards first)
+    and the first thing that would make it fit."""
+    if pod["status"] not in ("pending", "rejected"):
         return ""
-    parts = []
-    batch = pod.get("batch")
-    if batch:
-        parts.append(f"{batch.get('reason')}: {batch.get('message', '')}".rstrip(": "))
+    parts = [summary_of(pod)]
+    if pod["status"] != "pending":
+        return parts[0]
     reasons = pod.get("reasons") or {}
     ranked = sorted(reasons, key=lambda code: (code in SELF_EXCLUDED, -reasons[code], code))[:TOP_REASONS]
     if ranked:

@@ -35,13 +35,13 @@ def test_a_tenant_moves_to_the_node_that_has_room_and_the_pod_takes_its_place():
     (outcome,) = runner(w).run([job("p", priority=0, mem=12000)])
     decision = outcome.decision
     assert outcome.victims == [t]
-    assert decision.status == PENDING and decision.batch["reason"] == CONSOLIDATING
-    assert decision.preemption["moves"] == [
+    assert decision.status == PENDING and decision.batch.reason == CONSOLIDATING
+    assert decision.preemption.as_dict()["moves"] == [
         {"pod": "default/t", "from": "n1", "to": "n2", "grants": [["n2-GPU-0", 6000, 0]]}
     ]
-    assert decision.preemption["grants"] == [["n1-GPU-0", 12000, 0]]
-    assert decision.preemption["victims"][0]["kind"] == "consolidate"
-    assert decision.batch["message"] == "moving 1 pod to make room on n1: default/t n1 -> n2"
+    assert decision.preemption.as_dict()["grants"] == [["n1-GPU-0", 12000, 0]]
+    assert decision.preemption.victims[0].kind == "consolidate"
+    assert decision.batch.message == "moving 1 pod to make room on n1: default/t n1 -> n2"
     # this cycle's snapshot holds both: the pod on n1, the moved tenant at its new home
     assert (memory_on(w, "n1"), memory_on(w, "n2")) == (12000, 12000)
 
@@ -77,9 +77,9 @@ def test_two_tenants_move_when_one_is_not_enough_and_the_cheaper_pair_wins():
     w.run("x", "n2", {0: 9000})  # too big to move into the 7000 MiB left anywhere
     w.run("y", "n3", {0: 9000})
     (outcome,) = runner(w).run([job("p", priority=0, mem=10000)])
-    moved = sorted(m["pod"] for m in outcome.decision.preemption["moves"])
+    moved = sorted(m["pod"] for m in outcome.decision.preemption.as_dict()["moves"])
     assert moved == ["default/a", "default/b"]  # 10000 MiB moved, not 11000 with c
-    homes = {m["to"] for m in outcome.decision.preemption["moves"]}
+    homes = {m["to"] for m in outcome.decision.preemption.as_dict()["moves"]}
     assert homes <= {"n2", "n3"}
     assert memory_on(w, "n1") == 16000 and memory_on(w, "n2") + memory_on(w, "n3") == 28000
 
@@ -91,5 +91,5 @@ def test_dry_run_moves_nothing():
     before = used(w)
     (outcome,) = runner(w, dry_run=True).run([job("p", priority=0, mem=12000)])
     assert outcome.victims == []
-    assert outcome.decision.preemption["message"].startswith("would move 1 pod")
+    assert outcome.decision.preemption.message.startswith("would move 1 pod")
     assert used(w) == before

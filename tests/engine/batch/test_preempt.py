@@ -127,12 +127,12 @@ def test_the_tenant_whose_card_frees_enough_is_the_only_victim_and_the_pod_lands
     outcome = w.runner().run([job("big", mem=8000)])[0]
     decision = outcome.decision
     assert decision.status == PENDING
-    assert decision.batch["reason"] == PREEMPTING
+    assert decision.batch.reason == PREEMPTING
     assert [t.key for t in outcome.victims] == ["default/low"]
-    assert decision.preemption["node"] == "n1"
-    assert decision.preemption["grants"] == [["n1-GPU-1", 8000, 0]]
-    assert decision.preemption["victims"][0]["cards"] == ["n1-GPU-1"]
-    assert decision.preemption["victims"][0]["why"] == "priority 0 < 100"
+    assert decision.preemption.node == "n1"
+    assert decision.preemption.as_dict()["grants"] == [["n1-GPU-1", 8000, 0]]
+    assert decision.preemption.victims[0].cards == ["n1-GPU-1"]
+    assert decision.preemption.victims[0].why == "priority 0 < 100"
 
 
 def test_the_node_needing_the_fewest_victims_wins_then_the_least_work():
@@ -143,7 +143,7 @@ def test_the_node_needing_the_fewest_victims_wins_then_the_least_work():
     w.run("c1", "c", {0: 6000})
     outcome = w.runner().run([job("p", mem=8000)])[0]
     assert [t.key for t in outcome.victims] == ["default/c1"]  # one pod, 6000 MiB < 7000
-    alternatives = {a["node"]: a["victims"] for a in outcome.decision.preemption["alternatives"]}
+    alternatives = {a["node"]: a["victims"] for a in outcome.decision.preemption.alternatives}
     assert alternatives == {"b": 1, "a": 2}
 
 
@@ -154,7 +154,7 @@ def test_nothing_is_evicted_when_only_equal_or_higher_priority_runs_and_the_pod_
     outcome = w.runner().run([job("p", mem=8000)])[0]
     assert outcome.victims == []
     assert outcome.decision.batch is None
-    assert NO_LOWER_PRIORITY in outcome.decision.preemption["why"]
+    assert NO_LOWER_PRIORITY in outcome.decision.preemption.why
     # too common to repeat on the reason line: it stays in the decision's payload
     assert NO_LOWER_PRIORITY not in outcome.decision.reason_text()
     assert outcome.decision.as_dict()["preemption"]["misses"] == {NO_LOWER_PRIORITY: 1}
@@ -168,7 +168,7 @@ def test_protections_min_runtime_non_preemptible_and_protected_priority():
     w.run("s", "system", {0: 8000}, priority=50)
     outcome = w.runner(min_runtime_seconds=60, protect_priority=50).run([job("p", mem=8000)])[0]
     assert outcome.victims == []
-    why = outcome.decision.preemption["why"]
+    why = outcome.decision.preemption.why
     assert MIN_RUNTIME in why and NON_PREEMPTIBLE in why
     assert preemptible({"hami.io/preemptible": "False"}) is False
     assert preemptible({"hami.io/preemptible": "true"}) and preemptible({})
@@ -188,7 +188,7 @@ def test_a_gang_victim_goes_whole_or_not_at_all():
     w2.run("g-1", "n2", {0: 8000}, gang="default/g", preemptible=False)
     outcome = w2.runner().run([job("p", mem=8000)])[0]
     assert outcome.victims == []
-    assert GANG_PROTECTED in outcome.decision.preemption["why"]
+    assert GANG_PROTECTED in outcome.decision.preemption.why
 
 
 def test_a_gang_member_beyond_min_member_may_go_alone():
@@ -209,7 +209,7 @@ def test_a_preempting_gang_that_cannot_reach_min_member_evicts_nothing():
     gang = Job("default", 100, (0, "t"), members, Gang("default/t", 2, 2))
     outcomes = w.runner().run([gang])
     assert all(o.victims == [] for o in outcomes)
-    assert all(o.decision.batch["reason"] == "GangUnschedulable" for o in outcomes)
+    assert all(o.decision.batch.reason == "GangUnschedulable" for o in outcomes)
     assert used(w) == before
 
 
@@ -220,7 +220,7 @@ def test_a_preempting_gang_evicts_for_every_member_at_once():
     members = [Member(pod(f"t-{i}", mem=8000)) for i in range(2)]
     outcomes = w.runner().run([Job("default", 100, (0, "t"), members, Gang("default/t", 2, 2))])
     assert sorted(t.key for o in outcomes for t in o.victims) == ["default/low1", "default/low2"]
-    assert {o.decision.preemption["node"] for o in outcomes} == {"n1", "n2"}
+    assert {o.decision.preemption.node for o in outcomes} == {"n1", "n2"}
 
 
 def test_the_cap_of_cards_per_cycle_stops_further_evictions():
@@ -229,7 +229,7 @@ def test_the_cap_of_cards_per_cycle_stops_further_evictions():
     w.run("low2", "n2", {0: 8000})
     outcomes = w.runner(max_cards=1).run([job("p1", mem=8000), job("p2", mem=8000)])
     assert [len(o.victims) for o in outcomes] == [1, 0]
-    assert CAP_REACHED in outcomes[1].decision.preemption["why"]
+    assert CAP_REACHED in outcomes[1].decision.preemption.why
 
 
 def test_dry_run_explains_the_victims_and_evicts_nothing():
@@ -238,7 +238,7 @@ def test_dry_run_explains_the_victims_and_evicts_nothing():
     before = used(w)
     outcome = w.runner(dry_run=True).run([job("p", mem=8000)])[0]
     assert outcome.victims == []
-    assert outcome.decision.preemption["dry_run"] is True
+    assert outcome.decision.preemption.dry_run is True
     assert "would evict 1 pod on n1" in outcome.decision.reason_text()
     assert used(w) == before
 
@@ -278,8 +278,8 @@ def test_a_nominated_pod_still_waiting_says_so_and_does_not_preempt_again():
         [job("p", mem=8000)]
     )[0]
     assert outcome.victims == []
-    assert outcome.decision.batch["reason"] == "Nominated"
-    assert "waiting for 1 victim to release" in outcome.decision.batch["message"]
+    assert outcome.decision.batch.reason == "Nominated"
+    assert "waiting for 1 victim to release" in outcome.decision.batch.message
 
 
 def test_a_whole_node_gang_evicts_no_more_than_the_cheapest_nodes_hold():
@@ -326,12 +326,12 @@ def test_reclaim_between_weight_one_and_three_settles_at_a_quarter_and_does_not_
                 w.tenants.remove(victim)
                 count += 1
             if outcome.victims:  # the victims are gone by the next cycle: the preemptor runs
-                grant = outcome.decision.preemption["grants"][0]
+                grant = outcome.decision.preemption.as_dict()["grants"][0]
                 w.tenants.append(
                     Tenant(
                         key=outcome.decision.name,
                         namespace="default",
-                        node=outcome.decision.preemption["node"],
+                        node=outcome.decision.preemption.node,
                         queue=outcome.job.queue,
                         runtime_seconds=3600,
                         holdings=[tuple(grant)],
@@ -381,8 +381,8 @@ def test_each_alternative_says_why_it_lost():
     w.run("heavier", "n3", {0: 6000})
     (outcome,) = w.runner().run([job("p", mem=8000)])
     preemption = outcome.decision.preemption
-    assert preemption["node"] == "n1"
-    assert {a["node"]: a["why"] for a in preemption["alternatives"]} == {
+    assert preemption.node == "n1"
+    assert {a["node"]: a["why"] for a in preemption.alternatives} == {
         "n3": "6000 MiB evicted > 5000 MiB",
         "n2": "2 victims > 1",
     }

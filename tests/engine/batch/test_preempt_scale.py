@@ -220,8 +220,8 @@ def test_a_gang_of_six_whole_node_members_evicts_48_cards_where_every_card_holds
     cards = [uuid for t in victims for uuid, _, _ in t.holdings]
     assert len(cards) == len(set(cards)) == 48  # the lower bound: 6 x 8 cards, one tenant each
     assert {t.node for t in victims} <= set(clean)
-    assert len({o.decision.preemption["node"] for o in outcomes}) == 6
-    assert all(o.decision.batch["reason"] == "Preempting" for o in outcomes)
+    assert len({o.decision.preemption.node for o in outcomes}) == 6
+    assert all(o.decision.batch.reason == "Preempting" for o in outcomes)
 
 
 def test_the_cheapest_plan_is_found_on_a_big_cluster_beyond_the_first_hundred_nodes():
@@ -237,8 +237,8 @@ def test_the_cheapest_plan_is_found_on_a_big_cluster_beyond_the_first_hundred_no
         w.run(f"{last}-{c}b", last, {c: 4000})
     outcome = w.runner().run([Job("default", 100, (0, "p"), [Member(pod("p", mem=4000))])])[0]
     assert [t.key for t in outcome.victims] == ["default/n299-0b"]  # one pod, 4000 MiB: the cheapest
-    assert outcome.decision.preemption["node"] == last
-    assert len(outcome.decision.preemption["alternatives"]) == 5
+    assert outcome.decision.preemption.node == last
+    assert len(outcome.decision.preemption.alternatives) == 5
 
 
 def test_a_cycle_that_reached_its_cap_says_so_without_searching_every_node():
@@ -249,5 +249,5 @@ def test_a_cycle_that_reached_its_cap_says_so_without_searching_every_node():
         [Job("default", 100, (0, f"p{k}"), [Member(pod(f"p{k}", mem=8000))]) for k in range(4)]
     )
     assert [len(o.victims) for o in outcomes] == [1, 1, 0, 0]
-    assert f"{CAP_REACHED} (48)" in outcomes[2].decision.preemption["why"]
+    assert f"{CAP_REACHED} (48)" in outcomes[2].decision.preemption.why
     assert outcomes[3].decision.status == PENDING

@@ -229,12 +229,12 @@ def test_a_gang_that_cannot_reach_min_member_places_nothing_and_says_who_failed(
     assert [o.decision.status for o in outcomes] == [PENDING] * 3
     assert usage_of(c) == usage_of(cluster(nodes=1, cards=2, memory=8000, slots=1))
     first = outcomes[0].decision
-    assert first.batch["reason"] == GANG_UNSCHEDULABLE
-    assert first.batch["would_fit_on"] == "node0"
+    assert first.batch.reason == GANG_UNSCHEDULABLE
+    assert first.batch.would_fit_on == "node0"
     assert first.reason_text().startswith(
         "GangUnschedulable: gang default/train: 2/3 members placeable; train-2: 0/1"
     )
-    assert outcomes[2].decision.batch["reason"] == GANG_UNSCHEDULABLE
+    assert outcomes[2].decision.batch.reason == GANG_UNSCHEDULABLE
 
 
 def test_a_gang_at_min_member_is_kept_and_members_beyond_it_go_when_they_fit():
@@ -250,7 +250,7 @@ def test_a_gang_waits_for_its_members_and_one_already_running_counts():
     c = cluster(nodes=1, cards=1, memory=8000, slots=1)
     runner = JobRunner(Scheduler(c), QueueBook([]))
     waiting = runner.run([gang_job("g", 2, 3, known=2)])
-    assert {o.decision.batch["reason"] for o in waiting} == {NOT_ENOUGH_PODS}
+    assert {o.decision.batch.reason for o in waiting} == {NOT_ENOUGH_PODS}
     assert waiting[0].decision.reason_text() == "NotEnoughPods: gang default/g: 2/3 members known"
     job = gang_job("h", 1, 2, known=2)
     job.gang.placed = 1  # one member holds cards already: one more reaches min_member
@@ -270,8 +270,8 @@ def test_a_queue_limit_holds_a_pod_with_the_figures_and_backfill_goes_on():
         ]
     )
     by_name = {o.decision.name: o.decision for o in outcomes}
-    assert by_name["big"].batch["reason"] == QUEUE_LIMIT
-    assert by_name["big"].batch["message"] == "queue research: gpumem 6000 + 8000 > limit 10000 MiB"
+    assert by_name["big"].batch.reason == QUEUE_LIMIT
+    assert by_name["big"].batch.message == "queue research: gpumem 6000 + 8000 > limit 10000 MiB"
     assert by_name["small"].status == SCHEDULED
     assert book.queues["research"].used["gpumem"] == 9000
 
@@ -287,7 +287,7 @@ def test_a_namespace_quota_counts_per_vgpu():
         ]
     )
     assert outcomes[0].decision.status == SCHEDULED  # 8000
-    assert outcomes[1].decision.batch["reason"] == NAMESPACE_QUOTA  # 8000 + 4000 > 10000
+    assert outcomes[1].decision.batch.reason == NAMESPACE_QUOTA  # 8000 + 4000 > 10000
     assert "namespace team: gpumem 8000 + 4000 > hard 10000 MiB" in outcomes[1].decision.reason_text()
 
 

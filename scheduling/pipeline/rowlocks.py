@@ -1,0 +1,104 @@
+"""Row locks, in the one global order that keeps the writers and the commits from deadlocking on
+PostgreSQL (docs/architecture.md, "Lock order"). Every explicit row lock of the project is taken
+through these helpers, so the order lives here:
+
+0. the `CapacityVersion` row, `FOR SHARE` (the commit) or updated (the wake): its first statement
+   (`CapacityVersion.read` / `bump`, beside the row);
+1. pods (`lock_pods`);
+2. the node a write is about (`lock_node`);
+3. cards (`lock_cards`);
+4. evictions (`lock_evictions`), then nominations (deleted, not locked).
+
+Queues, pod groups, namespace quotas and pods bound by other schedulers (`lock_queue`,
+`lock_pod_group`, `lock_namespace_quotas`, `lock_bound_pods`) are the only rows their
+transactions lock, so they take no place in it.
+
+A transaction takes its locks by rising step, never back (one known exception:
+`services.evictions.carry_out_local` takes its eviction before the victim's cards; a commit
+cancelling that same eviction may meet it, which PostgreSQL aborts and `dbretry` runs again).
+Within a step several rows are locked in primary-key order, the same order in every writer. No
+write changes a key column, so every lock but the eviction's is `FOR NO KEY UPDATE`, which
+leaves the `FOR KEY SHARE` locks of foreign-key checks alone. `of_self`: a query that joins other tables (a pod's node, a card's
+node) locks only its own rows; the joined ones are read, not locked.
+
+On SQLite Django leaves the clause out: there `BEGIN IMMEDIATE` holds the whole database.
+Each helper takes a queryset (the rows wanted) and gives it back locked, to be read as the
+caller likes (`.get()`, `.first()`, `.values_list()`).
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from django.db.models import Model, QuerySet
+
+from scheduling.models import (
+    BoundPod,
+    CapacityVersion,
+    Card,
+    Eviction,
+    NamespaceQuota,
+    Node,
+    Pod,
+    PodGroup,
+    Queue,
+)
+
+Row = TypeVar("Row", bound=Model)
+
+#: The steps, in the order a transaction takes them (0: `CapacityVersion`'s own methods; then
+#: the helpers' models).
+LOCK_ORDER: tuple[tuple[type[Model], ...], ...] = ((CapacityVersion,), (Pod,), (Node,), (Card,), (Eviction,))
+#: Locked alone in their transactions: no place in the order.
+LOCKED_ALONE: tuple[type[Model], ...] = (Queue, PodGroup, NamespaceQuota, BoundPod)
+
+
+def _no_key(rows: QuerySet[Row], of_self: bool) -> QuerySet[Row]:
+    return rows.select_for_update(no_key=True, of=("self",) if of_self else ())
+
+
+def lock_pods(rows: QuerySet[Pod], *, of_self: bool = False) -> QuerySet[Pod]:
+    """Step 1: pods `FOR NO KEY UPDATE`, in primary-key order (the commit, every pod service,
+    the wake)."""
+    return _no_key(rows, of_self).order_by("pk")
+
+
+def lock_node(rows: QuerySet[Node]) -> QuerySet[Node]:
+    """Step 2: the node a report, a readiness change, a card move or a node's cordon is about,
+    `FOR NO KEY UPDATE`; after its pods (none of these writes locks any), before its cards."""
+    return _no_key(rows, False)
+
+
+def lock_cards(rows: QuerySet[Card], *, of_self: bool = False) -> QuerySet[Card]:
+    """Step 3: cards `FOR NO KEY UPDATE`, in primary-key order; after any pod and node lock of
+    the same transaction (every writer of the counters)."""
+    return _no_key(rows, of_self).order_by("pk")
+
+
+def lock_evictions(rows: QuerySet[Eviction]) -> QuerySet[Eviction]:
+    """Step 4: evictions `FOR UPDATE OF` the eviction only (the victim and preemptor joined
+    are read, not locked), after the victim's pod row and before its cards' nominations."""
+    return rows.select_for_update(of=("self",))
+
+
+def lock_queue(rows: QuerySet[Queue]) -> QuerySet[Queue]:
+    """A queue an operator changes or deletes, `FOR NO KEY UPDATE`, alone in its transaction."""
+    return _no_key(rows, False)
+
+
+def lock_pod_group(rows: QuerySet[PodGroup]) -> QuerySet[PodGroup]:
+    """A pod group an operator or a PodGroup object changes, `FOR NO KEY UPDATE`, alone in its
+    transaction."""
+    return _no_key(rows, False)
+
+
+def lock_namespace_quotas(rows: QuerySet[NamespaceQuota]) -> QuerySet[NamespaceQuota]:
+    """The rows of one ResourceQuota object, `FOR NO KEY UPDATE` (in their model's order:
+    namespace, quota, resource), alone in their transaction."""
+    return _no_key(rows, False)
+
+
+def lock_bound_pods(rows: QuerySet[BoundPod]) -> QuerySet[BoundPod]:
+    """Pods bound by other schedulers, `FOR NO KEY UPDATE` in primary-key order, alone in their
+    transaction (the watcher's batches)."""
+    return _no_key(rows, False).order_by("pk")
