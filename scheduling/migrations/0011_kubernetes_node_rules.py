@@ -44,12 +44,16 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="node",
             name="allocatable",
-            field=models.JSONField(blank=True, default=dict),
+            field=models.JSONField(
+                db_default=models.Value({}, output_field=models.JSONField()), blank=True, default=dict
+            ),
         ),
         migrations.AddField(
             model_name="node",
             name="taints",
-            field=models.JSONField(blank=True, default=list),
+            field=models.JSONField(
+                db_default=models.Value([], output_field=models.JSONField()), blank=True, default=list
+            ),
         ),
         migrations.AddField(
             model_name="node",
@@ -67,6 +71,7 @@ class Migration(migrations.Migration):
             model_name="pod",
             name="scheduling",
             field=models.JSONField(
+                db_default=models.Value({}, output_field=models.JSONField()),
                 blank=True,
                 default=dict,
                 help_text="Kubernetes scheduling fields in the API's forms (SCHEDULING_FIELDS), those given only",

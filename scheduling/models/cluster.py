@@ -48,9 +48,13 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     #: Kubernetes node fields (SPEC 10), in the API's own forms: `{key, value, effect}` taints,
     #: `spec.unschedulable`, and resource name -> quantity as given (`"4"`, `"16Gi"`).
-    taints = models.JSONField(default=list, blank=True)
+    taints = models.JSONField(
+        default=list, db_default=models.Value([], output_field=models.JSONField()), blank=True
+    )
     unschedulable = models.BooleanField(default=False, db_default=False)
-    allocatable = models.JSONField(default=dict, blank=True)
+    allocatable = models.JSONField(
+        default=dict, db_default=models.Value({}, output_field=models.JSONField()), blank=True
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     #: The cards of another node a report named, refused (set by `services.report_inventory` on

@@ -110,6 +110,7 @@ class Pod(models.Model):
     init_containers = models.JSONField(default=list, blank=True)
     scheduling = models.JSONField(
         default=dict,
+        db_default=models.Value({}, output_field=models.JSONField()),
         blank=True,
         help_text="Kubernetes scheduling fields in the API's forms (SCHEDULING_FIELDS), those given only",
     )

@@ -31,9 +31,9 @@ from scheduling.models.pods import SCHEDULING_FIELDS
 #: Where a pod keeps its `metadata.ownerReferences` in `Pod.scheduling`: stored for the
 #: Workload/owners work to come, read by no scheduling rule yet.
 OWNER_REFERENCES = "ownerReferences"
-#: What is kept of each owner reference (`blockOwnerDeletion` says nothing about the pod).
-OWNER_KEYS = ("apiVersion", "kind", "name", "uid", "controller")
 _OWNER_TEXT = {"apiVersion": 317, "kind": 63, "name": 253, "uid": 64}
+#: What is kept of each owner reference (`blockOwnerDeletion` says nothing about the pod).
+OWNER_KEYS = (*_OWNER_TEXT, "controller")
 #: The longest node name (a DNS subdomain).
 NODE_NAME_LENGTH = 253
 
@@ -130,7 +130,14 @@ def checked_running_pod(labels, affinity, containers, init_containers) -> None:
         "containers": containers,
         "initContainers": init_containers,
     }
-    _refused(running_pod_problems(raw))
+    # Its ports are slim (only those that take a node port, without `containerPort`).
+    _refused(
+        [
+            (field, message)
+            for field, message in running_pod_problems(raw)
+            if not (field.endswith(".containerPort") and message.startswith("required"))
+        ]
+    )
     effective_request(containers, init_containers)
 
 

@@ -244,10 +244,10 @@ def _checked(
     try:
         scheduling = checked_scheduling(scheduling, containers, init_containers, labels)
     except PodInvalid as exc:
-        if validate or not isinstance(scheduling, dict):
+        if validate or not isinstance(scheduling, dict | None):
             raise
         problem = exc  # read from Kubernetes: stored parked, naming the field
-        scheduling = {key: value for key, value in scheduling.items() if value is not None}
+        scheduling = {key: value for key, value in (scheduling or {}).items() if value is not None}
     spec = PodSpec(
         name=name,
         namespace=namespace,

@@ -51,6 +51,10 @@ EXAMPLES = (
     "story2-node-spread",
     "story3-gpu-binpack",
     "story4-gpu-spread",
+    "k8s-selector-taint-cordon-cpu",
+    "k8s-spread-anti-affinity",
+    "k8s-gated",
+    "k8s-running-hami",
 )
 
 

@@ -82,3 +82,85 @@ def test_bulk_items_take_the_fields_and_are_refused_one_by_one(operator):
     assert [r["outcome"] for r in results] == ["created", "refused"]
     assert results[1]["error"]["field"] == "tolerations[0].operator"
     assert Pod.objects.get().scheduling == {"nodeSelector": {"pool": "a"}}
+
+
+NEAR_FIELD = (
+    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    ".nodeSelectorTerms[0].matchExpressions[0].operator"
+)
+NEAR = {
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "gpu", "operator": "Near", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+}
+
+
+def deep_case(name: str, case: str) -> dict:
+    """A pod with one value the envelope takes and only the engine's rules refuse."""
+    body = gpu_pod(name, mem=1000)
+    main = body["containers"][0]
+    if case == "near":
+        body.update(NEAR)
+    elif case == "no-run":
+        body["tolerations"] = [{"key": "a", "effect": "NoRun"}]
+    elif case == "exists-value":
+        body["tolerations"] = [{"key": "a", "operator": "Exists", "value": "v"}]
+    elif case == "cores":
+        main["resources"]["requests"] = {"cpu": "4 cores"}
+    elif case == "host-port":
+        main["ports"] = [{"containerPort": 80, "hostPort": 70000}]
+    elif case == "protocol":
+        main["ports"] = [{"containerPort": 80, "protocol": "XTP"}]
+    return body
+
+
+DEEP_FIELDS = {
+    "near": NEAR_FIELD,
+    "no-run": "tolerations[0].effect",
+    "exists-value": "tolerations[0].value",
+    "cores": "containers[0].resources.requests.cpu",
+    "host-port": "containers[0].ports[0].hostPort",
+    "protocol": "containers[0].ports[0].protocol",
+}
+
+
+@pytest.mark.parametrize("case", DEEP_FIELDS)
+def test_what_only_the_engine_rules_refuse_is_refused_naming_the_field(operator, case):
+    answer = operator.post("/api/v1/pods/", deep_case("p", case), format="json")
+    assert answer.status_code == 400, answer.content
+    assert list(answer.json()) == [DEEP_FIELDS[case]]
+    assert not Pod.objects.exists()
+
+
+def test_every_bad_field_is_named_in_one_answer(operator):
+    body = deep_case("p", "near")
+    body["tolerations"] = [{"key": "a", "operator": "Exists", "value": "v", "effect": "NoRun"}]
+    body["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 70000, "protocol": "XTP"}]
+    answer = operator.post("/api/v1/pods/", body, format="json")
+    assert answer.status_code == 400, answer.content
+    assert sorted(answer.json()) == sorted(
+        [
+            NEAR_FIELD,
+            "tolerations[0].value",
+            "tolerations[0].effect",
+            "containers[0].ports[0].hostPort",
+            "containers[0].ports[0].protocol",
+        ]
+    )
+    assert "Near" in answer.json()[NEAR_FIELD][0]
+
+
+def test_bulk_refuses_only_the_items_the_engine_rules_refuse(operator):
+    pods = [gpu_pod("good", mem=1000)] + [deep_case(f"bad-{i}", case) for i, case in enumerate(DEEP_FIELDS)]
+    answer = operator.post("/api/v1/pods/bulk/", {"pods": pods}, format="json")
+    assert answer.status_code == 200, answer.content
+    results = answer.json()["pods"]
+    assert [r["outcome"] for r in results] == ["created"] + ["refused"] * len(DEEP_FIELDS)
+    assert [r["error"]["field"] for r in results[1:]] == list(DEEP_FIELDS.values())
+    assert list(Pod.objects.values_list("name", flat=True)) == ["good"]

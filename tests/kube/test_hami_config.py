@@ -299,7 +299,7 @@ def test_a_pod_asking_a_mode_no_card_runs_in_waits_with_card_mode_mismatch(kube,
         assert [key for key, _, _ in report.placed] == ["default/core"]
         waiting = pod_row("mig-only")
         assert waiting.status == Pod.PENDING
-        assert "2 CardModeMismatch" in waiting.reason
+        assert "0/1 nodes are available: 1 CardModeMismatch" in waiting.reason  # SPEC 10 counts nodes
 
 
 def test_a_hami_config_is_a_frozen_value():

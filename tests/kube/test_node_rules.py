@@ -167,6 +167,29 @@ def test_a_malformed_scheduling_field_parks_the_pod_naming_it_and_it_is_never_bo
     assert bindings(apiserver, "odd") == 0
 
 
+def test_an_unknown_affinity_operator_parks_the_pod_naming_it_and_its_owners_are_kept(kube, apiserver):
+    apiserver.put("nodes", gpu_node("gpu-1", "GPU-a"))
+    pod = pod_object("near", gpu=1, mem=1000)
+    term = {"matchExpressions": [{"key": "pool", "operator": "Near", "values": ["a"]}]}
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-1", "controller": True}
+    pod["metadata"]["ownerReferences"] = [{**owner, "blockOwnerDeletion": True}]
+    field = "nodeSelectorTerms[0].matchExpressions[0].operator"
+    apiserver.put("pods", pod)
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: row("near") and Card.objects.exists(), what="queued")
+        assert row("near").parked and row("near").error_field.endswith(field)
+        assert row("near").scheduling["ownerReferences"] == [owner]
+        run_cycle()
+        wait_until(
+            lambda: [e for e in apiserver.all("events") if field in e["message"]],
+            what="an event naming the field",
+        )
+    assert bindings(apiserver, "near") == 0
+
+
 # -- pods others bound ----------------------------------------------------------------------
 
 

@@ -287,3 +287,15 @@ def test_ready_condition():
     assert nodes.is_ready(node_object("a"))
     assert not nodes.is_ready(node_object("a", ready=False))
     assert nodes.is_ready({"metadata": {"name": "fresh"}})
+
+
+def test_owner_references_are_submitted_slim_and_unstorable_text_is_refused_naming_it():
+    pod = pod_object("train")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j-1"}
+    pod["metadata"]["ownerReferences"] = [{**job, "controller": True, "blockOwnerDeletion": True}, "odd"]
+    assert pods.submission(pod)["scheduling"]["ownerReferences"] == [{**job, "controller": True}]
+    assert "ownerReferences" not in pods.submission(pod_object("alone"))["scheduling"]
+    pod["metadata"]["ownerReferences"] = [{**job, "name": "a\x00b"}]
+    with pytest.raises(pods.PodInvalid) as refused:
+        pods.submission(pod)
+    assert refused.value.field == "ownerReferences[0].name"

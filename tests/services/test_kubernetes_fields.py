@@ -8,6 +8,7 @@ import pytest
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
 from scheduling.models import BoundPod, Node, Pod
+from scheduling.services.fields import FieldProblems
 
 pytestmark = pytest.mark.django_db
 
@@ -95,6 +96,85 @@ def test_malformed_fields_are_refused_naming_the_field(scheduling, containers, f
         submit(scheduling=scheduling, containers=containers)
     assert refused.value.field == field
     assert not Pod.objects.exists()
+
+
+NEAR = {
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "gpu", "operator": "Near", "values": ["a"]}]}
+                ]
+            }
+        }
+    }
+}
+NEAR_FIELD = (
+    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    ".nodeSelectorTerms[0].matchExpressions[0].operator"
+)
+
+
+def port(**fields) -> list[dict]:
+    return [{"name": "m", "resources": GPU, "ports": [{"containerPort": 80, **fields}]}]
+
+
+#: Values only the engine's rules (`engine.kubefields`) refuse, and the field each names.
+DEEP_CASES = [
+    (NEAR, None, None, NEAR_FIELD),
+    ({"tolerations": [{"key": "a", "operator": "Exists", "value": "v"}]}, None, None, "tolerations[0].value"),
+    ({"tolerations": [{"key": "a", "effect": "NoRun"}]}, None, None, "tolerations[0].effect"),
+    (None, [container(cpu="4 cores")], None, "containers[0].resources.requests.cpu"),
+    (None, port(hostPort=70000), None, "containers[0].ports[0].hostPort"),
+    (None, port(protocol="XTP"), None, "containers[0].ports[0].protocol"),
+    (None, None, {"team a": "x"}, "labels.team a"),
+    ({"nodeSelector": {"pool": "a b"}}, None, None, "nodeSelector.pool"),
+]
+
+
+@pytest.mark.parametrize(("scheduling", "containers", "labels", "field"), DEEP_CASES)
+def test_the_engine_rules_refuse_what_the_shape_allows_naming_the_field(
+    scheduling, containers, labels, field
+):
+    with pytest.raises(PodInvalid) as refused:
+        submit(scheduling=scheduling, containers=containers, labels=labels)
+    assert refused.value.field == field
+    assert not Pod.objects.exists()
+
+
+@pytest.mark.parametrize(("scheduling", "containers", "labels", "field"), DEEP_CASES)
+def test_the_watcher_path_parks_what_the_engine_rules_refuse(scheduling, containers, labels, field):
+    pod = submit(
+        scheduling=scheduling, containers=containers, labels=labels, validate=False, origin=Pod.KUBERNETES
+    )
+    pod.refresh_from_db()
+    assert pod.parked and pod.error_field == field and pod.status == Pod.PENDING
+
+
+def test_every_bad_field_is_named_at_once():
+    bad = port(hostPort=70000, protocol="XTP")
+    bad[0]["resources"] = {"limits": GPU["limits"], "requests": {"cpu": "4 cores"}}
+    with pytest.raises(FieldProblems) as refused:
+        submit(scheduling={**NEAR, "tolerations": [{"key": "a", "effect": "NoRun"}]}, containers=bad)
+    assert [field for field, _ in refused.value.problems] == [
+        NEAR_FIELD,
+        "tolerations[0].effect",
+        "containers[0].resources.requests.cpu",
+        "containers[0].ports[0].hostPort",
+        "containers[0].ports[0].protocol",
+    ]
+    assert refused.value.field == NEAR_FIELD and "(and 4 more)" in str(refused.value)
+
+
+def test_owner_references_are_kept_apart_from_the_scheduling_fields():
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1", "controller": True}
+    pod = submit(scheduling={"nodeSelector": {"pool": "a"}, "ownerReferences": [{**owner, "extra": 1}]})
+    pod.refresh_from_db()
+    assert pod.scheduling["ownerReferences"] == [owner]
+    assert pod.as_spec().node_selector == {"pool": "a"}
+    with pytest.raises(PodInvalid) as refused:
+        submit("q", scheduling={"ownerReferences": [{"kind": 3}]})
+    assert refused.value.field == "ownerReferences[0].kind"
 
 
 def test_a_pod_read_from_kubernetes_with_a_malformed_field_is_stored_parked_naming_it():

@@ -1,4 +1,5 @@
-"""Markup in pod names, annotations, node labels and card types never runs in a browser.
+"""Markup in pod names, annotations and card types never runs in a browser (node labels
+refuse it at the door: they follow Kubernetes' label syntax, `test_a_label_of_markup_is_refused`).
 
 The server-rendered HTML is checked in tests/chaos/test_security.py; this drives a real
 headless Chromium (the fixtures of test_browser) over every page that shows such values,
@@ -15,6 +16,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from scheduling import services
+from scheduling.engine.errors import ScenarioError
 from scheduling.roles import ADMIN, role_group
 
 from .conftest import PASSWORD, cycle
@@ -38,13 +40,19 @@ def submit_markup(name: str, gpu: int = 1) -> None:
     )
 
 
+def test_a_label_of_markup_is_refused():
+    with pytest.raises(ScenarioError) as refused:
+        services.report_inventory("node1", {"zone": MARKUP}, {}, [{"uuid": "GPU-1-0", "memory": 15360}])
+    assert refused.value.where == "labels.zone"
+
+
 @pytest.fixture
 def markup_everywhere():
-    """A node whose label, annotation and card type are markup; a placed pod and a pending
-    one whose names and annotations are markup."""
+    """A node whose annotation and card type are markup; a placed pod and a pending one whose
+    names and annotations are markup."""
     services.report_inventory(
         "node1",
-        {"zone": MARKUP},
+        {"zone": "a"},
         {"note": MARKUP},
         [
             {"uuid": "GPU-1-0", "index": 0, "memory": 15360, "type": MARKUP},

@@ -313,6 +313,16 @@ def test_simulator_example_link_loads_and_runs_an_example(viewer_client):
     assert refused.status_code == 400 and "no example named" in refused.content.decode()
 
 
+@pytest.mark.parametrize(
+    "name", ["k8s-selector-taint-cordon-cpu", "k8s-spread-anti-affinity", "k8s-gated", "k8s-running-hami"]
+)
+def test_the_kubernetes_examples_are_offered_and_run(viewer_client, name):
+    page = viewer_client.get(reverse("simulator")).content.decode()
+    assert f"example={name}" in page
+    answer = viewer_client.get(reverse("simulator"), {"example": name})
+    assert answer.status_code == 200 and 'data-testid="simulator-result"' in answer.content.decode()
+
+
 def test_live_token_moves_when_a_pod_is_placed_and_not_otherwise(viewer_client):
     report_demo_cluster()
     first = viewer_client.get(reverse("live")).json()["version"]
