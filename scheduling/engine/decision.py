@@ -475,5 +475,7 @@ def failure_summary(decision: Decision) -> str:
         summary = ", ".join(f"{n} {reason}" for reason, n in sorted(decision.reasons.items()))
         return f"0/{total} nodes are available: {summary}"
     words = sorted(f"{n} {said}" for said, n in counted.items() if said not in CODES)
-    cards = [f"{counted[code]} {code}" for code in sorted(counted) if code in CODES and code not in NODE_RULES]
+    cards = [
+        f"{counted[code]} {code}" for code in sorted(counted) if code in CODES and code not in NODE_RULES
+    ]
     return f"0/{total} nodes are available: {', '.join(words + cards)}"

@@ -521,7 +521,9 @@ class Preemptor:
         holdings off its cards, and their cpu, memory, pod slots and ports off the node, so the
         pod's node rules (SPEC 10) pass there too."""
         here = [tenant for tenant in freed if tenant.node == node.name]
-        footprints = [fp for fp in (accounting.remove(node, t.key, touch=False) for t in here) if fp is not None]
+        footprints = [
+            fp for fp in (accounting.remove(node, t.key, touch=False) for t in here) if fp is not None
+        ]
         on_cards = {fp.key for fp in footprints if fp.holdings}  # their cards came off with them
         holdings = [holding for tenant in here if tenant.key not in on_cards for holding in tenant.holdings]
         node.shift(holdings, -1)
