@@ -199,6 +199,18 @@ def parse_config(raw) -> ClusterConfig:
     )
 
 
+def _pod_name(found: Problems, raw: dict, where: str) -> tuple[object, object]:
+    """A pod entry's `name` (required) and `namespace` (default `default`), each noted in
+    `found` when it is not a non-empty string."""
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        found.note(f"{where}.name", "required: a non-empty string")
+    namespace = raw.get("namespace", "default")
+    if not isinstance(namespace, str) or not namespace:
+        found.note(f"{where}.namespace", "must be a non-empty string")
+    return name, namespace
+
+
 def parse_pod_entry(raw, where: str) -> PodSpec:
     """The envelope of a pod and its Kubernetes fields (SPEC 10, `engine.kubefields`). Bad GPU
     resource values are left for the engine, which rejects the pod (SPEC 9: a rejected pod is
@@ -207,12 +219,7 @@ def parse_pod_entry(raw, where: str) -> PodSpec:
     if not isinstance(raw, dict):
         raise ScenarioError(where, "a pod must be an object")
     found = Problems()
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        found.note(f"{where}.name", "required: a non-empty string")
-    namespace = raw.get("namespace", "default")
-    if not isinstance(namespace, str) or not namespace:
-        found.note(f"{where}.namespace", "must be a non-empty string")
+    name, namespace = _pod_name(found, raw, where)
     containers = raw.get("containers")
     if not isinstance(containers, list) or not containers:
         found.note(f"{where}.containers", "required: a non-empty list of containers")
@@ -223,7 +230,7 @@ def parse_pod_entry(raw, where: str) -> PodSpec:
     for field, message in pod_field_problems(raw, where):
         found.note(field, message)
     found.raise_any()
-    assert isinstance(name, str) and isinstance(containers, list)
+    assert isinstance(name, str) and isinstance(namespace, str) and isinstance(containers, list)
     return PodSpec(
         name=name,
         namespace=namespace,
@@ -241,12 +248,7 @@ def parse_running_pod(raw, where: str, nodes: dict[str, Node]) -> RunningPod:
     if not isinstance(raw, dict):
         raise ScenarioError(where, "a running pod must be an object")
     found = Problems()
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        found.note(f"{where}.name", "required: a non-empty string")
-    namespace = raw.get("namespace", "default")
-    if not isinstance(namespace, str) or not namespace:
-        found.note(f"{where}.namespace", "must be a non-empty string")
+    name, namespace = _pod_name(found, raw, where)
     node = raw.get("node")
     if not isinstance(node, str) or not node:
         found.note(f"{where}.node", "required: the name of the node it runs on")
@@ -259,7 +261,7 @@ def parse_running_pod(raw, where: str, nodes: dict[str, Node]) -> RunningPod:
     if allocated is not None and isinstance(node, str) and node in nodes:
         found.check(_held_cards, allocated, f"{where}.annotations", nodes[node])
     found.raise_any()
-    assert isinstance(name, str) and isinstance(node, str)
+    assert isinstance(name, str) and isinstance(namespace, str) and isinstance(node, str)
     return RunningPod(
         name=name,
         node=node,

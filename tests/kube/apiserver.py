@@ -481,24 +481,16 @@ class StandInApiServer:
         handler.send_json(200, obj)
 
     def patch_pod(self, handler, query, body, namespace, name):
-        if "merge-patch" not in handler.headers.get("Content-Type", ""):
-            raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
-        with self.lock:
-            current = self._pod(namespace, name)
-            wanted = (body.get("metadata") or {}).get("resourceVersion")
-            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
-                raise Failure(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on pods "{name}": the object has been modified',
-                )
-            patched = merge_patch(current, body)
-            patched["metadata"].pop("resourceVersion", None)
-            obj = self._store("pods", patched)
-        handler.send_json(200, obj)
+        handler.send_json(200, self._merge_patched(handler, body, namespace, name, body))
 
     def patch_pod_status(self, handler, query, body, namespace, name):
         """The status subresource: only `status` is taken from the patch, as a real server does."""
+        wanted = {"status": body.get("status") or {}}
+        handler.send_json(200, self._merge_patched(handler, body, namespace, name, wanted))
+
+    def _merge_patched(self, handler, body, namespace, name, patch):
+        """The pod after the merge `patch`, stored; a `metadata.resourceVersion` in `body` that
+        is not the stored one is a 409, in the real server's words."""
         if "merge-patch" not in handler.headers.get("Content-Type", ""):
             raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
         with self.lock:
@@ -511,10 +503,9 @@ class StandInApiServer:
                     f'Operation cannot be fulfilled on pods "{name}": the object has been modified; '
                     "please apply your changes to the latest version and try again",
                 )
-            patched = merge_patch(current, {"status": body.get("status") or {}})
+            patched = merge_patch(current, patch)
             patched["metadata"].pop("resourceVersion", None)
-            obj = self._store("pods", patched)
-        handler.send_json(200, obj)
+            return self._store("pods", patched)
 
     def bind_pod(self, handler, query, body, namespace, name):
         target = (body.get("target") or {}).get("name")
