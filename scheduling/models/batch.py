@@ -1,22 +1,19 @@
 """Batch scheduling: queues with quotas in vGPU units, and pod groups (gangs).
 
-Resources are counted in vGPU units (`scheduling.engine.batch.RESOURCES`): `vgpus` (one per
+Resources are counted in vGPU units (`scheduling.engine.batch.queues.RESOURCES`): `vgpus` (one per
 vGPU a container asks, times its count), `gpumem` (MiB granted, summed over every vGPU) and
 `gpucores` (percent of a card, summed: 100 is one whole card's cores).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
 from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES
-
-if TYPE_CHECKING:
-    from .pods import Pod
 
 
 class Queue(models.Model):
@@ -145,8 +142,9 @@ class PodGroup(models.Model):
     running_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     #: The member pods, where a page of groups read them together (not a column:
-    #: `api.views.batch.groups_with_members`); absent otherwise.
-    members: list[Pod]
+    #: `api.views.batch.groups_with_members`); absent otherwise. Pods, typed as models so that
+    #: this module does not lean on `pods`, which leans on it.
+    members: Sequence[models.Model]
 
     class Meta:
         ordering = ["namespace", "name"]
