@@ -2,7 +2,11 @@
 
 Prints, for clusters of 100, 1,000 and 5,000 nodes x 8 cards, the median and p99
 milliseconds per pod decision and pods per second over a mixed stream (single and
-multi-card, mixed chains and node policies, some unschedulable), then times
+multi-card, mixed chains and node policies, some unschedulable) and, as BENCH_MIX (default
+`gpu,k8s,k8s-apart`) names them, the same over nodes with labels, taints, cordons and
+allocatable where half the pods carry a nodeSelector, tolerations and cpu/memory requests and
+a tenth a hard zone spread or a hostname anti-affinity (`with_pod_fields`: `k8s` draws them
+per GPU template, `k8s-apart` apart from it; issue 27), then times
 `manage.py simulate --top 10` beside the numpy lower bound `bench.limit` on the same file,
 each a fresh process (start included), and prints both, their ratio and the placed/pending
 counts of each from that one run (issue 18: 5,000 nodes x 8 cards, 10,000 pods, at most 5x).
@@ -116,10 +120,81 @@ def synthetic_pods(count: int, seed: int = 11, cold: bool = False) -> list[dict]
     return pods
 
 
-def measure(nodes: int, pods: int, cold_pods: int = 200) -> dict:
-    cluster, config, pod_specs = parse_scenario(
-        {"nodes": synthetic_nodes(nodes), "pods": synthetic_pods(pods)}
-    )
+POOLS = ("training", "inference", "batch", "dev")
+ZONES = tuple(f"zone-{z}" for z in "abcdefgh")
+APPS = tuple(f"app-{a}" for a in range(20))
+
+
+def with_node_fields(nodes: list[dict], seed: int = 17) -> list[dict]:
+    """The nodes of `synthetic_nodes` as a Kubernetes cluster has them (SPEC 10): labels (a
+    pool, a zone, the hostname), a tenth tainted for a team, one in fifty cordoned, and
+    allocatable cpu, memory and a pod count."""
+    rng = random.Random(seed)
+    for n, node in enumerate(nodes):
+        node["labels"] = {
+            "pool": POOLS[n % len(POOLS)],
+            "topology.kubernetes.io/zone": ZONES[(n // 7) % len(ZONES)],
+            "kubernetes.io/hostname": node["name"],
+        }
+        if rng.random() < 0.1:
+            node["taints"] = [{"key": "dedicated", "value": "team-b", "effect": "NoSchedule"}]
+        if rng.random() < 0.02:
+            node["unschedulable"] = True
+        node["allocatable"] = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    return nodes
+
+
+def with_pod_fields(pods: list[dict], seed: int = 19, templates: bool = True) -> list[dict]:
+    """The node-constraint mix of issue 27: half the pods carry a nodeSelector, tolerations
+    and cpu/memory requests (one set per pool); a tenth carry a hard zone spread or a
+    required anti-affinity by hostname (half each), over twenty apps. With `templates`, which
+    of these a pod carries follows its GPU ask, as the pods of one Deployment are alike;
+    without, it is drawn apart from it, so every GPU shape meets every node-constraint set
+    (about four times the shapes, each cached and kept up to date on its own)."""
+    rng = random.Random(seed)
+    for pod in pods:
+        if templates:
+            rng = random.Random(json.dumps(pod["containers"][0]["resources"], sort_keys=True) + str(seed))
+        kind = rng.random()
+        app = rng.choice(APPS)
+        pod["labels"] = {"app": app}
+        if kind < 0.5:  # each pool's pods from one template, as a team's deployments are
+            pool = rng.randrange(len(POOLS))
+            pod["nodeSelector"] = {"pool": POOLS[pool]}
+            pod["tolerations"] = [
+                {"key": "dedicated", "operator": "Equal", "value": "team-b", "effect": "NoSchedule"}
+            ]
+            requests = {"cpu": ("4", "1", "2", "500m")[pool], "memory": ("16Gi", "4Gi", "8Gi", "1Gi")[pool]}
+            pod["containers"][0]["resources"]["requests"] = requests
+        elif kind < 0.55:
+            pod["topologySpreadConstraints"] = [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": app}},
+                }
+            ]
+        elif kind < 0.6:
+            pod["affinity"] = {
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app": app}},
+                        }
+                    ]
+                }
+            }
+    return pods
+
+
+def measure(nodes: int, pods: int, cold_pods: int = 200, mix: str = "gpu") -> dict:
+    node_list, pod_list = synthetic_nodes(nodes), synthetic_pods(pods)
+    if mix != "gpu":
+        node_list = with_node_fields(node_list)
+        pod_list = with_pod_fields(pod_list, templates=mix == "k8s")
+    cluster, config, pod_specs = parse_scenario({"nodes": node_list, "pods": pod_list})
     keep = int(os.environ.get("BENCH_KEEP", "20")) or None
     scheduler = Scheduler(cluster, config, keep=keep)
     latencies = []
@@ -142,7 +217,10 @@ def measure(nodes: int, pods: int, cold_pods: int = 200) -> dict:
         cold.append((time.perf_counter() - t0) * 1000)
     # every pod a new shape, placed as it goes, on the cluster the mixed stream left
     fresh, fresh_cpu = [], []
-    for pod in parse_scenario({"nodes": [], "pods": synthetic_pods(cold_pods, seed=13, cold=True)})[2]:
+    fresh_pods = synthetic_pods(cold_pods, seed=13, cold=True)
+    if mix != "gpu":
+        fresh_pods = with_pod_fields(fresh_pods, seed=23, templates=mix == "k8s")
+    for pod in parse_scenario({"nodes": [], "pods": fresh_pods})[2]:
         t0, c0 = time.perf_counter(), time.process_time()
         scheduler.schedule(pod)
         fresh.append((time.perf_counter() - t0) * 1000)
@@ -233,11 +311,16 @@ def simulate_line(result: dict) -> str:
     return line + ("" if sim == bound else " (counts differ: see bench.limit, what it leaves out)")
 
 
-def print_latencies(sizes: list[int], pods: int) -> None:
+def print_latencies(sizes: list[int], pods: int, mix: str = "gpu") -> None:
     """The decision-latency table: one row per cluster size."""
     keep = os.environ.get("BENCH_KEEP", "20")
+    what = {
+        "gpu": "mixed stream",
+        "k8s": "node-constraint mix (SPEC 10), constraints per GPU template",
+        "k8s-apart": "node-constraint mix (SPEC 10), constraints drawn apart from the GPU ask",
+    }[mix]
     print(
-        f"engine: one decision per pod, mixed stream of {pods} pods, 8 cards per node, keeping {keep} nodes (0: all)"
+        f"engine: one decision per pod, {what} of {pods} pods, 8 cards per node, keeping {keep} nodes (0: all)"
     )
     print("(cold ms: median of one decision with the node-verdict cache emptied first;")
     print(" new shape ms: median and p90 of BENCH_COLD_PODS pods, each asking a gpumem drawn afresh;")
@@ -248,7 +331,7 @@ def print_latencies(sizes: list[int], pods: int) -> None:
     )
     cold_pods = int(os.environ.get("BENCH_COLD_PODS", "200"))
     for size in sizes:
-        r = measure(size, pods, cold_pods)
+        r = measure(size, pods, cold_pods, mix)
         print(
             f"{r['nodes']:>6} {r['cards']:>6} {r['placed']:>7} {r['median_ms']:>10.3f} {r['p99_ms']:>8.2f}"
             f" {r['max_ms']:>8.1f} {r['pods_per_s']:>8.0f} {r['cold_ms']:>8.1f} {r['new_shape_ms']:>12.2f}"
@@ -300,7 +383,8 @@ def main() -> None:
     sizes = [int(s) for s in os.environ.get("BENCH_NODES", "100,1000,5000").split(",") if s.strip()]
     pods = int(os.environ.get("BENCH_PODS", "2000"))
     if sizes:
-        print_latencies(sizes, pods)
+        for mix in os.environ.get("BENCH_MIX", "gpu,k8s,k8s-apart").split(","):
+            print_latencies(sizes, pods, mix.strip())
     memory = os.environ.get("BENCH_MEMORY_NODES", "10000")
     if memory:  # in a process of its own: the latency table's clusters would count here
         code = f"from bench.engine import memory_line; print(memory_line({int(memory)}))"

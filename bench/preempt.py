@@ -176,9 +176,9 @@ class TimedRunner(JobRunner):
         super().__init__(*args, **kwargs)
         self.preempting = preempting
 
-    def _decide_member(self, job, member):
+    def _decide_member(self, job, member, *args, **kwargs):
         started = time.perf_counter()
-        decided = super()._decide_member(job, member)
+        decided = super()._decide_member(job, member, *args, **kwargs)
         if decided[2] is not None:
             self.preempting.append((time.perf_counter() - started) * 1000)
         return decided

@@ -34,7 +34,7 @@ from django.db import close_old_connections, connections
 from django.utils import timezone
 
 from scheduling import services
-from scheduling.engine import ScenarioError, explain
+from scheduling.engine import PodInvalid, ScenarioError, explain
 from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Decision, Nomination, Pod
 from scheduling.pipeline.snapshot import card_tenants
@@ -52,6 +52,15 @@ from .quotas import QuotaSync
 from .reconcile import DriftWatch
 from .status import GATED_MESSAGE, SCHEDULER_ERROR, SCHEDULING_GATED, UNSCHEDULABLE, PodStatusWriter, Verdict
 from .sync import NodeSync, PodSync, Refusals
+from .volumes import (
+    StorageSync,
+    Volumes,
+    claim_names,
+    pod_volumes,
+    project_claim,
+    project_class,
+    project_volume,
+)
 
 log = logging.getLogger("hamiadmin.kube.agent")
 
@@ -128,6 +137,8 @@ class KubeAgent:
         self.all_pods: Informer | None = None
         #: Watcher mode: ResourceQuotas, and the PodGroup CRDs the API server serves.
         self.batch: dict[str, Informer] = {}
+        #: Watcher mode: claims, volumes and storage classes, slim (`kube.volumes`).
+        self.storage: dict[str, Informer] = {}
         self._threads: list[threading.Thread] = []
         self._term: threading.Event | None = None
         self.bind_retry_at: dict[str, tuple[int, float]] = {}  # uid -> (failures, not before)
@@ -151,7 +162,15 @@ class KubeAgent:
 
     def informers(self) -> list[Informer]:
         return [
-            informer for informer in (self.nodes, self.pods, self.all_pods, *self.batch.values()) if informer
+            informer
+            for informer in (
+                self.nodes,
+                self.pods,
+                self.all_pods,
+                *self.batch.values(),
+                *self.storage.values(),
+            )
+            if informer
         ]
 
     def _start(self, informer: Informer, stop: threading.Event) -> None:
@@ -222,9 +241,70 @@ class KubeAgent:
         log.info("reading PodGroup objects of %s/%s", kind.group, kind.version)
         return True
 
+    def start_storage_informers(self, stop: threading.Event) -> None:
+        """Watcher mode: claims, volumes and storage classes, slim, read before the pods so a
+        pod's volumes are judged from its first submission (`kube.volumes`)."""
+        self.storage = {}
+        self.pod_sync.volumes = None
+        if self.options.extender:
+            return  # kube-scheduler judges the volumes
+        timeout = self.options.watch_timeout
+        for name, lister, watcher, project in (
+            (
+                "claims",
+                self.api.list_persistent_volume_claims,
+                self.api.watch_persistent_volume_claims,
+                project_claim,
+            ),
+            ("volumes", self.api.list_persistent_volumes, self.api.watch_persistent_volumes, project_volume),
+            ("classes", self.api.list_storage_classes, self.api.watch_storage_classes, project_class),
+        ):
+            self.storage[name] = Informer(
+                name,
+                lister,
+                watcher,
+                StorageSync(self.resubmit_claimants, name),
+                watch_timeout=timeout,
+                backoff=self._api_backoff(),
+                project=project,
+            )
+            self._start(self.storage[name], stop)
+        claims, volumes, classes = (self.storage[name] for name in ("claims", "volumes", "classes"))
+        self.pod_sync.volumes = Volumes(
+            claims.get,
+            lambda name: volumes.get("", name),
+            volumes.snapshot,
+            lambda name: classes.get("", name),
+        )
+
+    def resubmit_claimants(self, namespace: str | None, claim: str | None) -> None:
+        """A claim (`namespace`/`claim`), or a volume or class (None), changed: submit again the
+        waiting pods of ours whose volumes may be judged differently now (a submission that
+        stores the same spec writes nothing)."""
+        if self.pods is None or not self.pods.has_synced.is_set() or not self.is_leader():
+            return
+        waiting = []
+        for obj in self.pods.snapshot():
+            if not self.pod_sync.to_queue(obj):
+                continue
+            pod_namespace, name = pod_objects.key_of(obj)
+            claimed = pod_volumes(obj)
+            if not claimed or (namespace is not None and pod_namespace != namespace):
+                continue
+            if claim is not None:
+                try:
+                    if claim not in {found for found, _ in claim_names(name, claimed)}:
+                        continue
+                except PodInvalid:
+                    pass  # malformed: submitted again, the engine names the field
+            waiting.append(obj)
+        if waiting:
+            self.pod_sync.queue_batch(waiting)
+
     def start_informers(self, stop: threading.Event) -> list[threading.Thread]:
         self._threads, self._term, self.batch = [], stop, {}
         self.start_batch_informers(stop)
+        self.start_storage_informers(stop)
         deadline = time.monotonic() + self.options.groups_wait_seconds
         for kind in KINDS:
             groups = self.batch.get(kind.source)
@@ -232,6 +312,9 @@ class KubeAgent:
                 groups.has_synced.is_set() or stop.is_set() or time.monotonic() >= deadline
             ):
                 groups.has_synced.wait(0.05)
+        for storage in self.storage.values():
+            while not (storage.has_synced.is_set() or stop.is_set() or time.monotonic() >= deadline):
+                storage.has_synced.wait(0.05)
         selector, timeout = self.pod_selector(), self.options.watch_timeout
         # Extender mode watches every pod already: the pods others bound are read from it.
         every_pod = not selector

@@ -102,6 +102,7 @@ class KubeApi:
         self.core = client.CoreV1Api(api_client)
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.storage = client.StorageV1Api(api_client)
         self.request_timeout = request_timeout
 
     def _call(self, method, *args, **kwargs) -> dict:
@@ -207,6 +208,63 @@ class KubeApi:
         return self._watch(
             self.core.list_resource_quota_for_all_namespaces, resource_version, timeout_seconds
         )
+
+    # -- volumes: what VolumeBinding judges, and its PreBind -----------------------------
+
+    @needs(("", "persistentvolumeclaims", "list"))
+    def list_persistent_volume_claims(self) -> tuple[list[dict], str]:
+        body = self._call(self.core.list_persistent_volume_claim_for_all_namespaces)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs(("", "persistentvolumeclaims", "watch"))
+    def watch_persistent_volume_claims(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(
+            self.core.list_persistent_volume_claim_for_all_namespaces, resource_version, timeout_seconds
+        )
+
+    @needs(("", "persistentvolumeclaims", "get"))
+    def get_persistent_volume_claim(self, namespace: str, name: str) -> dict:
+        return self._call(self.core.read_namespaced_persistent_volume_claim, name, namespace)
+
+    @needs(("", "persistentvolumeclaims", "patch"))
+    def patch_persistent_volume_claim(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch (`volume.kubernetes.io/selected-node`); with
+        `metadata.resourceVersion` the server refuses it (409) if the claim changed since."""
+        return self._call(
+            self.core.patch_namespaced_persistent_volume_claim,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
+    @needs(("", "persistentvolumes", "list"))
+    def list_persistent_volumes(self) -> tuple[list[dict], str]:
+        body = self._call(self.core.list_persistent_volume)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs(("", "persistentvolumes", "watch"))
+    def watch_persistent_volumes(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(self.core.list_persistent_volume, resource_version, timeout_seconds)
+
+    @needs(("", "persistentvolumes", "get"))
+    def get_persistent_volume(self, name: str) -> dict:
+        return self._call(self.core.read_persistent_volume, name)
+
+    @needs(("", "persistentvolumes", "patch"))
+    def patch_persistent_volume(self, name: str, patch: dict) -> dict:
+        """JSON merge patch (`spec.claimRef`); with `metadata.resourceVersion` the server
+        refuses it (409) if the volume changed since."""
+        return self._call(self.core.patch_persistent_volume, name, patch, _content_type=MERGE_PATCH)
+
+    @needs(("storage.k8s.io", "storageclasses", "list"))
+    def list_storage_classes(self) -> tuple[list[dict], str]:
+        body = self._call(self.storage.list_storage_class)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs(("storage.k8s.io", "storageclasses", "watch"))
+    def watch_storage_classes(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(self.storage.list_storage_class, resource_version, timeout_seconds)
 
     # -- PodGroup CRDs (Volcano, scheduler-plugins), when served ------------------------
 
@@ -362,6 +420,16 @@ WATCHER_AGENT_CALLS = (
     KubeApi.list_coscheduling_podgroups,
     KubeApi.watch_coscheduling_podgroups,
     KubeApi.patch_coscheduling_podgroup_status,
+    KubeApi.list_persistent_volume_claims,
+    KubeApi.watch_persistent_volume_claims,
+    KubeApi.get_persistent_volume_claim,
+    KubeApi.patch_persistent_volume_claim,
+    KubeApi.list_persistent_volumes,
+    KubeApi.watch_persistent_volumes,
+    KubeApi.get_persistent_volume,
+    KubeApi.patch_persistent_volume,
+    KubeApi.list_storage_classes,
+    KubeApi.watch_storage_classes,
 )
 #: `--extender`: kube-scheduler binds; the agent reports nodes, releases pods that end, and
 #: GETs the rows a relist misses.

@@ -6,6 +6,10 @@ then `bind-phase: success`. Each annotation patch carries the resourceVersion ju
 so it never lands on a pod that changed under it; on 409 the pod is read again, checked
 again, and the patch re-applied.
 
+Before the Binding, the pod's claims get what VolumeBinding chose on the node (`prebind`:
+`volume.kubernetes.io/selected-node`, or a volume's `spec.claimRef`); a claim or volume
+changed since the pod was placed fails the bind.
+
 Outcomes: `bound`; `gone` (the pod was deleted or replaced: its cards are released);
 `failed` (the API refused: `bind-phase: failed`, cards released, the same pod queued again
 after `retry_after`; or bound elsewhere: released);
@@ -47,6 +51,7 @@ from .api import ApiError, ApiUnavailable, KubeApi
 from .events import ACTOR
 from .nodelock import KEY as NODE_LOCK
 from .nodelock import NodeLock, NodeLocked
+from .volumes import VolumeConflict, bindings, prebind
 
 log = logging.getLogger("hamiadmin.kube.binder")
 
@@ -254,6 +259,7 @@ class Binder:
         try:
             annotated = self.annotate(row, self.annotations(row, "allocating"), refuse_gated=True)
             if pod_objects.node_of(annotated) != node:
+                self.prebind(row, node)
                 try:
                     self.api.bind_pod(row.namespace, row.name, row.uid, node)
                 except ApiError as exc:
@@ -280,6 +286,11 @@ class Binder:
         except ApiUnavailable as exc:
             log.warning("pod %s not bound yet, API server unavailable: %s", row.key, exc)
             return BindResult(BindOutcome.UNAVAILABLE, str(exc))
+        except VolumeConflict as exc:
+            metrics.bind_failed("refused")
+            self._mark_failed(row)
+            requeue(row, f"volumes for {node}: {exc}", retry_after)
+            return BindResult(BindOutcome.FAILED, str(exc))
         except ApiError as exc:
             metrics.bind_failed("refused")
             self._mark_failed(row)
@@ -295,6 +306,15 @@ class Binder:
                 log.warning("pod %s is bound but bind-phase stays allocating: %s", row.key, exc)
                 return BindResult(BindOutcome.BOUND, f"bind-phase not updated: {exc}")
         return BindResult(BindOutcome.BOUND)
+
+    def prebind(self, row: Pod, node: str) -> None:
+        """kube-scheduler's VolumeBinding PreBind (`kube.volumes.prebind`): the claims the pod
+        stores get the volume or provisioner chosen on `node`, before the Binding. Raises
+        VolumeConflict when one changed since the pod was placed."""
+        labels = row.node.labels if row.node is not None and isinstance(row.node.labels, dict) else {}
+        planned = bindings(row.scheduling, row.namespace, row.name, node, labels)
+        if planned:
+            prebind(self.api, row.namespace, node, planned)
 
     def _mark_failed(self, row: Pod) -> None:
         try:

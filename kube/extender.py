@@ -13,15 +13,19 @@ placed again among the nodes offered now.
 
 Pods queued here have origin `extender`: scheduling cycles leave them alone, since only a
 filter call knows which nodes kube-scheduler allows (taints, affinity, its other filters).
+
+kube-scheduler filters first; the engine's node rules (SPEC 10) then judge the offered nodes
+again, as in watcher mode (a node they refuse comes back failed with the rule's words), except
+those kube-scheduler can judge and the extender cannot (`offered_spec`).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduling import services
-from scheduling.engine import PodInvalid
+from scheduling.engine import PodInvalid, PodSpec
 from scheduling.models import Pod
 from scheduling.pipeline.commit import commit_plan
 from scheduling.pipeline.cycle import plan_one
@@ -32,6 +36,7 @@ from .binder import Binder, BindOutcome, requeue
 log = logging.getLogger("hamiadmin.kube.extender")
 
 ATTEMPTS = 3
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 @dataclass
@@ -73,9 +78,32 @@ def filter_pod(pod: dict, names: list[str]) -> FilterAnswer:
     return FilterAnswer(error=f"pod {row.key} kept changing while being placed; try again")
 
 
+def offered_spec(row: Pod) -> PodSpec:
+    """The pod as the extender judges it among the nodes offered: its hard topology spread
+    constraints made soft and its required pod affinity left out. kube-scheduler judged both
+    before offering the nodes, counting the pods of every node; the extender sees only the
+    nodes offered, and the domains span others (an affinity partner on a node not offered, a
+    `minDomains` the offered nodes do not reach), so judging them again would refuse nodes
+    kube-scheduler allowed. What is judged node by node (selector, node affinity, taints,
+    cordon, cpu and memory as hamiadmin counts them, ports), and pod anti-affinity, which the
+    offered nodes' pods can only confirm, is judged again."""
+    spec = row.as_spec()
+    spread = [
+        {**c, "whenUnsatisfiable": "ScheduleAnyway"}
+        if isinstance(c, dict) and c.get("whenUnsatisfiable") == "DoNotSchedule"
+        else c
+        for c in spec.topology_spread_constraints or []
+    ]
+    affinity = spec.affinity
+    if isinstance(affinity, dict) and isinstance(affinity.get("podAffinity"), dict):
+        kept = {k: v for k, v in affinity["podAffinity"].items() if k != REQUIRED}
+        affinity = {**affinity, "podAffinity": kept}
+    return replace(spec, topology_spread_constraints=spread, affinity=affinity)
+
+
 def place(row: Pod, names: list[str]) -> FilterAnswer | None:
     """Decide among `names` and commit. None when the commit lost a race (try again)."""
-    plan = plan_one(row, names)
+    plan = plan_one(row, names, spec=offered_spec(row))
     decision = plan.attempts[0].decision
     report = commit_plan(plan)
     if report.skipped or report.conflicts:

@@ -28,6 +28,8 @@ from scheduling.engine.quantity import LARGEST_QUANTITY, quantity
 from scheduling.engine.requests import GPUMEM
 from scheduling.storable import printable, why_unstorable
 
+from .volumes import Volumes, pod_volumes
+
 #: What a submission drops from a pod's annotations: SPEC 8's outputs, and kubectl's copy.
 IGNORED_ANNOTATIONS = (*PLACEMENT_ANNOTATIONS, "kubectl.kubernetes.io/last-applied-configuration")
 
@@ -401,7 +403,7 @@ def gates_of(pod: dict) -> list:
     return gates if isinstance(gates, list) else []
 
 
-def submission(pod: dict, config: HamiConfig | None = None) -> dict:
+def submission(pod: dict, config: HamiConfig | None = None, volumes: Volumes | None = None) -> dict:
     """Keyword arguments of `services.submit_pod` for this pod, every one of them storable.
 
     The containers keep cpu, memory, ephemeral-storage and extended requests and host ports,
@@ -416,6 +418,9 @@ def submission(pod: dict, config: HamiConfig | None = None) -> dict:
     engine judges (a resource of "lots", a bad policy annotation) is stored as written, and
     the next cycle parks the pod with the field named, as for any pod. `config`: HAMi's
     resource names and memory factor (`hamiadmin.hamiconfig.current()` when not given).
+    `volumes`: the agent's claims, volumes and classes; with them, a pod whose volumes name
+    claims stores those volumes and what they are judged against (`kube.volumes`), without
+    them its volumes are not judged (the extender: kube-scheduler judges them).
     """
     config = config or current()
     if not isinstance(pod, dict):
@@ -438,8 +443,22 @@ def submission(pod: dict, config: HamiConfig | None = None) -> dict:
         "init_containers": _container_list(pod, "initContainers", required=False, config=config),
         "priority": priority,
         "uid": _text(metadata.get("uid"), "uid", 64),
-        "scheduling": _with_owners(scheduling_fields(pod), owner_references(pod)),
+        "scheduling": _with_owners(
+            {**scheduling_fields(pod), **_claims(pod, name, volumes)}, owner_references(pod)
+        ),
     }
+
+
+def _claims(pod: dict, name: str, volumes: Volumes | None) -> dict:
+    """`volumes` naming claims and their storage (`Volumes.storage_for`), each storable."""
+    if volumes is None:
+        return {}
+    claimed = pod_volumes(pod)
+    if not claimed:
+        return {}
+    namespace = meta(pod).get("namespace") or "default"
+    found = {"volumes": claimed, **volumes.storage_for(namespace, name, claimed)}
+    return {key: _document(value, key) for key, value in found.items()}
 
 
 def _with_owners(scheduling: dict, owners: list[dict]) -> dict:

@@ -33,6 +33,7 @@ from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .events import ACTOR, EventRecorder, PodRef
 from .informer import Handler
+from .volumes import Volumes
 
 log = logging.getLogger("hamiadmin.kube.sync")
 
@@ -101,6 +102,9 @@ class PodSync(Handler):
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
         self.refusals = Refusals(events)
+        #: the claims, volumes and classes a pod's volumes are judged against (watcher mode);
+        #: None: pods' volumes are not judged (`pods.submission`)
+        self.volumes: Volumes | None = None
 
     # -- informer callbacks ---------------------------------------------------------------
 
@@ -160,7 +164,7 @@ class PodSync(Handler):
         if row is None or not same_pod:
             return False
         try:
-            wanted = pod_objects.submission(obj)
+            wanted = pod_objects.submission(obj, volumes=self.volumes)
         except PodInvalid:
             return False  # `apply` records the refusal
         return row[1] == services.spec_hash(
@@ -260,7 +264,7 @@ class PodSync(Handler):
         arguments, read = [], []
         for obj in objs:
             try:
-                arguments.append(pod_objects.submission(obj))
+                arguments.append(pod_objects.submission(obj, volumes=self.volumes))
             except PodInvalid as exc:
                 self.refuse(obj, str(exc))
                 continue

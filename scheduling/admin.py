@@ -745,7 +745,7 @@ class QueueForm(ModelForm):
 
     class Meta:
         model = Queue
-        fields = ("name", "parent", "weight", "namespaces", *FIGURES)
+        fields = ("name", "parent", "weight", "namespaces", "lend_guarantee", *FIGURES)
 
     def clean(self):
         data = super().clean()

@@ -47,6 +47,29 @@ def has_role(user, needed: str) -> bool:
     return role in RANK and RANK[role] >= RANK[needed]
 
 
+#: Kubernetes' highest user-definable priority (`HighestUserDefinablePriority`): PriorityClass
+#: values above it are the system's (`system-cluster-critical` is 2,000,000,000).
+HIGHEST_USER_PRIORITY = 1_000_000_000
+#: Who may give a pod or a job a priority in the system range through the REST API.
+SYSTEM_PRIORITY_ROLE = ADMIN
+
+
+def priority_refusal(user, priority) -> str | None:
+    """Why `user` may not set `priority` through the API (the system range needs an admin: such
+    a pod evicts everyone's and is itself never evicted), else None. Kubernetes pods keep their
+    PriorityClass value: the kube agent does not go through the API."""
+    if (
+        not isinstance(priority, int)
+        or priority <= HIGHEST_USER_PRIORITY
+        or has_role(user, SYSTEM_PRIORITY_ROLE)
+    ):
+        return None
+    return (
+        f"at most {HIGHEST_USER_PRIORITY:,} (Kubernetes' highest user-definable priority); "
+        f"the system range above it needs the {SYSTEM_PRIORITY_ROLE} role"
+    )
+
+
 def agent_node(user) -> str | None:
     """The node an agent user is bound to (the part after ``agent:``), or None for anyone else."""
     if role_of(user) != AGENT or not user.username.startswith(AGENT_PREFIX):

@@ -16,8 +16,17 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from scheduling.engine.errors import PodInvalid, ScenarioError
 from scheduling.services.fields import FieldProblems
+from scheduling.services.pods import QueueGone
 
 from .parsers import BodyTooLarge
+
+
+class WriteConflict(exceptions.APIException):
+    """409: the write raced another that changed what it depends on (`QueueGone`)."""
+
+    status_code = 409
+    default_detail = "The write raced another one; try again."
+    default_code = "conflict"
 
 
 def field_error(field: str, message: str) -> exceptions.ValidationError:
@@ -39,6 +48,8 @@ def translate(exc: Exception) -> Exception:
         )
     if isinstance(exc, FieldProblems):
         return problems_error(exc.problems)
+    if isinstance(exc, QueueGone):
+        return WriteConflict({exc.field: [exc.message]})
     if isinstance(exc, PodInvalid):
         return field_error(exc.field, exc.message)
     if isinstance(exc, ScenarioError):

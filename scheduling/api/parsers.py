@@ -19,7 +19,11 @@ class BodyTooLarge(APIException):
 
 class BoundedJSONParser(JSONParser):
     """DRF's JSON parser behind a size check (DATA_UPLOAD_MAX_MEMORY_SIZE, which DRF's parsers
-    do not apply) and with too-deep nesting turned into a parse error instead of a crash."""
+    do not apply) and with too-deep nesting turned into a parse error instead of a crash. A
+    NUL character anywhere is a 400 naming where (`refuses_nul`)."""
+
+    #: False for bodies whose items are answered one by one (`ItemwiseJSONParser`).
+    refuses_nul = True
 
     def limit(self) -> tuple[int | None, str]:
         """The largest body in bytes, and the variable that sets it."""
@@ -42,12 +46,19 @@ class BoundedJSONParser(JSONParser):
             body = super().parse(io.BytesIO(raw), media_type, parser_context)
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply.") from None
-        where = nul_character_at(body)
+        where = nul_character_at(body) if self.refuses_nul else None
         if where is not None:
             raise ValidationError(
                 {where or "non_field_errors": ["must not contain NUL (\\u0000) characters"]}
             )
         return body
+
+
+class ItemwiseJSONParser(BoundedJSONParser):
+    """The bulk endpoints' bodies: a NUL in one item refuses that item only (the view checks each
+    item with `nul_character_at`), as every other fault of an item does."""
+
+    refuses_nul = False
 
 
 class ScenarioParser(BoundedJSONParser):

@@ -20,6 +20,7 @@ from .chain import BaseFilter
 from .evaluate import NodeVerdict, evaluate_node
 from .fit import NodeFailure
 from .model import Node
+from .noderules.columns import NodeColumns
 from .requests import ContainerAsk
 
 
@@ -73,6 +74,8 @@ class CardColumns:
 
     def refill(self, nodes: list[Node]) -> None:
         self.count = len(nodes)
+        self._nodes: list[Node] | None = nodes
+        self._node_rules: NodeColumns | None = None
         self.position = {node.name: i for i, node in enumerate(nodes)}
         self.names = np.array([node.name for node in nodes], dtype=object)
         #: each node's version when its rows were last read: what a sweep's verdicts hold for
@@ -128,7 +131,19 @@ class CardColumns:
         self.ready[i] = node.ready
         self.reserved[i] = bool(node.reserved_for)
         self.versions[i] = node.version
+        if self._node_rules is not None:
+            self._node_rules.refresh(i, node)
         return True
+
+    @property
+    def node_rules(self) -> NodeColumns:
+        """What the per-node rules (SPEC 10) read of the same nodes, as columns (made on
+        first use, kept in step by `refresh`)."""
+        found = self._node_rules
+        if found is None:
+            assert self._nodes is not None, "a subset's columns carry no node rules"
+            found = self._node_rules = NodeColumns(self._nodes)
+        return found
 
     def subset(self, rows: list[int]) -> CardColumns:
         """The columns of the nodes at `rows` only (in that order), for a sweep over a few
@@ -141,6 +156,7 @@ class CardColumns:
         node_of = np.repeat(np.arange(len(rows), dtype=np.int64), sizes)
         cards = self.start[at][node_of] + np.arange(int(ends[-1]) if len(rows) else 0) - start[node_of]
         part.count = len(rows)
+        part._nodes, part._node_rules = None, None
         part.names = self.names[at]
         part.position = dict(zip(part.names.tolist(), range(len(rows)), strict=True))
         part.versions = [self.versions[i] for i in rows]
@@ -333,6 +349,21 @@ class Swept:
         if self.fits[i]:
             return NodeVerdict(True, score=float(self.score[i]))
         return NodeVerdict(False, failure=self.failures[int(self.fail_id[i])])
+
+    def refused(self, found: tuple[np.ndarray, list[NodeFailure]] | None) -> Swept:
+        """These verdicts with the nodes the per-node rules refuse (`noderules.columns.refusals`:
+        per node the index of its failure, -1 where it passes) failed by that rule instead."""
+        if found is None:
+            return self
+        code, failures = found
+        out = object.__new__(Swept)
+        hit = code >= 0
+        out.fits = self.fits & ~hit
+        out.score = self.score
+        out.fail_id = np.where(hit, code + len(self.failures), self.fail_id)
+        out.failures = self.failures + failures
+        out.versions, out.position, out.names = self.versions, self.position, self.names
+        return out
 
     def put(self, i: int, verdict: NodeVerdict) -> None:
         """Take `verdict` (from `evaluate_node`) for node `i`."""

@@ -446,7 +446,7 @@ def verdict(decision: Decision) -> str:
     Kubernetes events say. Placed: the node; rejected: the error; held by a batch rule
     (gang, queue, quota, preemption under way): the rule's code and message; otherwise the
     nodes' failure (`failure_summary`), followed by why preemption did not help when that is
-    worth saying."""
+    worth saying, as kube-scheduler writes it (`... . preemption: ...`)."""
     if decision.status == REJECTED:
         return decision.error or "rejected"
     if decision.status == SCHEDULED:
@@ -455,27 +455,29 @@ def verdict(decision: Decision) -> str:
         return f"{decision.batch.reason}: {decision.batch.message}"
     preemption = decision.preemption
     if preemption is not None and preemption.tried and preemption.why and preemption.say:
-        return f"{failure_summary(decision)}; {preemption.why}"
+        why = preemption.why.rstrip().removesuffix(".")
+        lead = "" if why.startswith("preemption") else "preemption: "
+        return f"{failure_summary(decision)} {lead}{why}."
     return failure_summary(decision)
 
 
 def failure_summary(decision: Decision) -> str:
-    """`0/N nodes are available: ...` in kube-scheduler's form (SPEC 10): how many nodes each
+    """`0/N nodes are available: ....` in kube-scheduler's form (SPEC 10), a sentence: how many nodes each
     node rule refused, in its words (`1 Insufficient cpu`, sorted as kube-scheduler sorts
     them), then the card reasons of the nodes that passed the rules, counted in nodes. A gated
     pod was not tried (`SchedulingGated`). A decision read back from a payload without
     `node_reasons` keeps the reason counts it has."""
     total = decision.nodes_failed
     if decision.reasons.get(SCHEDULING_GATED) and not total:
-        return f"{SCHEDULING_GATED}: scheduling is blocked by the pod's scheduling gates"
+        return f"{SCHEDULING_GATED}: scheduling is blocked by the pod's scheduling gates."
     if not total:
-        return "0/0 nodes are available: no GPU nodes"
+        return "0/0 nodes are available: no GPU nodes."
     counted = decision.node_reasons
     if not counted:
         summary = ", ".join(f"{n} {reason}" for reason, n in sorted(decision.reasons.items()))
-        return f"0/{total} nodes are available: {summary}"
+        return f"0/{total} nodes are available: {summary}."
     words = sorted(f"{n} {said}" for said, n in counted.items() if said not in CODES)
     cards = [
         f"{counted[code]} {code}" for code in sorted(counted) if code in CODES and code not in NODE_RULES
     ]
-    return f"0/{total} nodes are available: {', '.join(words + cards)}"
+    return f"0/{total} nodes are available: {', '.join(words + cards)}."

@@ -76,6 +76,7 @@ EXPLANATIONS = {
     R.NODE_AFFINITY: "{node} does not match the pod's node selector or required node affinity",
     R.NODE_PORTS: "{node} already has a pod on a host port the pod asks for",
     R.NODE_RESOURCES_FIT: "{node} lacks the cpu, memory, pod slot or extended resource the pod requests",
+    R.VOLUME_BINDING: "{node} cannot mount one of the pod's persistent volume claims",
     R.POD_TOPOLOGY_SPREAD: "{node} would break the pod's topology spread constraints (maxSkew)",
     R.INTER_POD_AFFINITY: "{node} breaks a required pod affinity or anti-affinity rule",
     R.SCHEDULING_GATED: "the pod has scheduling gates: it is not tried until they are removed",
@@ -525,29 +526,36 @@ def failed_scheduling_message(
     payload: Payload | None, summary: str, limit: int, tenants: Tenants | None = None
 ) -> str:
     """The Kubernetes `FailedScheduling` message: the one-line `summary` (kubectl-describe
-    style), then the closest node's card reasons and what would make it fit, cut card by card
-    so the whole stays within `limit` characters."""
+    style, a sentence as kube-scheduler's), then as following sentences the closest node's
+    card reasons and what would make it fit, cut card by card so the whole stays within
+    `limit` characters."""
     payload = payload or {}
-    head = summary
+    head = as_sentence(summary)
     never = unschedulable_words(payload)
     if never:
-        head = f"{head}; {never}"
+        head = f"{head} {as_sentence(never)}"
     close = closest_nodes(payload, tenants)
     if not close or (never and not close[0].cells):
         return head[:limit]
     first = close[0]
-    tail = "" if never else "; ".join(first.hints)  # when it never fits, the hints repeat it
+    tail = "" if never else as_sentence("; ".join(first.hints))  # when it never fits, the hints repeat it
     cards = [f"{cell.card.get('uuid')} {cell.card.get('reason') or 'fits'}" for cell in first.cells]
     for shown in range(len(cards), -1, -1):
         more = f", +{len(cards) - shown} more" if shown < len(cards) else ""
-        part = f"; closest {first.node}: " + ", ".join(cards[:shown]) + more if cards else ""
-        candidate = f"{head}{part}" + (f"; {tail}" if tail else "")
+        part = f" closest {first.node}: " + ", ".join(cards[:shown]) + more + "." if cards else ""
+        candidate = f"{head}{part}" + (f" {tail}" if tail else "")
         if len(candidate) <= limit:
             return candidate
     for candidate in (f"{head}{part}", head):
         if len(candidate) <= limit:
             return candidate
     return head[:limit]
+
+
+def as_sentence(text: str) -> str:
+    """`text` ending in a full stop, as the sentences of an event message do."""
+    text = text.rstrip()
+    return text if not text or text.endswith(".") else f"{text}."
 
 
 def summary_of(payload: Payload | None) -> str:

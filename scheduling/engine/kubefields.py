@@ -7,7 +7,7 @@ everywhere, naming its full field path (`affinity.nodeAffinity.requiredDuringSch
 
 A pod is read in its flat form: `labels` beside the spec's own keys (`nodeName`,
 `nodeSelector`, `affinity`, `tolerations`, `topologySpreadConstraints`, `schedulingGates`,
-`priority`, `containers`, `initContainers`), a node as `labels`, `taints`, `unschedulable`,
+`priority`, `volumes`, `containers`, `initContainers`), a node as `labels`, `taints`, `unschedulable`,
 `allocatable`; `pod_object_problems`/`node_object_problems` read the API's objects
 (`metadata`, `spec`, `status`) with paths as the API names them. The rules are the API
 server's own validation, so an object the API server accepted is never refused here.
@@ -475,6 +475,30 @@ def _gates(found: _Found, value, where: str) -> None:
             seen[name] = i
 
 
+def _volumes(found: _Found, value, where: str) -> None:
+    """`volumes`: each a named object; a `persistentVolumeClaim` names its claim, an
+    `ephemeral` volume is an object (its claim is `<pod>-<volume>`). Other kinds are not
+    read. The claims are judged by `VolumeBinding` (`noderules.volumes`)."""
+    seen: dict[str, int] = {}
+    for i, volume in enumerate(found.items(value, where, "volumes")):
+        volume_at = _at(where, i)
+        volume = found.mapping(volume, volume_at)
+        if volume is None:
+            continue
+        name = found.text(volume.get("name"), _at(volume_at, "name"), required=True)
+        if name is not None:
+            if name in seen:
+                found.note(_at(volume_at, "name"), f"{name!r} repeats {where}[{seen[name]}]")
+            seen.setdefault(name, i)
+        if volume.get("persistentVolumeClaim") is not None:
+            claim_at = _at(volume_at, "persistentVolumeClaim")
+            claim = found.mapping(volume["persistentVolumeClaim"], claim_at)
+            if claim is not None:
+                found.text(claim.get("claimName"), _at(claim_at, "claimName"), required=True)
+        if volume.get("ephemeral") is not None:
+            found.mapping(volume["ephemeral"], _at(volume_at, "ephemeral"))
+
+
 # Resources, containers, ports
 
 
@@ -559,6 +583,7 @@ def _spec_fields(found: _Found, spec: Mapping, where: str) -> None:
         _spread(found, constraint, _at(spread_at, i), i, seen)
     _gates(found, spec.get("schedulingGates"), _at(where, "schedulingGates"))
     found.whole(spec.get("priority"), _at(where, "priority"), *INT32)
+    _volumes(found, spec.get("volumes"), _at(where, "volumes"))
     _containers(found, spec, where)
 
 
@@ -654,6 +679,7 @@ def pod_spec_fields(raw: Mapping) -> dict:
         "tolerations": list(raw.get("tolerations") or []),
         "topology_spread_constraints": list(raw.get("topologySpreadConstraints") or []),
         "scheduling_gates": [gate["name"] for gate in gates],
+        "volumes": list(raw.get("volumes") or []),
     }
 
 

@@ -246,6 +246,13 @@ class PodSpec:
     tolerations: list[dict] = field(default_factory=list)
     topology_spread_constraints: list[dict] = field(default_factory=list)
     scheduling_gates: list[str] = field(default_factory=list)
+    #: `volumes` as the pod spec writes them (`VolumeBinding` reads the claims they name), and
+    #: the claims, volumes and storage classes they are judged against: a
+    #: `noderules.volumes.Storage`, or its SPEC 10 form (`persistentVolumeClaims`,
+    #: `persistentVolumes`, `storageClasses`) as `Pod.scheduling` stores it; None: the
+    #: volumes are not judged (no one gave their storage).
+    volumes: list[dict] = field(default_factory=list)
+    storage: Any = None
 
     @property
     def key(self) -> str:

@@ -147,6 +147,7 @@ class NodeIndex:
         self.fail_entries = list(zip(fail_names, map(failures.__getitem__, fail_ids.tolist()), strict=True))
         reasons: dict[str, int] = {}
         carriers: dict[str, int] = {}
+        messages: dict[str, int] = {}
         for failure, nodes in zip(
             failures, np.bincount(fail_ids, minlength=len(failures)).tolist(), strict=True
         ):
@@ -154,7 +155,9 @@ class NodeIndex:
                 for reason, n in failure.reasons.items():
                     reasons[reason] = reasons.get(reason, 0) + n * nodes
                     carriers[reason] = carriers.get(reason, 0) + nodes
-        self.reasons, self.carriers, self.messages = reasons, carriers, {}
+                for message in getattr(failure, "messages", ()):
+                    messages[message] = messages.get(message, 0) + nodes
+        self.reasons, self.carriers, self.messages = reasons, carriers, messages
         if len(values):
             starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
             distinct = values[starts]
@@ -181,6 +184,10 @@ class NodeIndex:
             if i is not None:
                 verdict = self.base.verdict(i)
         return verdict
+
+    def verdict_of(self, name: str) -> NodeVerdict | None:
+        """The node's verdict as the index holds it (None: a node it does not know)."""
+        return self._held(name)
 
     def update(self, name: str, verdict: NodeVerdict) -> None:
         """A node's verdict changed (or was re-evaluated): replace what the index holds for it."""

@@ -27,6 +27,9 @@ TAINT_TOLERATION = "TaintToleration"
 NODE_AFFINITY = "NodeAffinity"
 NODE_PORTS = "NodePorts"
 NODE_RESOURCES_FIT = "NodeResourcesFit"
+#: The pod's claims: kube-scheduler runs VolumeBinding after the node's own filters; a pod-wide
+#: refusal (a missing claim, an unbound immediate one) counts every node under it (PreFilter).
+VOLUME_BINDING = "VolumeBinding"
 POD_TOPOLOGY_SPREAD = "PodTopologySpread"
 INTER_POD_AFFINITY = "InterPodAffinity"
 NODE_RULES = (
@@ -36,6 +39,7 @@ NODE_RULES = (
     NODE_AFFINITY,
     NODE_PORTS,
     NODE_RESOURCES_FIT,
+    VOLUME_BINDING,
     POD_TOPOLOGY_SPREAD,
     INTER_POD_AFFINITY,
 )

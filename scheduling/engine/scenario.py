@@ -9,7 +9,7 @@ import yaml
 
 from .batch.scenario import parse_groups, parse_queues, run_batch_scenario, wants_batch
 from .encoding import ALLOCATED, decode_allocation, links_to_pairs
-from .errors import Problems, ScenarioError
+from .errors import PodInvalid, Problems, ScenarioError
 from .kubefields import (
     node_field_problems,
     node_fields,
@@ -18,6 +18,7 @@ from .kubefields import (
     running_pod_problems,
 )
 from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults, RunningPod
+from .noderules import volumes
 from .noderules.accounting import account_running
 from .scheduler import Scheduler
 
@@ -314,6 +315,16 @@ def parse_running(raw, nodes: dict[str, Node]) -> list[RunningPod]:
     return running
 
 
+def parse_storage(raw: dict) -> volumes.Storage:
+    """The scenario's `persistentVolumeClaims`, `persistentVolumes` and `storageClasses`
+    (SPEC 10), what the pods' `volumes` are judged against (`VolumeBinding`); none given is an
+    empty storage: a pod's claim is then not found."""
+    try:
+        return volumes.read_storage(raw)
+    except PodInvalid as exc:
+        raise ScenarioError(exc.field, exc.message) from None
+
+
 def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
     """A scenario's cluster, config and pods. A malformed one raises ScenarioProblems naming
     every problem found (file order, config first), not only the first."""
@@ -348,10 +359,14 @@ def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
     pods = [found.check(parse_pod_entry, pod, f"pods[{i}]") for i, pod in enumerate(raw_pods)]
     by_name = {node.name: node for node in nodes if node is not None}
     running = found.check(parse_running, raw.get("running"), by_name)
+    storage = found.check(parse_storage, raw)
     if wants_batch(raw):
         found.check(parse_queues, raw.get("queues"))
         found.check(parse_groups, raw.get("groups"))
     found.raise_any()
+    for pod in pods:
+        if pod is not None and pod.volumes:
+            pod.storage = storage
     cluster = Cluster(nodes, running or [])
     for pod, exc in account_running(cluster):  # checked above: a miss here is a rule out of step
         found.note(f"running[{cluster.running.index(pod)}].{exc.field}", exc.message)
@@ -410,9 +425,26 @@ def load_scenario_file(path: str | Path):
 
 def run_scenario(raw, top: int | None = None) -> dict:
     """Schedule the pods in order, each seeing the placements before it; SPEC 9's output. A
-    scenario with `queues` or `groups` is decided as jobs instead (`engine.batch_scenario`)."""
+    scenario with `queues` or `groups` is decided as jobs instead (`engine.batch.scenario`)."""
     cluster, config, pods = parse_scenario(raw)
     if wants_batch(raw):
         return run_batch_scenario(raw, cluster, config, pods, top=top)
+    return {"pods": schedule_in_order(cluster, config, pods, top)}
+
+
+def schedule_in_order(
+    cluster: Cluster, config: ClusterConfig, pods: list[PodSpec], top: int | None = None
+) -> list[dict]:
+    """Each pod decided and placed in file order (SPEC 9), as decision dicts: a placed pod's
+    claims are bound before the next pod is decided (VolumeBinding's PreBind), so two pods
+    never count on one volume."""
     scheduler = Scheduler(cluster, config)
-    return {"pods": [scheduler.schedule(pod).as_dict(top=top) for pod in pods]}
+    out = []
+    for pod in pods:
+        decision = scheduler.schedule(pod)
+        if decision.node and pod.volumes and isinstance(pod.storage, volumes.Storage):
+            node = cluster.node(decision.node)
+            claims = volumes.resolve(pod.namespace, pod.name, pod.volumes, pod.storage)
+            volumes.bind(pod.storage, claims, node.name, node.labels)
+        out.append(decision.as_dict(top=top))
+    return out

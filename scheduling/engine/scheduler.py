@@ -47,9 +47,11 @@ from .evaluate import NodeVerdict, evaluate_alone, evaluate_node, evaluate_unpin
 from .model import TOUCHES, Cluster, ClusterConfig, Node, PodSpec
 from .nodeindex import NodeIndex
 from .noderules import PLAIN, RULES, Footprint, NodeRules, RuleFailure, accounting, refusals
+from .noderules.columns import other_pod_refusals
+from .noderules.columns import refusals as node_refusals
 from .noderules.prefer import rank as prefer_rank
 from .pod import ParsedPod, describe_policy, parse_pod
-from .reasons import SCHEDULING_GATED
+from .reasons import NODE_PORTS, NODE_RESOURCES_FIT, SCHEDULING_GATED
 
 
 def _checked_keep(keep) -> int | None:
@@ -106,10 +108,12 @@ class ShapeTable:
 class Scheduler:
     """Decides pods against one snapshot; `schedule` also applies each placement to it."""
 
-    #: Node verdicts cached across all shapes, as shapes x nodes: 100 shapes at 10,000 nodes
-    #: x 8 cards (a sweep's verdicts are columns, an index ~200 bytes a node: about 220 MiB
-    #: measured on top of the snapshot).
-    CACHE_ENTRIES = 1_000_000
+    #: Node verdicts cached across all shapes, as shapes x nodes: 250 shapes at 10,000 nodes
+    #: x 8 cards (a sweep's verdicts are columns, an index ~200 bytes a node: about 450 MiB
+    #: measured on top of the snapshot). Node rules multiply shapes (each nodeSelector,
+    #: toleration and request template is its own): the node-constraint mix of `bench.engine`
+    #: asks about 200 in 1,000 pods, and a budget below that re-sweeps half its pods.
+    CACHE_ENTRIES = 2_500_000
     #: From how many nodes a new shape's first pass runs as one columnar sweep (numpy costs a
     #: fixed overhead per call that a few nodes do not pay back).
     SWEEP_NODES = 64
@@ -179,13 +183,14 @@ class Scheduler:
             if len(nodes) < self.SWEEP_NODES or (ask is None and not policy.use_uuids):
                 index.rebuild([(node.name, table.verdict(node, inits, apps, policy, ask)) for node in nodes])
                 return index
+            columns = self._columns_now()
             if ask is not None:
-                swept = sweep(self._columns_now(), nodes, ask, apps, policy)
+                swept = sweep(columns, nodes, ask, apps, policy)
             else:  # pinned to UUIDs: only the nodes that carry one are evaluated in full
-                swept = sweep_pinned(self._columns_now(), nodes, inits, apps, policy)
-            table.base = swept
+                swept = sweep_pinned(columns, nodes, inits, apps, policy)
+            # the nodes the per-node rules refuse take the rule's failure instead, as columns
+            swept = table.base = swept.refused(node_refusals(table.rules, columns.node_rules))
             index.rebuild_swept(swept)
-            self._refuse_swept(table, index, nodes)
             return index
         changed, index.position = touched
         if changed:
@@ -219,22 +224,6 @@ class Scheduler:
         for i, (node, row) in enumerate(zip(stale, rows, strict=True)):
             if versions[row] == node.version:  # its columns hold this version (else evaluated)
                 verdicts[node.name] = (node.version, swept.verdict(i))
-
-    @staticmethod
-    def _refuse_swept(table: ShapeTable, index: NodeIndex, nodes: list[Node]) -> None:
-        """After a sweep (cards only), the nodes the pod's per-node rules refuse take the rule's
-        failure instead. A pod without any of the fields is refused only by a cordon, a taint
-        or a full pod count, so only nodes that carry one are checked for it."""
-        rules = table.rules
-        if rules.plain:
-            nodes = [node for node in nodes if node.unschedulable or node.taints or node.allocatable]
-        verdicts = table.verdicts
-        for node in nodes:
-            refused = rules.refuse(node)
-            if refused is not None:
-                verdict = NodeVerdict(False, failure=refused)
-                verdicts[node.name] = (node.version, verdict)
-                index.update(node.name, verdict)
 
     def _columns_now(self) -> CardColumns:
         """The cluster's card columns, with the rows of the nodes touched since last time rewritten."""
@@ -406,14 +395,13 @@ class Scheduler:
         sign = -1.0 if policy.node_policy == "binpack" else 1.0
         index = self._index_for(parsed, sign, rules)
         self._last_rules = (parsed, rules)
-        holders = self._holders_for(rules)
+        holders = self.holders_for(rules)
         counted = {code: n for code, n in index.carriers.items() if code not in RULES}
         counted.update(index.messages)
         if holders or rules.dynamic or rules.prefers:
-            ranking, failed, reasons, refused = self._other_pods(index, rules, holders, counted)
-            fit_count, fail_count = len(ranking), len(failed)
-            if keep is not None:
-                ranking, failed = ranking[:keep], failed[:keep]
+            ranking, failed, reasons, refused, fit_count, fail_count = self._other_pods(
+                index, rules, holders, counted, keep
+            )
         else:
             fit_count, fail_count = len(index.fit_keys), len(index.fail_entries)
             if keep is None:
@@ -457,6 +445,9 @@ class Scheduler:
                 ]
             if names:
                 decision.closest, decision.never = self.closest(parsed, names)
+                if refused or any(code in reasons for code in _FREEABLE):
+                    # a node refused for what its pods hold could take the pod once they leave
+                    decision.never = None
         return decision
 
     def _with_hints(self, failed: list, rules: NodeRules) -> list:
@@ -471,48 +462,67 @@ class Scheduler:
         return out
 
     def _other_pods(
-        self, index: NodeIndex, rules: NodeRules, holders: list, counted: dict[str, int]
-    ) -> tuple[list, list, dict[str, int], set[str]]:
+        self, index: NodeIndex, rules: NodeRules, holders: list, counted: dict[str, int], keep: int | None
+    ) -> tuple[list, list, dict[str, int], set[str], int, int]:
         """The decision's lists when other pods matter (SPEC 10): `PodTopologySpread` and
         `InterPodAffinity` refuse, among the nodes the per-node rules passed, those they
         refuse (each moves from its card verdict to the rule's failure, in `counted` too), and
-        preferences order the fitting nodes (`prefer.rank`). Costs the cluster, for the few
-        pods that have these. Returns the whole ranking and failures, the reasons, and the
-        nodes these rules refused."""
-        ranking = list(index.ranking())
-        refused_names: set[str] = set()
-        failed = list(index.fail_entries)
-        reasons = dict(index.reasons)
+        preferences order the fitting nodes (`prefer.rank`, which reads them all). The rules
+        are decided over columns of every node (`noderules.columns`) from `SWEEP_NODES` on, so
+        a pod whose rules refuse a few nodes costs those nodes and `keep`, not the cluster.
+        Returns the ranking and failures kept to `keep`, the reasons, the nodes these rules
+        refused, and the fitting and failed node counts."""
         by_name = self.cluster.by_name
         nodes = self.cluster.nodes
+        reasons = dict(index.reasons)
+        refused: dict[str, RuleFailure] = {}
+        moved: dict[str, RuleFailure] = {}  # of those, the nodes that fitted
         if holders or rules.dynamic:
-            candidates = [by_name[name] for name, _ in ranking]
-            candidates += [by_name[name] for name, failure in failed if not isinstance(failure, RuleFailure)]
-            refused = refusals(rules, nodes, candidates, holders)
-            refused_names = set(refused)
-            if refused:
-                ranking = [entry for entry in ranking if entry[0] not in refused]
-                moved = []
-                for name, failure in failed:
-                    if name in refused:
-                        for code, n in failure.reasons.items():
-                            reasons[code] -= n
-                            counted[code] -= 1
-                            if not counted[code]:
-                                del counted[code], reasons[code]
-                        failure = refused.pop(name)
-                        _count(reasons, counted, failure)
-                    moved.append((name, failure))
-                for name, failure in refused.items():  # fitting nodes the rules refuse
-                    _count(reasons, counted, failure)
-                    moved.append((name, failure))
-                moved.sort(key=lambda entry: entry[0])
-                failed = moved
-        if rules.prefers and len(ranking) > 1:
+            if len(nodes) < self.SWEEP_NODES:
+                found = refusals(rules, nodes, nodes, holders)
+            else:
+                found = other_pod_refusals(rules, self._columns_now().node_rules, holders)
+            for name, failure in found.items():
+                verdict = index.verdict_of(name)
+                if verdict is None or isinstance(verdict.failure, RuleFailure):
+                    continue  # a per-node rule refused it first: it keeps that failure
+                if verdict.failure is not None:
+                    for code, n in verdict.failure.reasons.items():
+                        reasons[code] -= n
+                        counted[code] -= 1
+                        if not counted[code]:
+                            del counted[code], reasons[code]
+                else:
+                    moved[name] = failure
+                _count(reasons, counted, failure)
+                refused[name] = failure
+        fits_refused = len(moved)
+        fit_count = len(index.fit_keys) - fits_refused
+        fail_count = len(index.fail_entries) + fits_refused
+        if rules.prefers and fit_count > 1:
+            ranking = [entry for entry in index.ranking() if entry[0] not in refused]
             ranking = prefer_rank(rules, ranking, by_name, nodes)
-        return ranking, failed, reasons, refused_names
+            if keep is not None:
+                ranking = ranking[:keep]
+        elif keep is None:
+            ranking = [entry for entry in index.ranking() if entry[0] not in refused]
+        else:  # the best `keep` of those left: at most `keep` + the refused fitting nodes read
+            ranking = [entry for entry in index.ranking(keep + fits_refused) if entry[0] not in refused][
+                :keep
+            ]
+        if not refused:
+            failed = list(index.fail_entries) if keep is None else index.fail_entries[:keep]
+        else:
+            head = index.fail_entries if keep is None else index.fail_entries[:keep]
+            failed = sorted(
+                [(name, refused.get(name, failure)) for name, failure in head] + list(moved.items()),
+                key=lambda entry: entry[0],
+            )
+            if keep is not None:
+                failed = failed[:keep]
+        return ranking, failed, reasons, set(refused), fit_count, fail_count
 
-    def _holders_for(self, rules: NodeRules) -> list:
+    def holders_for(self, rules: NodeRules) -> list:
         """(node, footprint) of the pods whose required anti-affinity selects this pod."""
         holders = self._anti_holders()
         if not holders:
@@ -674,6 +684,10 @@ class Scheduler:
         decision = self.decide(pod)
         self.assume(decision)
         return decision
+
+
+#: the node rules a node fails for what the pods on it hold: it may pass once they leave
+_FREEABLE = (NODE_RESOURCES_FIT, NODE_PORTS)
 
 
 def _count(reasons: dict[str, int], counted: dict[str, int], failure: RuleFailure) -> None:

@@ -18,7 +18,8 @@ from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES
 
 class Queue(models.Model):
     """A node of the queue tree. Only leaf queues take pods; a parent's limit bounds the sum of
-    its children. Per resource: `guarantee` (never lent), `quota` (deserved) and `limit` (hard cap)."""
+    its children. Per resource: `guarantee` (kept for it; lent only with `lend_guarantee`),
+    `quota` (deserved) and `limit` (hard cap)."""
 
     name = models.CharField(max_length=63, unique=True)
     parent = models.ForeignKey(
@@ -58,6 +59,12 @@ class Queue(models.Model):
         null=True,
         blank=True,
         help_text="hard cap over this queue and its children (percent of a card); empty: unlimited",
+    )
+    lend_guarantee = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="lend the idle guarantee to other queues and take it back by reclaim (KAI); "
+        "off: an idle guarantee is kept empty for this queue (Volcano)",
     )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)

@@ -193,6 +193,11 @@ SCHEDULING_FIELDS = {
     "tolerations": "tolerations",
     "topologySpreadConstraints": "topology_spread_constraints",
     "schedulingGates": "scheduling_gates",
+    "volumes": "volumes",
+    # what the pod's claims are judged against (`VolumeBinding`), gathered into `storage`
+    "persistentVolumeClaims": "storage",
+    "persistentVolumes": "storage",
+    "storageClasses": "storage",
 }
 #: The reason a gated pod shows instead of a decision (kube-scheduler's name).
 SCHEDULING_GATED = "SchedulingGated"
@@ -221,6 +226,9 @@ def spec_fields(scheduling) -> dict:
     found: dict = {}
     for api_name, attribute in SCHEDULING_FIELDS.items():
         if api_name not in scheduling or scheduling[api_name] is None:
+            continue
+        if attribute == "storage":
+            found.setdefault("storage", {})[api_name] = scheduling[api_name]
             continue
         found[attribute] = scheduling[api_name]
     if "scheduling_gates" in found:

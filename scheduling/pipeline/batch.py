@@ -84,6 +84,7 @@ def queue_states(usage: dict[str, Usage] | None = None) -> list[QueueState]:
                 used=dict(usage.get(queue.name, zero())),
                 pk=queue.pk,
                 namespaces=[str(n) for n in queue.namespaces or [] if isinstance(n, str)],
+                lend_guarantee=queue.lend_guarantee,
             )
         )
     return states
@@ -96,7 +97,15 @@ def load_book(usage: dict[str, Usage] | None = None) -> QueueBook:
     book = QueueBook(
         [
             QueueState(
-                s.name, s.parent, s.weight, s.guarantee, s.quota, s.limit, pk=s.pk, namespaces=s.namespaces
+                s.name,
+                s.parent,
+                s.weight,
+                s.guarantee,
+                s.quota,
+                s.limit,
+                pk=s.pk,
+                namespaces=s.namespaces,
+                lend_guarantee=s.lend_guarantee,
             )
             for s in states
         ]

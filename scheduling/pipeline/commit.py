@@ -18,6 +18,13 @@ nominations counted as held. Then its `Eviction` rows (one per victim, `requeste
 `Nomination` rows are written; the cards' counters are not touched until it is placed. An
 ordinary placement counts other pods' nominations as held too, so nothing is placed on the
 cards a victim frees for its preemptor.
+
+Limits (docs/queues.md, "Limits under overlap"): after the pods and before the cards, the
+commit locks the queues and namespace quotas that bound its placements (`limits.lock_limits`)
+and admits each placement that still fits its cards against their usage as read under those
+locks, so overlapping cycles never take a queue past its limit. A placement refused there is
+not written: its pod stays pending with the queue's verdict (`QueueLimitExceeded`,
+`NamespaceQuotaExceeded`), backing off as a planned hold does.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
 from scheduling.engine.batch.jobs import GANG_TIMED_OUT
+from scheduling.engine.batch.statement import hold_back
 from scheduling.engine.decision import PENDING, REJECTED, SCHEDULED
 from scheduling.engine.fit import check_card
 from scheduling.engine.model import cordoned_uuids
@@ -41,6 +49,7 @@ from scheduling.engine.model import cordoned_uuids
 from ..dbretry import retry_on_conflict
 from ..models import Allocation, CapacityVersion, Card, Cycle, Decision, Eviction, Nomination, Pod, PodGroup
 from . import preemption, rowlocks
+from .limits import Limits, lock_limits
 from .nodecheck import NodeLedger, cards_to_lock, limited_nodes
 from .observe import record_commit
 from .options import option
@@ -315,6 +324,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 continue
             attempt.attempts = row[3]
             fresh.append(attempt)
+        limits = lock_limits(fresh)  # step 2: queues, then namespace quotas
 
         card_ids = snapshot.card_ids
         wanted = sorted(
@@ -346,7 +356,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         held = Held(preemption.nominated_usage(wanted, now), victim_holdings(victims), {})
         held.nodes = NodeLedger.read(limited, fresh)
         added: dict[int, list[int]] = {}
-        verdicts = recheck_all(fresh, cards, added, held)
+        verdicts = recheck_all(fresh, cards, added, held, limits)
         outcomes: list[tuple[Attempt, str, str]] = [(a, *verdicts[id(a)]) for a in fresh]
 
         conflicted = any(outcome == Decision.CONFLICT for _, outcome, _ in outcomes)
@@ -381,7 +391,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 "next_attempt_at": None,
                 "allocated": "",
                 "revision": locked[attempt.pod_id][2] + 1,
-                "queue_id": attempt.queue_id,
+                "queue_id": None if attempt.queue_id in limits.gone else attempt.queue_id,
                 "updated_at": now,
             }
             payload = decision.as_dict(top=top)
@@ -475,17 +485,27 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
 
 #: The verdict text of a preemption kept by the commit: its evictions and nominations are written.
 PREEMPTS = "preempts"
+#: The verdict text of a placement a limit refused under lock: its decision was held back
+#: (`hold_back`), and its `batch` says which limit.
+HELD_BACK = "held back"
 
 
 def recheck_all(
-    fresh: list[Attempt], cards: dict[str, LockedCard], added: dict[int, list[int]], held: Held | None = None
+    fresh: list[Attempt],
+    cards: dict[str, LockedCard],
+    added: dict[int, list[int]],
+    held: Held | None = None,
+    limits: Limits | None = None,
 ) -> dict:
     """Each attempt's (outcome, conflict text), re-checked in queue order; `added` grows by what
-    is placed, `held.added` by what is nominated. A gang's placements and preemptions are
-    checked together and kept only if at least `gang_needed` of them still fit; otherwise none
-    of them is, and each says which member and card failed. A kept preemption is
-    (PENDING, PREEMPTS)."""
+    is placed, `held.added` by what is nominated, `limits` by what is admitted. A gang's
+    placements and preemptions are checked together and kept only if at least `gang_needed` of
+    them still fit; otherwise none of them is, and each says which member and card (or limit)
+    failed. A kept preemption is (PENDING, PREEMPTS); a placement that fits its cards but a
+    limit no longer is (PENDING, HELD_BACK), its decision held back with the limit's verdict."""
     held = held or Held.empty()
+    limits = limits or Limits()
+    refused: dict[int, tuple[str, str]] = {}  # id(attempt) -> (code, message), by a limit
     verdicts: dict[int, tuple[str, str]] = {}
     gangs: dict[int, list[Attempt]] = {}
     for attempt in fresh:
@@ -502,8 +522,11 @@ def recheck_all(
             mine, why = _recheck_one(attempt, cards, added, held)
             if mine is None:
                 verdicts[id(attempt)] = (Decision.CONFLICT, why)
+            elif (refusal := limits.refusal(attempt)) is not None:
+                verdicts[id(attempt)] = _held_back(attempt, *refusal, limits)
             else:
                 _add(held.added if attempt.victims else added, mine)
+                limits.take(attempt)
                 verdicts[id(attempt)] = _kept(attempt)
             continue
         trial = {pk: list(used) for pk, used in added.items()}
@@ -513,10 +536,14 @@ def recheck_all(
         kept, missed = [], []
         for member in members:
             mine, why = _recheck_one(member, cards, trial, trial_held)
+            if mine is not None and (refusal := limits.refusal(member)) is not None:
+                mine, why = None, refusal[1]
+                refused[id(member)] = refusal
             if mine is None:
                 missed.append((member, why))
             else:
                 _add(trial_held.added if member.victims else trial, mine)
+                limits.take(member)
                 kept.append(member)
         needed = members[0].gang_needed
         if len(kept) >= needed:
@@ -525,8 +552,19 @@ def recheck_all(
             held.added.clear()
             held.added.update(trial_held.added)
             verdicts.update({id(m): _kept(m) for m in kept})
-            verdicts.update({id(m): (Decision.CONFLICT, why) for m, why in missed})
+            for m, why in missed:
+                hold = refused.get(id(m))
+                verdicts[id(m)] = (
+                    _held_back(m, *hold, limits) if hold is not None else (Decision.CONFLICT, why)
+                )
         else:
+            for member in kept:
+                limits.take(member, -1)
+            first_hold = refused.get(id(missed[0][0])) if missed else None
+            if missed and first_hold is not None:
+                text = f"gang: {len(kept)}/{needed} placements within limits; {missed[0][0].key}: {first_hold[1]}"
+                verdicts.update({id(m): _held_back(m, first_hold[0], text, limits) for m in members})
+                continue
             if missed:
                 first, why = missed[0]
                 text = f"gang: {len(kept)}/{needed} placements still fit; {first.key}: {why}"
@@ -534,6 +572,13 @@ def recheck_all(
                 text = f"gang: {len(kept)}/{needed} placements left; the other members changed since the snapshot"
             verdicts.update({id(m): (Decision.CONFLICT, text) for m in members})
     return verdicts
+
+
+def _held_back(attempt: Attempt, code: str, message: str, limits: Limits) -> tuple[str, str]:
+    """A placement a limit refused under lock: pending with the limit's verdict, as planning
+    holds one back."""
+    hold_back(attempt.decision, code, message, queue=limits.names.get(attempt.queue_id or 0))
+    return PENDING, HELD_BACK
 
 
 def _claims(attempt: Attempt) -> bool:
@@ -648,6 +693,9 @@ def write_gang_phases(plan: CyclePlan, outcomes, now) -> list[float]:
     for attempt, outcome, why in outcomes:
         if attempt.group_id is not None and outcome == Decision.CONFLICT:
             verdicts.setdefault(attempt.group_id, (PodGroup.INQUEUE, "Conflict", why))
+        elif attempt.group_id is not None and why == HELD_BACK and attempt.decision.batch is not None:
+            hold = attempt.decision.batch
+            verdicts[attempt.group_id] = (PodGroup.INQUEUE, hold.reason, hold.message)
     touched = {a.group_id for a, outcome, _ in outcomes if a.group_id is not None and outcome == SCHEDULED}
     ids = sorted(touched | set(verdicts))
     if not ids:

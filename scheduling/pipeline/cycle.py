@@ -346,12 +346,15 @@ def restricted(snapshot: Snapshot, names: list[str]) -> Cluster:
     )
 
 
-def plan_one(row, names: list[str], trigger: str = "extender filter") -> CyclePlan:
-    """A one-pod plan: `row` (a Pod) decided among the nodes `names` only, on a fresh snapshot."""
+def plan_one(
+    row, names: list[str], trigger: str = "extender filter", spec: PodSpec | None = None
+) -> CyclePlan:
+    """A one-pod plan: `row` (a Pod) decided among the nodes `names` only, on a fresh snapshot;
+    as `spec` says when given (the extender leaves some of its fields to kube-scheduler)."""
     started = time.perf_counter()
     snapshot = load_snapshot()
     scheduler = Scheduler(restricted(snapshot, names), snapshot.config)
-    spec = row.as_spec()
+    spec = spec or row.as_spec()
     try:
         decision, parsed = scheduler.decide_parsed(spec)
     except Exception as exc:  # noqa: BLE001 - one odd pod must not fail the request

@@ -5,20 +5,23 @@ through these helpers, so the order lives here:
 0. the `CapacityVersion` row, `FOR SHARE` (the commit) or updated (the wake): its first statement
    (`CapacityVersion.read` / `bump`, beside the row);
 1. pods (`lock_pods`);
-2. the node a write is about (`lock_node`);
-3. cards (`lock_cards`);
-4. evictions (`lock_evictions`), then nominations (deleted, not locked).
+2. queues (`lock_queues`: the commit's, whose limits it re-checks; `share_queues`: the queues a
+   submission names, `FOR KEY SHARE`), then namespace quotas (`lock_namespace_quotas`);
+3. the node a write is about (`lock_node`);
+4. cards (`lock_cards`);
+5. evictions (`lock_evictions`), then nominations (deleted, not locked).
 
-Queues, pod groups, namespace quotas and pods bound by other schedulers (`lock_queue`,
-`lock_pod_group`, `lock_namespace_quotas`, `lock_bound_pods`) are the only rows their
-transactions lock, so they take no place in it.
+The queue tree's writes (`lock_queue_tree`: every queue `FOR UPDATE`), pod groups and pods bound
+by other schedulers (`lock_pod_group`, `lock_bound_pods`) are the only rows their transactions
+lock; a ResourceQuota's own write locks its rows alone too.
 
 A transaction takes its locks by rising step, never back (one known exception:
 `services.evictions.carry_out_local` takes its eviction before the victim's cards; a commit
 cancelling that same eviction may meet it, which PostgreSQL aborts and `dbretry` runs again).
-Within a step several rows are locked in primary-key order, the same order in every writer. No
-write changes a key column, so every lock but the eviction's is `FOR NO KEY UPDATE`, which
-leaves the `FOR KEY SHARE` locks of foreign-key checks alone. `of_self`: a query that joins other tables (a pod's node, a card's
+Within a step several rows are locked in primary-key order (namespace quotas: in their model's
+order), the same order in every writer. No write changes a key column, so every lock but the
+eviction's and the tree's is `FOR NO KEY UPDATE`, which leaves the `FOR KEY SHARE` locks of
+foreign-key checks alone. `of_self`: a query that joins other tables (a pod's node, a card's
 node) locks only its own rows; the joined ones are read, not locked.
 
 On SQLite Django leaves the clause out: there `BEGIN IMMEDIATE` holds the whole database.
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from django.db import connection
 from django.db.models import Model, QuerySet
 
 from scheduling.models import (
@@ -48,9 +52,16 @@ Row = TypeVar("Row", bound=Model)
 
 #: The steps, in the order a transaction takes them (0: `CapacityVersion`'s own methods; then
 #: the helpers' models).
-LOCK_ORDER: tuple[tuple[type[Model], ...], ...] = ((CapacityVersion,), (Pod,), (Node,), (Card,), (Eviction,))
+LOCK_ORDER: tuple[tuple[type[Model], ...], ...] = (
+    (CapacityVersion,),
+    (Pod,),
+    (Queue, NamespaceQuota),
+    (Node,),
+    (Card,),
+    (Eviction,),
+)
 #: Locked alone in their transactions: no place in the order.
-LOCKED_ALONE: tuple[type[Model], ...] = (Queue, PodGroup, NamespaceQuota, BoundPod)
+LOCKED_ALONE: tuple[type[Model], ...] = (PodGroup, BoundPod)
 
 
 def _no_key(rows: QuerySet[Row], of_self: bool) -> QuerySet[Row]:
@@ -81,9 +92,33 @@ def lock_evictions(rows: QuerySet[Eviction]) -> QuerySet[Eviction]:
     return rows.select_for_update(of=("self",))
 
 
-def lock_queue(rows: QuerySet[Queue]) -> QuerySet[Queue]:
-    """A queue an operator changes or deletes, `FOR NO KEY UPDATE`, alone in its transaction."""
-    return _no_key(rows, False)
+def lock_queues(rows: QuerySet[Queue]) -> QuerySet[Queue]:
+    """Step 2: queues `FOR NO KEY UPDATE`, in primary-key order: the commit's (the leaf queues
+    it writes on its pods and their ancestors with a limit), after its pods, before its cards,
+    so two commits that could pass the same limit take turns."""
+    return _no_key(rows, False).order_by("pk")
+
+
+def share_queues(names: list[str]) -> dict[str, Queue]:
+    """Step 2: the queues of these names `FOR KEY SHARE`, in primary-key order, by name: what a
+    submission will point its pods and groups at. Many submissions share a queue at once; only
+    the tree's writes (`lock_queue_tree`) wait for them, so a queue cannot be deleted under a
+    pod joining it. A plain read on SQLite, where the transaction holds the database."""
+    if not names:
+        return {}
+    rows = Queue.objects.filter(name__in=sorted(set(names))).order_by("pk")
+    if connection.vendor != "postgresql":
+        return {queue.name: queue for queue in rows}
+    sql, params = rows.query.sql_with_params()
+    return {queue.name: queue for queue in Queue.objects.raw(f"{sql} FOR KEY SHARE", params)}
+
+
+def lock_queue_tree() -> list[Queue]:
+    """Every queue `FOR UPDATE`, in primary-key order, alone in its transaction: a write to the
+    tree (a queue created, changed or deleted) validates against the whole tree (no queue its
+    own ancestor, the children's guarantees, no pods joining a queue being deleted), so it holds
+    the whole tree; `FOR UPDATE` also waits for the submissions sharing a queue."""
+    return list(Queue.objects.select_for_update().order_by("pk"))
 
 
 def lock_pod_group(rows: QuerySet[PodGroup]) -> QuerySet[PodGroup]:
@@ -93,8 +128,9 @@ def lock_pod_group(rows: QuerySet[PodGroup]) -> QuerySet[PodGroup]:
 
 
 def lock_namespace_quotas(rows: QuerySet[NamespaceQuota]) -> QuerySet[NamespaceQuota]:
-    """The rows of one ResourceQuota object, `FOR NO KEY UPDATE` (in their model's order:
-    namespace, quota, resource), alone in their transaction."""
+    """Step 2, after the queues: namespace quota rows `FOR NO KEY UPDATE` in their model's order
+    (namespace, quota, resource): the rows of one ResourceQuota object (alone in its
+    transaction), or the commit's, of the namespaces it places pods in."""
     return _no_key(rows, False)
 
 

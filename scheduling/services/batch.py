@@ -10,6 +10,13 @@ queue holding pods or unfinished jobs cannot become a parent, nor be deleted, an
 (where pods of no queue go) is never a parent nor deleted; per resource guarantee <= quota <=
 limit where set, and the children's guarantees sum to at most the parent's guarantee (its limit
 when it guarantees nothing).
+
+A write to the tree (create, change, delete) first locks every queue (`lock_queue_tree`), then
+reads and validates: two writes that each pass alone (two queues made each other's parent, two
+children's guarantees that together pass the parent's) take turns, and the second validates
+against what the first wrote. A delete waits for the submissions holding the queue (they share
+it, `rowlocks.share_queues`) and sees their pods; a submission that waited for a delete answers
+409 naming the queue (`services.pods.QueueGone`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from scheduling.dbretry import retry_on_conflict
 from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES, Usage, zero
 from scheduling.models import Event, NamespaceQuota, Pod, PodGroup, Queue, record_event
 from scheduling.pipeline.batch import fair_share_book, queue_usage
-from scheduling.pipeline.rowlocks import lock_namespace_quotas, lock_pod_group, lock_queue
+from scheduling.pipeline.rowlocks import lock_namespace_quotas, lock_pod_group, lock_queue_tree
 from scheduling.pipeline.triggers import request_cycle
 
 from .pods import capacity_changed
@@ -36,7 +43,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("guarantee", "quota", "limit")
 FIGURES = tuple(f"{kind}_{resource}" for kind in KINDS for resource in RESOURCES)
-QUEUE_FIELDS = ("parent", "weight", "namespaces", *FIGURES)
+QUEUE_FIELDS = ("parent", "weight", "namespaces", "lend_guarantee", *FIGURES)
 GROUP_FIELDS = (
     "min_member",
     "min_vgpus",
@@ -170,6 +177,7 @@ def _apply_queue(queue: Queue, changes: dict) -> list[str]:
 def create_queue(name: str, by: str = "", **changes) -> Queue:
     """A new queue; `parent` by name. Raises ValidationError naming the field."""
     with transaction.atomic():
+        lock_queue_tree()
         queue = Queue(name=name)
         _apply_queue(queue, changes)
         validate_queue(queue)
@@ -185,7 +193,8 @@ def update_queue(name: str, by: str = "", **changes) -> Queue:
     """Change a queue's parent, weight, namespaces or figures. Raises Queue.DoesNotExist,
     ValidationError naming the field."""
     with transaction.atomic():
-        queue = lock_queue(Queue.objects.filter(name=name)).get()
+        lock_queue_tree()
+        queue = Queue.objects.get(name=name)
         changed = _apply_queue(queue, changes)
         if not changed:
             return queue
@@ -201,7 +210,8 @@ def delete_queue(name: str, by: str = "") -> None:
     """Delete an unused leaf queue. Raises Queue.DoesNotExist, ValidationError when it is
     `default`, has children, or holds pods or unfinished jobs."""
     with transaction.atomic():
-        queue = lock_queue(Queue.objects.filter(name=name)).get()
+        lock_queue_tree()
+        queue = Queue.objects.get(name=name)
         if queue.name == DEFAULT_QUEUE:
             raise ValidationError({"name": ["the default queue is never deleted"]})
         children = sorted(queue.children.values_list("name", flat=True))

@@ -25,6 +25,7 @@ from scheduling.engine.kubefields import (
     pod_field_problems,
     running_pod_problems,
 )
+from scheduling.engine.noderules.volumes import CLAIMS, CLASSES, VOLUMES, read_storage
 from scheduling.engine.quantity import amounts, effective_request
 from scheduling.models.pods import SCHEDULING_FIELDS
 
@@ -117,6 +118,12 @@ def checked_scheduling(scheduling, containers=(), init_containers=(), labels=Non
     fields = {key: value for key, value in kept.items() if key != OWNER_REFERENCES}
     raw = {**fields, "labels": labels, "containers": containers, "initContainers": init_containers}
     _refused(pod_field_problems(raw))
+    storage = {key: kept[key] for key in (CLAIMS, VOLUMES, CLASSES) if key in kept}
+    if storage:
+        try:
+            read_storage(storage)
+        except PodInvalid as exc:
+            raise FieldProblems([(exc.field, exc.message)]) from None
     effective_request(containers, init_containers)
     return kept
 

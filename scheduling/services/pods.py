@@ -38,7 +38,7 @@ from scheduling.models import (
 )
 from scheduling.models.cluster import over_capacity_text
 from scheduling.models.pods import gate_names, gated_reason, spec_fields
-from scheduling.pipeline.rowlocks import lock_cards, lock_pods
+from scheduling.pipeline.rowlocks import lock_cards, lock_pods, share_queues
 from scheduling.pipeline.triggers import request_cycle
 
 from .fields import checked_scheduling
@@ -494,7 +494,7 @@ def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
     rows = _locked_rows([submission.key for _, submission in accepted])
     done: dict[int, Submitted] = {}
     judged: list[tuple[int, Submission, str]] = []
-    replaced: list[Pod] = []
+    frees: set[int] = set()
     for index, submission in accepted:
         pod = rows.get(submission.key)
         if pod is None:
@@ -507,9 +507,20 @@ def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
             continue
         judged.append((index, submission, how))
         if free:
-            replaced.append(pod)
+            frees.add(index)
+    queues, gone = _shared_queues([submission for _, submission, how in judged if how in ("", REQUEUE)])
+    for index, submission, _ in judged:
+        name = gone.get(submission.key)
+        if name is not None:
+            pod = rows.get(submission.key)
+            error = QueueGone(name)
+            done[index] = Submitted(
+                index, WriteOutcome.REFUSED, pod, error, pod.uid if pod else "", submission
+            )
+    judged = [(index, submission, how) for index, submission, how in judged if index not in done]
+    replaced = [rows[submission.key] for index, submission, _ in judged if index in frees]
     freed = _release_allocations_of(replaced, now)
-    placements = _placements([(index, submission) for index, submission, _ in judged])
+    placements = _placements([(index, submission) for index, submission, _ in judged], queues)
     fresh = [(index, submission) for index, submission, how in judged if not how]
     for result in _insert(fresh, placements, now):
         done[result.index] = result
@@ -591,19 +602,22 @@ def _waiting(asked: Submission) -> tuple[bool, str, str, str]:
     return False, "", "", gated_reason(asked.gates) if asked.gates else ""
 
 
-def _placements(accepted: list[tuple[int, Submission]]) -> dict[int, tuple[PodGroup | None, Queue | None]]:
+def _placements(
+    accepted: list[tuple[int, Submission]], shared: dict[str, Queue]
+) -> dict[int, tuple[PodGroup | None, Queue | None]]:
     """Each submission's group and queue, resolved in item order as `_group_for` would one
     pod after another (an ask is applied again only when another ask of that group came in
-    between); a group's queue wins. Each queue name is read once."""
+    between); a group's queue wins. `shared`: the queues the submissions name, held
+    (`_shared_queues`); another name is read once."""
     groups: dict[tuple, PodGroup | None] = {}
     last_ask: dict[tuple[str, str], tuple] = {}
-    queues: dict[str | None, Queue | None] = {}
+    queues: dict[str | None, Queue | None] = {name: queue for name, queue in shared.items()}
     found = {}
     for index, submission in accepted:
         ask = (submission.namespace, submission.group, submission.queue)
         named = (submission.namespace, submission.group.name) if submission.group else None
         if ask not in groups or (named is not None and last_ask.get(named) != ask):
-            groups[ask] = _group_for(*ask)
+            groups[ask] = _group_for(*ask, shared)
         if named is not None:
             last_ask[named] = ask
         group = groups[ask]
@@ -721,16 +735,70 @@ def _queue_named(name: str | None) -> Queue | None:
     return Queue.objects.filter(name=name).first()
 
 
-def _group_for(namespace: str, ref: GroupRef | None, named_queue: str | None) -> PodGroup | None:
+class QueueGone(PodInvalid):
+    """A submission named a queue (itself or through its group) that was deleted while the
+    submission was written: refused, naming the queue; the API answers 409. A name that was
+    unknown before the submission began is stored instead (the cycle says `QueueNotFound`)."""
+
+    def __init__(self, name: str):
+        super().__init__("queue", f"queue {name} was deleted while this pod was submitted", QUEUE_GONE)
+        self.queue = name
+
+
+#: `PodInvalid.code` of `QueueGone`.
+QUEUE_GONE = "queue-gone"
+
+
+def _shared_queues(submissions: list[Submission]) -> tuple[dict[str, Queue], dict[tuple[str, str], str]]:
+    """The queues these submissions will point at (the one each names, its existing group's),
+    held `FOR KEY SHARE` until the commit (step 2 of the lock order, after their pods), so none
+    is deleted under them; and, by pod, the queue that existed when this began but was deleted
+    before it was held (the submission races a delete: `QueueGone`)."""
+    grouped = [submission for submission in submissions if submission.group is not None]
+    groups: dict[tuple[str, str], str] = {}
+    if grouped:
+        rows = PodGroup.objects.filter(_group_keys(grouped)).exclude(queue=None)
+        groups = {
+            (ns, name): queue for ns, name, queue in rows.values_list("namespace", "name", "queue__name")
+        }
+    wanted: dict[tuple[str, str], str] = {}
+    for submission in submissions:
+        group = groups.get((submission.namespace, submission.group.name)) if submission.group else None
+        named = group or submission.queue
+        if named:
+            wanted[submission.key] = named
+    if not wanted:
+        return {}, {}
+    names = sorted(set(wanted.values()))
+    existed = set(Queue.objects.filter(name__in=names).values_list("name", flat=True))
+    held = share_queues(names)
+    gone = {key: name for key, name in wanted.items() if name in existed and name not in held}
+    return held, gone
+
+
+def _group_keys(submissions: list[Submission]) -> Q:
+    """The groups these submissions name, as one filter."""
+    where = Q(pk__in=[])
+    for submission in submissions:
+        if submission.group is not None:
+            where |= Q(namespace=submission.namespace, name=submission.group.name)
+    return where
+
+
+def _group_for(
+    namespace: str, ref: GroupRef | None, named_queue: str | None, shared: dict[str, Queue] | None = None
+) -> PodGroup | None:
     """The pod group a pod names, created on first sight (from the annotation's `min_member`,
-    else 1, and the pod's queue); an annotation's `min_member` or timeout updates it."""
+    else 1, and the pod's queue, as held in `shared` when there); an annotation's
+    `min_member` or timeout updates it."""
     if ref is None:
         return None
+    held = shared or {}
     defaults = {
         "min_member": ref.min_member or 1,
         "schedule_timeout_seconds": ref.timeout_seconds,
         "source": ref.source,
-        "queue": _queue_named(named_queue),
+        "queue": held[named_queue] if named_queue in held else _queue_named(named_queue),
     }
     group, created = PodGroup.objects.get_or_create(namespace=namespace, name=ref.name, defaults=defaults)
     if not created:
@@ -997,9 +1065,9 @@ GROUP_PHASE_FIELDS = ("phase", "reason", "conditions", "running_at", "finished_a
 
 
 def group_after_release(group_id: int, now) -> None:
-    """A member ended: the group completes when every member succeeded, fails when all ended
-    and some did not succeed, and goes back in the queue when it fell below `min_member`
-    (`_judge_group`). Written last, after the pod and cards (the lock order)."""
+    """A member ended: the group completes when every member that was not deleted succeeded,
+    fails when all ended and one of them did not, and goes back in the queue when it fell below
+    `min_member` (`_judge_group`). Written last, after the pod and cards (the lock order)."""
     group = PodGroup.objects.filter(pk=group_id).first()
     if group is None:
         return
@@ -1009,15 +1077,28 @@ def group_after_release(group_id: int, now) -> None:
 
 def _judge_group(group: PodGroup, statuses: list[str], now) -> bool:
     """The group's phase after a member ended, given its members' statuses, set in memory;
-    whether anything changed."""
+    whether anything changed. Once no member is live the gang is judged by the members that
+    ran to an end: a deleted member is not judged (Kubernetes controllers delete and recreate
+    pods under new names, and the replacement is judged instead), so the gang completes when
+    every member that was not deleted succeeded, and fails when one did not, or when every
+    member was deleted."""
     live = [status for status in statuses if status not in Pod.FINISHED and status != Pod.REJECTED]
     placed = sum(status in Pod.BOUND for status in statuses)
     if not live:
-        succeeded = statuses.count(Pod.SUCCEEDED)
-        if statuses and succeeded == len(statuses):
-            return group.set_phase(PodGroup.COMPLETED, "Completed", f"{succeeded} members succeeded", now)
+        judged = [status for status in statuses if status != Pod.DELETED]
+        succeeded = judged.count(Pod.SUCCEEDED)
+        deleted = len(statuses) - len(judged)
+        also = f" ({deleted} deleted)" if deleted else ""
+        if judged and succeeded == len(judged):
+            return group.set_phase(
+                PodGroup.COMPLETED, "Completed", f"{succeeded} members succeeded{also}", now
+            )
+        if not judged:
+            return group.set_phase(
+                PodGroup.FAILED, "MembersDeleted", f"all {deleted} members were deleted", now
+            )
         return group.set_phase(
-            PodGroup.FAILED, "MembersEnded", f"{succeeded}/{len(statuses)} members succeeded", now
+            PodGroup.FAILED, "MembersEnded", f"{succeeded}/{len(judged)} members succeeded{also}", now
         )
     if group.phase == PodGroup.RUNNING and placed < group.min_member:
         return group.set_phase(

@@ -55,6 +55,7 @@ EXAMPLES = (
     "k8s-spread-anti-affinity",
     "k8s-gated",
     "k8s-running-hami",
+    "k8s-volumes",
 )
 
 

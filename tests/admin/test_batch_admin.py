@@ -40,6 +40,16 @@ def test_a_queue_added_in_the_admin_goes_through_the_service(admin_client):
     assert Event.objects.filter(subject="queue/research", reason="QueueCreate", actor="admin").exists()
 
 
+def test_a_queue_lends_its_guarantee_when_the_admin_ticks_it(admin_client):
+    form = queue_form(name="lender", guarantee_vgpus="2", lend_guarantee="on")
+    answer = admin_client.post(reverse("admin:scheduling_queue_add"), form)
+    assert answer.status_code == 302, answer.content[:2000]
+    assert Queue.objects.get(name="lender").lend_guarantee is True
+    kept = queue_form(name="keeper", guarantee_vgpus="2")  # an unticked box: kept, the default
+    assert admin_client.post(reverse("admin:scheduling_queue_add"), kept).status_code == 302
+    assert Queue.objects.get(name="keeper").lend_guarantee is False
+
+
 def test_the_admin_form_puts_the_tree_rules_on_their_fields(admin_client):
     answer = admin_client.post(
         reverse("admin:scheduling_queue_add"),

@@ -157,3 +157,31 @@ def test_queues_show_their_fair_share_beside_usage(viewer):
     rows = {row["name"]: row for row in viewer.get("/api/v1/queues/").json()["results"]}
     assert (rows["a"]["fair_share"]["vgpus"], rows["b"]["fair_share"]["vgpus"]) == (5.0, 15.0)
     assert rows["default"]["fair_share"]["vgpus"] == 0.0  # nothing waits there
+
+
+def test_a_queue_lends_its_guarantee_on_request_and_its_quota_sets_its_fair_share(viewer, operator):
+    """`lend_guarantee` is written and read back (default false); the quota is the deserved
+    share the fair share gives first (docs/queues.md, "Fair share")."""
+    services.report_inventory(
+        "node1", {}, {}, [{"uuid": f"GPU-{i}", "index": i, "memory": 16000, "slots": 1} for i in range(4)]
+    )
+    body = {"name": "big", "quota": {"gpumem": 48000}, "guarantee": {"gpumem": 16000}}
+    created = operator.post("/api/v1/queues/", body, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["lend_guarantee"] is False
+    small = operator.post("/api/v1/queues/", {"name": "small", "quota": {"gpumem": 16000}}, format="json")
+    assert small.status_code == 201, small.content
+    lent = operator.patch("/api/v1/queues/big/", {"lend_guarantee": True}, format="json")
+    assert lent.status_code == 200 and lent.json()["lend_guarantee"] is True
+    assert Queue.objects.get(name="big").lend_guarantee is True
+    bad = operator.patch("/api/v1/queues/big/", {"lend_guarantee": "sometimes"}, format="json")
+    assert bad.status_code == 400 and "lend_guarantee" in bad.json()
+    for queue in ("big", "small"):
+        services.submit_pod(
+            "default",
+            f"wait-{queue}",
+            {"hami.io/queue": queue},
+            [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 16000}}}],
+        )
+    rows = {row["name"]: row for row in viewer.get("/api/v1/queues/").json()["results"]}
+    assert (rows["big"]["fair_share"]["gpumem"], rows["small"]["fair_share"]["gpumem"]) == (48000.0, 16000.0)

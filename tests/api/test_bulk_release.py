@@ -139,3 +139,12 @@ def test_the_operator_role_is_needed(placed, client_for, who, code):
     answer = release(client_for(who), [{"name": "p-0"}])
     assert answer.status_code == code, answer.content
     assert Pod.objects.get(name="p-0").status == Pod.SCHEDULED
+
+
+def test_a_nul_character_refuses_its_item_only(placed, operator):
+    answer = release(operator, [{"name": "p-0"}, {"name": "p-\u00001"}])
+    assert answer.status_code == 200, answer.content
+    assert [(r["outcome"], r["error"]) for r in answer.json()["pods"]] == [
+        ("released", None),
+        ("refused", {"field": "name", "message": "must not contain NUL (\\u0000) characters"}),
+    ]

@@ -142,3 +142,20 @@ def test_a_batch_counts_once_against_the_pod_submit_rate(operator, monkeypatch):
     refused = bulk(operator, [gpu_pod("late")])
     assert refused.status_code == 429 and refused.has_header("Retry-After")
     assert not Pod.objects.filter(name="late").exists()
+
+
+def test_a_nul_character_refuses_its_item_only(operator):
+    """docs/api.md: only the bad item is refused; a NUL used to make the whole request a 400."""
+    pods = [gpu_pod("ok-1"), gpu_pod("bad", annotations={"note": "a\u0000b"}), gpu_pod("ok-2")]
+    body = bulk(operator, pods).json()
+    assert [(r["outcome"], r["error"]) for r in body["pods"]] == [
+        ("created", None),
+        ("refused", {"field": "annotations.note", "message": "must not contain NUL (\\u0000) characters"}),
+        ("created", None),
+    ]
+    assert set(Pod.objects.values_list("name", flat=True)) == {"ok-1", "ok-2"}
+
+
+def test_a_nul_character_outside_the_items_is_a_400_naming_it(operator):
+    answer = operator.post(URL, {"pods": [gpu_pod("ok")], "k\u0000": 1}, format="json")
+    assert answer.status_code == 400 and list(answer.json()) == ["k\\u0000"]

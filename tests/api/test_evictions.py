@@ -138,5 +138,5 @@ def test_a_deleted_preemptor_leaves_the_eviction_with_none(viewer, scene):
 def test_a_decision_that_tried_says_why_preemption_did_not_help(viewer, scene):
     decision = viewer.get("/api/v1/pods/ml/stuck/").json()["decision"]
     assert decision["preemption"] == {"tried": True, "why": STUCK_WHY}
-    assert decision["reason"].endswith(STUCK_WHY)
+    assert decision["reason"].endswith(f"{STUCK_WHY}.")
     assert viewer.get("/api/v1/pods/prod/serve/").json()["decision"] is None

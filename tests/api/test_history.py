@@ -36,7 +36,7 @@ def test_pending_is_oldest_first_with_age_chain_and_reasons(cluster, operator, v
     old = pending[0]
     assert old["age_seconds"] >= 3600 and old["chain"] == ["mutex", "binpack"]
     assert old["reasons"] == {"NodeInsufficientDevice": 5}
-    assert old["reason"] == "0/2 nodes are available: 2 NodeInsufficientDevice"
+    assert old["reason"] == "0/2 nodes are available: 2 NodeInsufficientDevice."
 
 
 def test_decisions_are_a_pods_attempt_history(cluster, operator, viewer):

@@ -154,5 +154,5 @@ def test_every_face_says_the_pods_one_line(settings, viewer, world):
         assert seen["preempting"].startswith("Preempting: evicting 1 pod on node1")
         assert seen["quiet"].startswith("0/1 nodes are available: ")
     else:
-        assert seen["small"] == f"0/1 nodes are available: 1 {R.NODE_RESERVED}"
+        assert seen["small"] == f"0/1 nodes are available: 1 {R.NODE_RESERVED}."
         assert R.NODE_NOT_READY not in seen["big"]

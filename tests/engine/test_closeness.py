@@ -148,9 +148,9 @@ def test_scheduled_pods_carry_no_closest_nodes_and_the_cache_follows_placements(
 def test_the_event_message_stays_within_the_limit_and_names_the_closest_cards():
     cards = [card(f"GPU-{i:02d}-with-a-long-uuid-0000-1111", 8000, used=(1, 7000, 0)) for i in range(16)]
     out = run_one([node("a", *cards)], pod("p", None, ask(gpu=1, mem=3000)))
-    summary = "0/1 nodes are available: 16 CardInsufficientMemory"
+    summary = "0/1 nodes are available: 16 CardInsufficientMemory."
     full = explain.failed_scheduling_message(out, summary, 10_000)
-    assert full.startswith(summary + "; closest a: GPU-00") and "CardInsufficientMemory" in full
+    assert full.startswith(summary + " closest a: GPU-00") and "CardInsufficientMemory" in full
     assert "a: fits if GPU-00" in full
     cut = explain.failed_scheduling_message(out, summary, 300)
     assert len(cut) <= 300 and cut.startswith(summary) and "more" in cut

@@ -247,7 +247,7 @@ def test_the_one_line_reason_counts_nodes_in_kube_schedulers_form():
     decision = decide(nodes, pod(requests={"cpu": "2"}, node_selector={"pool": "training"}))
     assert decision.reason_text() == (
         "0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, "
-        "1 node(s) had untolerated taint {dedicated: team-b}"
+        "1 node(s) had untolerated taint {dedicated: team-b}."
     )
 
 
@@ -260,7 +260,7 @@ def test_card_reasons_are_counted_in_nodes_after_the_rules():
     decision = decide(nodes, _mem_pod(2000))
     assert decision.reasons == {"CardInsufficientMemory": 8, "NodeUnschedulable": 1}
     assert decision.reason_text() == (
-        "0/3 nodes are available: 1 node(s) were unschedulable, 2 CardInsufficientMemory"
+        "0/3 nodes are available: 1 node(s) were unschedulable, 2 CardInsufficientMemory."
     )
 
 
@@ -404,3 +404,35 @@ def test_hints_say_what_would_make_a_refused_node_pass():
     labelled = decide([nodes[2]], pod(node_selector={"pool": "training"}))
     assert labelled.as_dict()["failed_reasons"]["other"]["hints"] == ["label other pool=training"]
     assert Decision.read_back(payload).reason_text() == decision.reason_text()
+
+
+@pytest.mark.parametrize(
+    "running, requests",
+    [
+        (
+            [RunningPod("guard", node="big", affinity=_anti({"app": "web"}, key="kubernetes.io/hostname"))],
+            None,
+        ),
+        (
+            [
+                RunningPod(
+                    "hog", node="big", containers=[{"name": "c", "resources": {"requests": {"cpu": "4"}}}]
+                )
+            ],
+            {"cpu": "1"},
+        ),
+    ],
+    ids=["existing-anti-affinity", "cpu-held"],
+)
+def test_a_pod_is_not_called_never_fitting_while_a_node_it_fits_is_held_by_pods(running, requests):
+    """The only node whose cards could take the pod is refused for what its pods hold
+    (an existing pod's anti-affinity, its cpu): the pod waits, it is not `unschedulable`."""
+    nodes = [
+        gpu_node("small", memory=8000),
+        gpu_node("big", memory=40000, labels={"kubernetes.io/hostname": "big"}, allocatable={"cpu": "4"}),
+    ]
+    spec = pod(labels={"app": "web"}, requests=requests)
+    spec.containers[0]["resources"]["limits"]["nvidia.com/gpumem"] = 30000
+    decision = decide(nodes, spec, running)
+    assert decision.status == PENDING and "CardInsufficientMemory" in decision.reasons
+    assert not decision.unschedulable

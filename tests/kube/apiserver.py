@@ -25,6 +25,10 @@ kube calls, with the semantics those calls rely on:
 - list and watch of ResourceQuotas; PodGroup CRDs (Volcano's, scheduler-plugins') only once
   `serve()`d: discovery of their group/version (404 before, like a cluster without the CRD),
   list/watch, and merge patches of Volcano's object and scheduler-plugins' status subresource;
+- list and watch of PersistentVolumeClaims, PersistentVolumes and StorageClasses; get of one
+  claim or volume, and their JSON merge patches, refused with 409 on a stale
+  `metadata.resourceVersion` (the real words); 404 naming the object. No volume controller
+  runs: a `claimRef` written on a volume binds nothing until a test does it;
 - `stop()` closes the listening socket and every open connection; `start()` again listens
   on the same port, with the same objects (like an API server restart over the same etcd).
 
@@ -48,7 +52,19 @@ from urllib.parse import parse_qs, urlsplit
 
 VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 COSCHEDULING_PODGROUPS = "podgroups.scheduling.x-k8s.io"
-WATCHED = ("pods", "nodes", "resourcequotas", VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS)
+PVCS, PVS, STORAGE_CLASSES = "persistentvolumeclaims", "persistentvolumes", "storageclasses"
+WATCHED = (
+    "pods",
+    "nodes",
+    "resourcequotas",
+    VOLCANO_PODGROUPS,
+    COSCHEDULING_PODGROUPS,
+    PVCS,
+    PVS,
+    STORAGE_CLASSES,
+)
+#: Kinds that live in no namespace.
+CLUSTER_SCOPED = ("nodes", PVS, STORAGE_CLASSES)
 #: The custom resources a stand-in can serve: kind -> (api group, version), when `serve()`d.
 CUSTOM = {
     VOLCANO_PODGROUPS: ("scheduling.volcano.sh", "v1beta1"),
@@ -103,6 +119,23 @@ ROUTES = [
         ("coordination.k8s.io", "leases", "update"),
     ),
     ("GET", r"^/api/v1/resourcequotas$", "list_or_watch_resourcequotas", ("", "resourcequotas", None)),
+    ("GET", r"^/api/v1/persistentvolumeclaims$", "list_or_watch_claims", ("", PVCS, None)),
+    ("GET", r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$", "get_claim", ("", PVCS, "get")),
+    (
+        "PATCH",
+        r"^/api/v1/namespaces/([^/]+)/persistentvolumeclaims/([^/]+)$",
+        "patch_claim",
+        ("", PVCS, "patch"),
+    ),
+    ("GET", r"^/api/v1/persistentvolumes$", "list_or_watch_volumes", ("", PVS, None)),
+    ("GET", r"^/api/v1/persistentvolumes/([^/]+)$", "get_volume", ("", PVS, "get")),
+    ("PATCH", r"^/api/v1/persistentvolumes/([^/]+)$", "patch_volume", ("", PVS, "patch")),
+    (
+        "GET",
+        r"^/apis/storage\.k8s\.io/v1/storageclasses$",
+        "list_or_watch_storage_classes",
+        ("storage.k8s.io", STORAGE_CLASSES, None),
+    ),
     (
         "GET",
         r"^/apis/scheduling\.volcano\.sh/v1beta1/podgroups$",
@@ -194,6 +227,9 @@ class StandInApiServer:
             "poddisruptionbudgets": {},
             VOLCANO_PODGROUPS: {},
             COSCHEDULING_PODGROUPS: {},
+            PVCS: {},
+            PVS: {},
+            STORAGE_CLASSES: {},
         }
         self.served: dict[str, set[str]] = {}  # custom kind -> resources served (`serve`)
         self.nonresource: list[tuple[str, str]] = []  # method, path: discovery
@@ -268,7 +304,7 @@ class StandInApiServer:
 
     def _key(self, kind: str, obj: dict) -> tuple[str, str]:
         meta = obj["metadata"]
-        return ("" if kind == "nodes" else meta.get("namespace", "default"), meta["name"])
+        return ("" if kind in CLUSTER_SCOPED else meta.get("namespace", "default"), meta["name"])
 
     def _record(self, kind: str, kind_of_change: str, old: dict | None, new: dict | None, silent=False):
         if not silent and kind in WATCHED:
@@ -288,7 +324,7 @@ class StandInApiServer:
         meta["resourceVersion"] = str(self.version)
         meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuidlib.uuid4()))
         meta.setdefault("creationTimestamp", now_stamp())
-        if kind != "nodes":
+        if kind not in CLUSTER_SCOPED:
             meta.setdefault("namespace", "default")
         self.objects[kind][key] = obj
         self._record(kind, "MODIFIED" if old else "ADDED", old, obj, silent)
@@ -412,6 +448,15 @@ class StandInApiServer:
     def list_or_watch_coscheduling_podgroups(self, handler, query, body):
         self._served(COSCHEDULING_PODGROUPS)
         return self._list_or_watch(handler, COSCHEDULING_PODGROUPS, query)
+
+    def list_or_watch_claims(self, handler, query, body):
+        return self._list_or_watch(handler, PVCS, query)
+
+    def list_or_watch_volumes(self, handler, query, body):
+        return self._list_or_watch(handler, PVS, query)
+
+    def list_or_watch_storage_classes(self, handler, query, body):
+        return self._list_or_watch(handler, STORAGE_CLASSES, query)
 
     def _list_or_watch(self, handler, kind, query):
         terms = parse_selector(query.get("fieldSelector", ""))
@@ -607,6 +652,48 @@ class StandInApiServer:
             patched["metadata"].pop("resourceVersion", None)
             obj = self._store("nodes", patched)
         handler.send_json(200, obj)
+
+    # claims and volumes (VolumeBinding's PreBind)
+
+    def _existing(self, kind: str, namespace: str, name: str) -> dict:
+        obj = self.objects[kind].get((namespace, name))
+        if obj is None:
+            raise Failure(404, "NotFound", f'{kind} "{name}" not found')
+        return obj
+
+    def _patched(self, handler, body, kind: str, namespace: str, name: str) -> dict:
+        """Merge patch of a claim or volume, 409 on a stale `metadata.resourceVersion`."""
+        if "merge-patch" not in handler.headers.get("Content-Type", ""):
+            raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
+        with self.lock:
+            current = self._existing(kind, namespace, name)
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                raise Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {kind} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                )
+            patched = merge_patch(current, body)
+            patched["metadata"].pop("resourceVersion", None)
+            return self._store(kind, patched)
+
+    def get_claim(self, handler, query, body, namespace, name):
+        with self.lock:
+            obj = copy.deepcopy(self._existing(PVCS, namespace, name))
+        handler.send_json(200, obj)
+
+    def patch_claim(self, handler, query, body, namespace, name):
+        handler.send_json(200, self._patched(handler, body, PVCS, namespace, name))
+
+    def get_volume(self, handler, query, body, name):
+        with self.lock:
+            obj = copy.deepcopy(self._existing(PVS, "", name))
+        handler.send_json(200, obj)
+
+    def patch_volume(self, handler, query, body, name):
+        handler.send_json(200, self._patched(handler, body, PVS, "", name))
 
     # custom resources (PodGroup CRDs), only while served
 

@@ -17,6 +17,8 @@ def every_call(kube, apiserver):
     for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
         apiserver.serve(kind)
         apiserver.put(kind, {"metadata": {"name": "g1", "namespace": "default"}, "spec": {"minMember": 2}})
+    apiserver.put("persistentvolumeclaims", {"metadata": {"name": "c1", "namespace": "default"}, "spec": {}})
+    apiserver.put("persistentvolumes", {"metadata": {"name": "v1"}, "spec": {}})
     found = {}
     return [
         (
@@ -102,6 +104,38 @@ def every_call(kube, apiserver):
             lambda: kube.patch_coscheduling_podgroup_status(
                 "default", "g1", {"status": {"phase": "Pending"}}
             ),
+        ),
+        (
+            KubeApi.list_persistent_volume_claims,
+            lambda: found.update(claims=kube.list_persistent_volume_claims()[1]),
+        ),
+        (
+            KubeApi.watch_persistent_volume_claims,
+            lambda: list(kube.watch_persistent_volume_claims(found["claims"], timeout_seconds=1)),
+        ),
+        (KubeApi.get_persistent_volume_claim, lambda: kube.get_persistent_volume_claim("default", "c1")),
+        (
+            KubeApi.patch_persistent_volume_claim,
+            lambda: kube.patch_persistent_volume_claim(
+                "default", "c1", {"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "n1"}}}
+            ),
+        ),
+        (KubeApi.list_persistent_volumes, lambda: found.update(volumes=kube.list_persistent_volumes()[1])),
+        (
+            KubeApi.watch_persistent_volumes,
+            lambda: list(kube.watch_persistent_volumes(found["volumes"], timeout_seconds=1)),
+        ),
+        (KubeApi.get_persistent_volume, lambda: kube.get_persistent_volume("v1")),
+        (
+            KubeApi.patch_persistent_volume,
+            lambda: kube.patch_persistent_volume(
+                "v1", {"spec": {"claimRef": {"namespace": "default", "name": "c1"}}}
+            ),
+        ),
+        (KubeApi.list_storage_classes, lambda: found.update(classes=kube.list_storage_classes()[1])),
+        (
+            KubeApi.watch_storage_classes,
+            lambda: list(kube.watch_storage_classes(found["classes"], timeout_seconds=1)),
         ),
     ]
 

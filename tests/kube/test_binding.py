@@ -221,7 +221,7 @@ def test_a_waiting_pod_gets_one_failed_scheduling_event_not_one_per_cycle(kube, 
     (event,) = events_for(apiserver, "huge", "FailedScheduling")
     assert event["type"] == "Warning"
     assert event["message"] == (
-        "0/1 nodes are available: 1 NodeInsufficientDevice; asks 5 cards, no node has more than 2: never fits here"
+        "0/1 nodes are available: 1 NodeInsufficientDevice. asks 5 cards, no node has more than 2: never fits here."
     )
     assert event["count"] == 1
     assert len(apiserver.calls("POST", "/events")) == 1

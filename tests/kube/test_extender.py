@@ -265,3 +265,51 @@ def test_a_pod_waiting_after_a_filter_call_is_not_placed_by_cycles(client, clust
     assert post(client, "filter", extender_args(gpu_pod("p", mem=10000), ["big"], cache_capable=True)).json()[
         "NodeNames"
     ] == ["big"]
+
+
+def test_the_engines_node_rules_recheck_the_nodes_offered(client):
+    """kube-scheduler filters first; hamiadmin still judges the pod's node rules on the nodes
+    offered (here a node selector the offered `small` does not match) with kube-scheduler's words."""
+    services.report_inventory("big", {"pool": "training"}, {}, [{"uuid": "B-0", "index": 0, "memory": 15360}])
+    services.report_inventory(
+        "small", {"pool": "inference"}, {}, [{"uuid": "S-0", "index": 0, "memory": 8000}]
+    )
+    pod = gpu_pod("train", mem=1000)
+    pod["spec"]["nodeSelector"] = {"pool": "training"}
+    response = post(client, "filter", extender_args(pod, ["small", "big"], cache_capable=True))
+    result = response.json()
+    assert result["NodeNames"] == ["big"]
+    assert result["FailedNodes"] == {
+        "small": "NodeAffinity: node(s) didn't match Pod's node affinity/selector"
+    }
+    assert Pod.objects.get(name="train").node.name == "big"
+    # offered only the node it does not match: it stays pending, the node failed with the rule
+    other = gpu_pod("train-2", mem=1000)
+    other["spec"]["nodeSelector"] = {"pool": "training"}
+    response = post(client, "filter", extender_args(other, ["small"], cache_capable=True))
+    assert response.json()["NodeNames"] == []
+    assert response.json()["FailedNodes"] == {
+        "small": "NodeAffinity: node(s) didn't match Pod's node affinity/selector"
+    }
+
+
+def test_rules_that_count_the_pods_of_every_node_are_left_to_kube_scheduler(client, cluster):
+    """kube-scheduler judged the pod's required pod affinity and hard spread counting every
+    node's pods; the extender sees only the nodes offered (the db pod runs on one it was not
+    offered), so it does not refuse them again."""
+    pod = gpu_pod("near-db", mem=1000)
+    term = {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}
+    pod["spec"]["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    pod["spec"]["topologySpreadConstraints"] = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "minDomains": 5,
+            "labelSelector": {"matchLabels": {"app": "db"}},
+        }
+    ]
+    response = post(client, "filter", extender_args(pod, ["big"], cache_capable=True))
+    assert response.json()["NodeNames"] == ["big"]
+    stored = Pod.objects.get(name="near-db").scheduling
+    assert stored["affinity"] == pod["spec"]["affinity"], "stored as given"

@@ -24,6 +24,7 @@ from scheduling.pipeline import run_cycle
 
 from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+from .test_volumes import claim_object, class_object, volume_object
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,14 +42,25 @@ def elector(kube) -> LeaderElector:
 
 
 def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
-    """Lead, list and watch (pods, nodes, ResourceQuotas, both PodGroup CRDs), bind one pod
-    (get, patch, binding), report one that waits (event created, then refreshed: patched),
+    """Lead, list and watch (pods, nodes, ResourceQuotas, both PodGroup CRDs, claims, volumes,
+    storage classes), bind one pod (get, patch, binding; its claim annotated and a volume
+    claimed first), report one that waits (event created, then refreshed: patched),
     write both PodGroups' status, renew the Lease, evict the bound pod for another (eviction)."""
     for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
         apiserver.serve(kind)
         apiserver.put(kind, {"metadata": {"name": "job", "namespace": "default"}, "spec": {"minMember": 2}})
     apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
-    apiserver.put("pods", pod_object("fits", gpu=1, mem=1000))
+    # its claims: one provisioned where it goes (the claim annotated), one a local volume (claimed)
+    apiserver.put("storageclasses", class_object("ssd", "ebs.csi.aws.com"))
+    apiserver.put("storageclasses", class_object("local", "kubernetes.io/no-provisioner"))
+    apiserver.put("persistentvolumeclaims", claim_object("ckpt", cls="ssd"))
+    apiserver.put("persistentvolumeclaims", claim_object("scratch", cls="local"))
+    apiserver.put("persistentvolumes", volume_object("nvme-1", "gpu-1", cls="local"))
+    fits = pod_object("fits", gpu=1, mem=1000)
+    fits["spec"]["volumes"] = [
+        {"name": name, "persistentVolumeClaim": {"claimName": name}} for name in ("ckpt", "scratch")
+    ]
+    apiserver.put("pods", fits)
     apiserver.put("pods", pod_object("waits", gpu=5))
     agent = KubeAgent(kube, fast_options(event_refresh_seconds=0.1), elector=elector(kube))
     with running(agent):

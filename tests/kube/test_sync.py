@@ -127,7 +127,7 @@ def test_a_pending_pod_sees_node_not_ready_for_a_malformed_node(kube, apiserver)
     with running(KubeAgent(kube, fast_options())):
         wait_until(lambda: pod_row("waits") and Node.objects.filter(name="broken").exists())
         report = run_cycle()
-        assert report.pending == [("default/waits", "0/1 nodes are available: 1 NodeNotReady")]
+        assert report.pending == [("default/waits", "0/1 nodes are available: 1 NodeNotReady.")]
 
 
 def test_node_reported_not_ready_by_kubernetes(kube, apiserver):

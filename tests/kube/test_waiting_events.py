@@ -36,6 +36,6 @@ def test_the_event_names_the_closest_cards_and_their_tenants(kube, apiserver):
     (event,) = events_for(apiserver, "second")
     message = event["message"]
     assert len(message) <= MAX_MESSAGE
-    assert message.startswith("0/1 nodes are available: 1 CardInsufficientMemory; closest gpu-1: ")
+    assert message.startswith("0/1 nodes are available: 1 CardInsufficientMemory. closest gpu-1: ")
     assert "GPU-a-0 CardInsufficientMemory" in message
     assert "gpu-1: fits if GPU-a-0 had 4,640 MiB more free (tenants: default/tenant 12,000 MiB)" in message

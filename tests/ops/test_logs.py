@@ -64,7 +64,7 @@ def test_one_info_line_per_decision_with_what_the_decision_row_says(caplog):
     assert (
         huge["reason"]
         == Pod.objects.get(name="huge").reason
-        == "0/1 nodes are available: 1 CardInsufficientMemory"
+        == "0/1 nodes are available: 1 CardInsufficientMemory."
     )
     assert huge["reasons"] == {"CardInsufficientMemory": 3}
     assert huge["chain"] == Decision.objects.get(pod__name="huge").payload["policy"]["gpu"]

@@ -72,7 +72,7 @@ def test_a_cycle_counts_each_outcome_and_each_pending_reason(client):
     }
     assert (
         Pod.objects.get(name="huge").reason
-        == "0/2 nodes are available: 1 CardInsufficientMemory, 1 NodeNotReady"
+        == "0/2 nodes are available: 1 CardInsufficientMemory, 1 NodeNotReady."
     )
 
     name = "hamiadmin_cycle_duration_seconds"
@@ -106,7 +106,7 @@ def test_a_lost_race_counts_as_a_conflict_under_the_card_check_that_failed(clien
 def test_a_pod_in_a_cluster_without_nodes_waits_for_no_nodes(client):
     submit("early", gpu=1, mem=1000)
     before = scrape(client)
-    assert run_cycle().pending == [("default/early", "0/0 nodes are available: no GPU nodes")]
+    assert run_cycle().pending == [("default/early", "0/0 nodes are available: no GPU nodes.")]
     assert deltas(before, scrape(client), ATTEMPTS) == {labels(outcome="pending", reason="NoNodes"): 1}
 
 

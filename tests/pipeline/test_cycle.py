@@ -111,9 +111,9 @@ def test_a_pod_that_does_not_fit_stays_pending_with_its_reasons_and_backs_off():
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0, memory=4000), card("GPU-1", 1, memory=4000)])
     pod = submit("big", gpu=1, mem=6000)
     report = run_cycle()
-    assert report.pending == [("default/big", "0/1 nodes are available: 1 CardInsufficientMemory")]
+    assert report.pending == [("default/big", "0/1 nodes are available: 1 CardInsufficientMemory.")]
     pod = reload(pod)
-    assert pod.status == Pod.PENDING and pod.reason == "0/1 nodes are available: 1 CardInsufficientMemory"
+    assert pod.status == Pod.PENDING and pod.reason == "0/1 nodes are available: 1 CardInsufficientMemory."
     assert pod.next_attempt_at > timezone.now() and pod.attempts == 1
     decision = pod.decisions.get()
     assert decision.outcome == Decision.PENDING

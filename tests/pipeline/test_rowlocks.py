@@ -51,7 +51,7 @@ def test_no_row_lock_is_taken_outside_the_helpers():
         (rowlocks.lock_cards, Card, {}, True, (), True),
         (rowlocks.lock_cards, Card, {"of_self": True}, True, ("self",), True),
         (rowlocks.lock_evictions, Eviction, {}, False, ("self",), False),
-        (rowlocks.lock_queue, Queue, {}, True, (), False),
+        (rowlocks.lock_queues, Queue, {}, True, (), True),
         (rowlocks.lock_pod_group, PodGroup, {}, True, (), False),
         (rowlocks.lock_namespace_quotas, NamespaceQuota, {}, True, (), False),
         (rowlocks.lock_bound_pods, BoundPod, {}, True, (), True),
@@ -112,18 +112,22 @@ def test_the_write_paths_lock_by_rising_step_on_postgresql(settings):
     if connection.vendor != "postgresql":
         pytest.skip("the lock clauses are PostgreSQL's (SQLite holds the whole database)")
     settings.REDIS_URL = ""
-    version, pod, node, cards = (model._meta.db_table for model in (CapacityVersion, Pod, Node, Card))
+    version, pod, node, cards, queue, quota = (
+        model._meta.db_table for model in (CapacityVersion, Pod, Node, Card, Queue, NamespaceQuota)
+    )
 
     taken = service_locks(services.report_inventory, "n1", {}, {}, [card("GPU-0", 0), card("GPU-1", 1)])
     assert tables(taken) == [node, cards] and rising(taken)
     assert taken == [(node, "NO KEY UPDATE", False), (cards, "NO KEY UPDATE", True)]
 
+    Queue.default()  # made by a migration, flushed by this test's database
     services.submit_pod("default", "p1", {}, [{"name": "main", "resources": limits(gpu=1, mem=1000)}])
     with CaptureQueriesContext(connection) as cycle:
         run_cycle(trigger="test")
     taken = locks_taken(cycle.captured_queries)
-    assert tables(taken) == [version, pod, cards] and rising(taken)
-    assert [(clause, by_pk) for _, clause, by_pk in taken[1:]] == [("NO KEY UPDATE", True)] * 2
+    assert tables(taken) == [version, pod, queue, quota, cards] and rising(taken)
+    assert [clause for _, clause, _ in taken[1:]] == ["NO KEY UPDATE"] * 4
+    assert [by_pk for table, _, by_pk in taken if table in (pod, queue, cards)] == [True] * 3
 
     taken = service_locks(services.release_pod, Pod.objects.get(name="p1"), Pod.SUCCEEDED)
     assert tables(taken) == [pod, cards] and rising(taken)

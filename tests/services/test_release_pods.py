@@ -243,6 +243,26 @@ def test_a_gang_released_in_two_batches_is_judged_member_by_member():
     assert [c["phase"] for c in group.conditions][-2:] == [PodGroup.INQUEUE, PodGroup.FAILED]
 
 
+def test_a_gang_ends_judged_by_its_live_members_a_deleted_and_replaced_one_does_not_fail_it():
+    """Kubernetes controllers delete a member and recreate it under a new name: the gang
+    completes once every member that was not deleted succeeded."""
+    world()
+    services.release_pod("default/gang-1", Pod.DELETED)
+    submit("gang-1-b7x2q", annotations=GANG)
+    run_cycle(trigger="test")
+    assert Pod.objects.get(name="gang-1-b7x2q").status == Pod.SCHEDULED
+    release_pods([{"namespace": "default", "name": f"gang-{n}"} for n in (0, 2, "1-b7x2q")], Pod.SUCCEEDED)
+    group = PodGroup.objects.get(name="g1")
+    assert (group.phase, group.reason) == (PodGroup.COMPLETED, "3 members succeeded (1 deleted)")
+
+
+def test_a_gang_whose_members_were_all_deleted_fails_saying_so():
+    world()
+    release_pods([{"namespace": "default", "name": f"gang-{n}"} for n in range(3)], Pod.DELETED)
+    group = PodGroup.objects.get(name="g1")
+    assert (group.phase, group.reason) == (PodGroup.FAILED, "all 3 members were deleted")
+
+
 def test_one_transaction_and_one_cycle_for_a_batch(
     django_assert_max_num_queries, django_capture_on_commit_callbacks
 ):

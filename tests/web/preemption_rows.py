@@ -169,7 +169,7 @@ def build_scene(urgent_name: str = "urgent", low_name: str = "low-train") -> Sce
     Decision.objects.create(
         pod=stuck,
         outcome=Decision.PENDING,
-        reason=f"0/1 nodes are available: 2 CardInsufficientMemory; {STUCK_WHY}",
+        reason=f"0/1 nodes are available: 2 CardInsufficientMemory. {STUCK_WHY}.",
         payload=pending_payload(stuck, preemption={"tried": True, "why": STUCK_WHY}),
     )
     return Scene(urgent, low, done, serve, batch, stuck, decision, evictions)

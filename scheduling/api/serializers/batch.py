@@ -56,11 +56,15 @@ class QueueSerializer(serializers.Serializer):
     namespaces = serializers.ListField(child=serializers.CharField())
     used = UsageSerializer()
     guarantee = FiguresSerializer()
+    lend_guarantee = serializers.BooleanField(
+        help_text="other queues may use the idle guarantee and give it back by reclaim; false: kept empty"
+    )
     quota = FiguresSerializer()
     limit = FiguresSerializer()
     fair_share = serializers.DictField(
         child=serializers.FloatField(),
-        help_text="per resource: guarantee, plus the parent's rest by weight among queues with work waiting",
+        help_text="per resource: guarantee, then quota, then the parent's rest by weight among queues with "
+        "work waiting, never past the limit (docs/queues.md, Fair share)",
     )
     pods = CountsSerializer()
     jobs = CountsSerializer()
@@ -79,6 +83,7 @@ class QueueSerializer(serializers.Serializer):
             "namespaces": list(queue.namespaces or []),
             "used": dict(node.used),
             **{kind: queue.figures(kind) for kind in KINDS},
+            "lend_guarantee": queue.lend_guarantee,
             "fair_share": {resource: round(node.fair_share.get(resource, 0.0), 2) for resource in RESOURCES},
             "pods": {"pending": node.pending_pods, "running": node.running_pods},
             "jobs": {"pending": node.pending_jobs, "running": node.running_jobs},
@@ -98,6 +103,9 @@ class QueueWriteSerializer(serializers.Serializer):
     weight = serializers.FloatField(required=False, min_value=0, max_value=1e6)
     namespaces = serializers.ListField(child=StrictCharField(max_length=63), required=False, max_length=1000)
     guarantee = FiguresSerializer(required=False)
+    lend_guarantee = serializers.BooleanField(
+        required=False, help_text="lend the idle guarantee, taken back by reclaim (default false)"
+    )
     quota = FiguresSerializer(required=False)
     limit = FiguresSerializer(required=False)
 

@@ -53,6 +53,11 @@ class PodSubmitSerializer(serializers.Serializer):
     schedulingGates = serializers.JSONField(  # noqa: N815
         required=False, help_text="[{name}]: the pod is not tried until they are removed"
     )
+    volumes = serializers.JSONField(required=False, help_text="[{name, persistentVolumeClaim: {claimName}}]")
+    # what the claims are judged against (VolumeBinding), in the scenario's forms (SPEC 10)
+    persistentVolumeClaims = serializers.JSONField(required=False)  # noqa: N815
+    persistentVolumes = serializers.JSONField(required=False)  # noqa: N815
+    storageClasses = serializers.JSONField(required=False)  # noqa: N815
 
     def validate_name(self, value: str) -> str:
         if not DNS_SUBDOMAIN.fullmatch(value):

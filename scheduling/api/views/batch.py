@@ -6,11 +6,13 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from scheduling import filtersets, services
 from scheduling.api import serializers as s
 from scheduling.models import Pod, PodGroup, Queue
+from scheduling.roles import priority_refusal
 
 from .base import BAD_FILTER, ERRORS, REFUSED, RoleView
 
@@ -97,6 +99,16 @@ class QueueDetail(RoleView, generics.GenericAPIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+def group_changes(body, user) -> dict:
+    """A pod group body's changes, refused naming `priority` when the caller's role may not set
+    that priority (`roles.priority_refusal`)."""
+    changes = body.changes()
+    refusal = priority_refusal(user, changes.get("priority"))
+    if refusal is not None:
+        raise ValidationError({"priority": [refusal]})
+    return changes
+
+
 def groups_with_members(groups: list[PodGroup]) -> list[PodGroup]:
     """Each group's `members`, with their latest decisions: two queries for the whole page."""
     members = list(
@@ -145,7 +157,8 @@ class PodGroupList(RoleView, generics.GenericAPIView):
         body = s.PodGroupWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         namespace, name = body.validated_data["namespace"], body.validated_data["name"]
-        group = services.create_pod_group(namespace, name, by=request.user.get_username(), **body.changes())
+        changes = group_changes(body, request.user)
+        group = services.create_pod_group(namespace, name, by=request.user.get_username(), **changes)
         return Response(s.PodGroupSerializer(group).data, status=status.HTTP_201_CREATED)
 
 
@@ -173,5 +186,6 @@ class PodGroupDetail(RoleView, generics.GenericAPIView):
         self._group(namespace, name)
         body = s.PodGroupWriteSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
-        services.update_pod_group(namespace, name, by=request.user.get_username(), **body.changes())
+        changes = group_changes(body, request.user)
+        services.update_pod_group(namespace, name, by=request.user.get_username(), **changes)
         return Response(s.PodGroupSerializer(self._group(namespace, name)).data)

@@ -19,9 +19,11 @@ from rest_framework.views import APIView
 
 from scheduling import services
 from scheduling.api import serializers as s
+from scheduling.api.parsers import ItemwiseJSONParser, nul_character_at
 from scheduling.engine import PodInvalid
 from scheduling.models import Pod
 from scheduling.models.pods import SCHEDULING_FIELDS
+from scheduling.roles import priority_refusal
 from scheduling.services.pods import WriteOutcome, named_again
 
 from .base import ERRORS, RoleView
@@ -30,6 +32,7 @@ from .base import REFUSED as REFUSED_ANSWERS
 #: The most pods one request may carry.
 MAX_PODS = 1000
 OUTCOMES = (WriteOutcome.CREATED, WriteOutcome.UPDATED, WriteOutcome.UNCHANGED, WriteOutcome.REFUSED)
+NUL_REFUSED = "must not contain NUL (\\u0000) characters"
 
 
 class PodBulkItemSerializer(s.PodSubmitSerializer):
@@ -101,8 +104,12 @@ def checked_item(
 ) -> tuple[dict | None, tuple[str, str] | None]:
     """One item of a bulk body validated by `envelope` (one serializer for the whole batch, as
     a list serializer uses its child: building one per item costs more than the writes), or
-    why not as (field, message): not an object (`shape` says what it must be), an unknown
-    field, an invalid one, or a pod an earlier item names (`again`)."""
+    why not as (field, message): a NUL character (which no name needs and PostgreSQL cannot
+    store), not an object (`shape` says what it must be), an unknown field, an invalid one, or
+    a pod an earlier item names (`again`)."""
+    where = nul_character_at(item)
+    if where is not None:
+        return None, (where or "pod", NUL_REFUSED)
     if not isinstance(item, dict):
         return None, ("pod", f"must be an object: {shape}")
     stray = sorted(str(key) for key in item if key not in envelope.fields)
@@ -145,6 +152,9 @@ def pods_of(body, takes: tuple[str, ...] = ("pods",)) -> list:
     keys `takes`)."""
     if not isinstance(body, dict):
         raise ValidationError({"pods": ["the body must be an object with a list of pods"]})
+    where = nul_character_at({key: value for key, value in body.items() if key != "pods"})
+    if where is not None:
+        raise ValidationError({where: [NUL_REFUSED]})  # outside the items: the request's fault
     stray = sorted(str(key) for key in body if key not in takes)
     if stray:
         raise ValidationError({key: [f"unknown field; the body takes {', '.join(takes)}"] for key in stray})
@@ -161,6 +171,7 @@ class PodBulkSubmitView(RoleView, APIView):
 
     throttle_scope = "pod-submit"
     throttle_classes = [ScopedRateThrottle]
+    parser_classes = [ItemwiseJSONParser]  # a NUL refuses its item only (`checked_item`)
 
     @extend_schema(
         operation_id="pods_bulk_create",
@@ -180,7 +191,7 @@ class PodBulkSubmitView(RoleView, APIView):
             "(200 whatever the outcomes): `created`, `updated`, `unchanged` or `refused` with "
             "`error.field` naming the field in the item; a refused pod never keeps the others "
             "out. A pod named by an earlier item is refused naming `name`; an unknown field of "
-            "an item is refused naming it. The request counts once against the `pod-submit` "
+            "an item is refused naming it, as is a NUL character in an item. The request counts once against the `pod-submit` "
             "rate. 400 names `pods` when it is not a list of 1 to 1000 pods."
         ),
     )
@@ -193,7 +204,7 @@ class PodBulkSubmitView(RoleView, APIView):
         checked: list[tuple[int, dict]] = []
         envelope = PodBulkItemSerializer()
         for index, item in enumerate(raw):
-            submission, refusal = self._checked(item, again.get(index), envelope)
+            submission, refusal = self._checked(item, again.get(index), envelope, request.user)
             if submission is None:
                 answers[index] = _refused(index, *refusal)
             else:
@@ -207,15 +218,18 @@ class PodBulkSubmitView(RoleView, APIView):
 
     @staticmethod
     def _checked(
-        item, again: PodInvalid | None, envelope: PodBulkItemSerializer
+        item, again: PodInvalid | None, envelope: PodBulkItemSerializer, user
     ) -> tuple[dict | None, tuple[str, str] | None]:
         """The item as `submit_pods` takes it, or why not as (field, message): `POST pods/`'s
         envelope rules (`envelope`, one serializer for the batch, as a list serializer uses
         its child: building one per item costs more than the writes), no unknown field, not
-        named by an earlier item."""
+        named by an earlier item, a priority the caller's role may set."""
         pod, refusal = checked_item(item, again, envelope, "the body of POST pods/ plus labels")
         if pod is None:
             return None, refusal
+        too_high = priority_refusal(user, pod["priority"])
+        if too_high is not None:
+            return None, ("priority", too_high)
         return submission_of(pod), None
 
     @staticmethod

@@ -19,6 +19,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from scheduling.api.parsers import ItemwiseJSONParser
 from scheduling.api.serializers.fields import StrictCharField, max_length
 from scheduling.engine import PodInvalid
 from scheduling.models import Pod
@@ -93,6 +94,8 @@ def _ending_of(body: dict) -> str:
 
 class PodBulkReleaseView(RoleView, APIView):
     """End many pods at once: one result per pod, all written in one transaction."""
+
+    parser_classes = [ItemwiseJSONParser]  # a NUL refuses its item only (`checked_item`)
 
     @extend_schema(
         operation_id="pods_bulk_release",

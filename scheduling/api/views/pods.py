@@ -6,13 +6,14 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 
 from scheduling import filtersets, services
 from scheduling.api import serializers as s
 from scheduling.models import Pod
+from scheduling.roles import priority_refusal
 from scheduling.services.pods import WriteOutcome, release_pods
 
 from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, RoleView
@@ -45,7 +46,8 @@ from .bulk import submission_of
             "invalid pod is refused with errors keyed by the field, e.g. "
             "`annotations.hami.io/device-scoring-weights`. Unknown chain names are accepted and "
             "reported in `warnings`. The same pod again changes nothing (200); a new spec re-queues "
-            "a waiting pod; a placed pod may change its annotations, not its containers."
+            "a waiting pod; a placed pod may change its annotations, not its containers. A "
+            "`priority` above 1,000,000,000 (Kubernetes' system range) needs the admin role."
         ),
     ),
     destroy=extend_schema(
@@ -95,6 +97,9 @@ class PodViewSet(
         body = s.PodSubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         pod = body.validated_data
+        refusal = priority_refusal(request.user, pod["priority"])
+        if refusal is not None:
+            raise ValidationError({"priority": [refusal]})
         (done,) = services.submit_pods([submission_of(pod)], origin=Pod.API)
         if done.error is not None:
             raise done.error  # a 400 naming the field (scheduling/api/errors.py)

@@ -2,8 +2,9 @@
 to other nodes, never by evicting work that has nowhere to go.
 
 Tried for a pod that fits no node and for which no preemption or reclaim plan exists. On a
-node the pod failed on, a tenant (then a pair of tenants) is taken off its cards; if the pod
-then fits there, each moved tenant is decided again with its own spec and chain on the rest
+node the pod failed on, a tenant (then a pair of tenants) is taken off the node as a victim
+would be (`Preemptor.fits_without`: its cards, cpu and memory, and the pods the spread and
+affinity rules count); if the pod then fits there, each moved tenant is decided again with its own spec and chain on the rest
 of the cluster (its old node held for the pod meanwhile, `Scheduler.reserve`). Only when every moved tenant has a
 new home is the move kept: the homes are assumed in the job's `Statement` first, then the pod
 is decided again. The pipeline commits the homes as the moved pods' nominations in the same
@@ -109,7 +110,7 @@ class Consolidator:
         pod fits `node`; or None, the statement unchanged."""
         tenants = self.preemptor.tenants
         nodes = []
-        for name in self.scheduler.failed_names(parsed)[:NODE_LIMIT]:
+        for name in self.preemptor.candidate_names(parsed)[:NODE_LIMIT]:
             movable = [t for t in tenants.by_node.get(name, ()) if self._movable(t)]
             node = self.scheduler.cluster.by_name.get(name)
             if movable and node is not None and node.ready and not node.reserved_for:

@@ -10,8 +10,12 @@ closest on for the rest of the cycle (`Scheduler.reserve`: every later job reads
 cannot keep taking what it needs (no starvation). The runner releases them when it is done.
 
 A gang is tried only when at least `min_member` of its pods are known; its members are
-placed in a `Statement`, and kept only if the ones already placed plus the ones placed now
-reach `min_member`; otherwise every placement of it in this cycle is rolled back.
+placed in a `Statement` until the ones already placed plus the ones placed now reach
+`min_member`, and kept only if they do; otherwise every placement of it in this cycle is
+rolled back. Members beyond `min_member` (extras, elastic) wait for a second round, after
+every job had its try at its minimum, and never evict: so two elastic gangs on a cluster too
+small for both whole each get their minimum, and a gang short of its minimum may take
+another gang's extras back (`Preemptor.plan`, `minimum`).
 """
 
 from __future__ import annotations
@@ -178,18 +182,32 @@ class JobRunner:
             node.touch()
 
     def run(self, jobs: list[Job]) -> list[Outcome]:
+        """Decide `jobs` in two rounds, each in queue order: first every job up to its
+        minimum (a single pod, or a gang's `min_member`), then the gangs' extras (members
+        beyond `min_member`), which never evict anybody. So every gang reaches its minimum
+        before any gang takes extras (docs/queues.md, "Elastic gangs")."""
         queues: dict[str, deque[Job]] = {}
         for job in sorted(jobs, key=lambda j: (-j.priority, j.age)):
             queues.setdefault(job.queue, deque()).append(job)
         self.book.fair_shares(set(queues))
         outcomes: list[Outcome] = []
+        extras: dict[str, deque[tuple[Job, list[Member], int]]] = {}
         try:
             while queues:
                 name = min(queues, key=self.book.order_key)
                 job = queues[name].popleft()
                 if not queues[name]:
                     del queues[name]
-                outcomes.extend(self.place(job))
+                decided, rest, needed = self.place(job)
+                outcomes.extend(decided)
+                if rest:
+                    extras.setdefault(name, deque()).append((job, rest, needed))
+            while extras:
+                name = min(extras, key=self.book.order_key)
+                job, rest, needed = extras[name].popleft()
+                if not extras[name]:
+                    del extras[name]
+                outcomes.extend(self._place_extras(job, rest, needed))
         finally:
             self.release()
         return outcomes
@@ -200,61 +218,42 @@ class JobRunner:
         for name in self.reserved:
             self.scheduler.release(name)
 
-    def place(self, job: Job) -> list[Outcome]:
+    def place(self, job: Job) -> tuple[list[Outcome], list[Member], int]:
+        """Decide a job up to its minimum: (outcomes, the members left for the extras round,
+        how many placements of this cycle the gang needs). A gang's members are tried until
+        `min_member` are placed, and kept only if they get there; a gang already at
+        `min_member` leaves every member to the extras round."""
         gang, config = job.gang, self.scheduler.config
-        if gang is not None and gang.placed < gang.min_member:
+        needed = max(0, gang.min_member - gang.placed) if gang is not None else 0
+        if gang is not None and needed == 0:
+            return [], list(job.members), 0
+        if gang is not None:
             held = self._gate(job, gang)
             if held is not None:
-                return [
-                    Outcome(m, job, held_decision(m.spec, config, *held, group=gang.key), None)
-                    for m in job.members
-                ]
+                return (
+                    [
+                        Outcome(m, job, held_decision(m.spec, config, *held, group=gang.key), None)
+                        for m in job.members
+                    ],
+                    [],
+                    needed,
+                )
         mark = self.statement.mark()
-        outcomes, placed = [], []
+        outcomes: list[Outcome] = []
+        placed: list[Decision] = []
         first_miss: tuple[Member, Decision] | None = None
-        for member in job.members:
-            decision, parsed, plan, before = self._decide_member(job, member)
-            victims: list[Tenant] = []  # evicted for this member: only a kept, real preemption
-            if decision.status == SCHEDULED:
-                used = decision_usage(decision)
-                why = self.book.over_limit(job.queue, used)
-                code = QUEUE_LIMIT
-                if why is None:
-                    why, code = self.namespaces.over(member.spec.namespace, used), NAMESPACE_QUOTA
-                if why is not None:
-                    if before is not None:
-                        self.statement.rollback(before)  # its evictions go with it
-                        plan = None
-                    hold_back(decision, code, why, queue=job.queue)
-                else:
-                    gang_key = gang.key if gang is not None else ""
-                    if plan is not None:  # holds the freed cards this cycle, placed once they are free
-                        assumed = replace(decision)
-                        self.statement.assume(assumed, job.queue, gang_key)
-                        assert self.preemptor is not None
-                        if isinstance(plan, Consolidation):
-                            assert self.consolidator is not None
-                            plan = self.consolidator.explain(
-                                decision, plan.moves, plan.node, grants_of(assumed)
-                            )
-                        else:
-                            self.preemptor.explain(decision, plan, grants_of(assumed))
-                        if self.preemptor.rules.dry_run:
-                            assert before is not None
-                            self.statement.rollback(before)
-                        else:
-                            placed.append(assumed)
-                            victims = [victim.tenant for victim in plan.victims]
-                    else:
-                        self.statement.assume(decision, job.queue, gang_key)
-                        placed.append(decision)
-            if decision.status != SCHEDULED and not victims and first_miss is None:
-                first_miss = (member, decision)
-            if self.reserved and decision.status in (SCHEDULED, PENDING):
-                decision.warnings.append(self._reserved_warning())
-            outcomes.append(Outcome(member, job, decision, parsed, victims=victims))
+        rest: list[Member] = []
+        for i, member in enumerate(job.members):
+            if gang is not None and len(placed) >= needed:
+                rest = job.members[i:]
+                break
+            outcome, kept = self._try(job, member, minimum=gang is not None)
+            if kept is not None:
+                placed.append(kept)
+            elif outcome.decision.status != SCHEDULED and not outcome.victims and first_miss is None:
+                first_miss = (member, outcome.decision)
+            outcomes.append(outcome)
         if gang is not None:
-            needed = max(0, gang.min_member - gang.placed)
             if len(placed) < needed:
                 self.statement.rollback(mark)
                 message = self._gang_message(gang, len(placed), needed, first_miss)
@@ -275,12 +274,69 @@ class JobRunner:
                     outcome.gang_needed = needed
         if not placed and self.reserve_after is not None and job.waited_seconds >= self.reserve_after:
             self._reserve(job, outcomes)
+        return outcomes, rest, needed
+
+    def _place_extras(self, job: Job, members: list[Member], needed: int) -> list[Outcome]:
+        """A gang's members beyond `min_member`, each kept if it fits as things are: extras
+        never evict or move anybody. They are committed with the gang's minimum (`needed`)."""
+        outcomes = []
+        for member in members:
+            outcome, _ = self._try(job, member, preempt=False)
+            outcome.gang_needed = needed
+            outcomes.append(outcome)
         return outcomes
 
-    def _decide_member(self, job: Job, member: Member):
+    def _try(
+        self, job: Job, member: Member, minimum: bool = False, preempt: bool = True
+    ) -> tuple[Outcome, Decision | None]:
+        """Decide one member and, when it is placed within its queue's limits, its namespace
+        quota and the guarantees other queues keep, assume it in the Statement: (outcome, the
+        decision assumed, else None). `minimum`: it is needed for its gang's `min_member`, so
+        it may take other gangs' extras (`Preemptor.plan`); `preempt`: it may evict at all."""
+        gang = job.gang
+        decision, parsed, plan, before = self._decide_member(job, member, minimum, preempt)
+        victims: list[Tenant] = []  # evicted for this member: only a kept, real preemption
+        kept: Decision | None = None
+        if decision.status == SCHEDULED:
+            used = decision_usage(decision)
+            why = self.book.over_limit(job.queue, used) or self.book.over_kept(job.queue, used)
+            code = QUEUE_LIMIT
+            if why is None:
+                why, code = self.namespaces.over(member.spec.namespace, used), NAMESPACE_QUOTA
+            if why is not None:
+                if before is not None:
+                    self.statement.rollback(before)  # its evictions go with it
+                    plan = None
+                hold_back(decision, code, why, queue=job.queue)
+            else:
+                gang_key = gang.key if gang is not None else ""
+                if plan is not None:  # holds the freed cards this cycle, placed once they are free
+                    assumed = replace(decision)
+                    self.statement.assume(assumed, job.queue, gang_key)
+                    assert self.preemptor is not None
+                    if isinstance(plan, Consolidation):
+                        assert self.consolidator is not None
+                        plan = self.consolidator.explain(decision, plan.moves, plan.node, grants_of(assumed))
+                    else:
+                        self.preemptor.explain(decision, plan, grants_of(assumed))
+                    if self.preemptor.rules.dry_run:
+                        assert before is not None
+                        self.statement.rollback(before)
+                    else:
+                        kept = assumed
+                        victims = [victim.tenant for victim in plan.victims]
+                else:
+                    self.statement.assume(decision, job.queue, gang_key)
+                    kept = decision
+        if self.reserved and decision.status in (SCHEDULED, PENDING):
+            decision.warnings.append(self._reserved_warning())
+        return Outcome(member, job, decision, parsed, victims=victims), kept
+
+    def _decide_member(self, job: Job, member: Member, minimum: bool = False, preempt: bool = True):
         """(decision, parsed, plan, mark): the member decided, taking its own nomination off the
-        snapshot first; when it does not fit and may preempt, decided again after the cheapest
-        evictions (`plan`), which the Statement holds from `mark` on."""
+        snapshot first; when it does not fit and may preempt (`preempt`), decided again after the
+        cheapest evictions (`plan`), which the Statement holds from `mark` on. `minimum`: the
+        member is needed for its gang's `min_member`."""
         key = member.spec.key
         nominated = self.nominations.get(key)
         if nominated is not None:
@@ -294,11 +350,13 @@ class JobRunner:
                 if decision.batch is None:
                     decision.batch = Hold(NOMINATED, nominated.message(), would_fit_on=nominated.node)
             return decision, parsed, None, None
-        if not self._may_preempt(decision, parsed):
+        if not preempt or not self._may_preempt(decision, parsed):
             return decision, parsed, None, None
         assert self.preemptor is not None and parsed is not None
         plan: Plan | None
-        plan, why, misses = self.preemptor.plan(parsed, decision, job.priority, job.queue, ask_usage(parsed))
+        plan, why, misses = self.preemptor.plan(
+            parsed, decision, job.priority, job.queue, ask_usage(parsed), minimum=minimum
+        )
         if plan is None and self.consolidator is not None:
             moved = self._consolidate(member, decision, parsed)
             if moved is not None:

@@ -2,7 +2,11 @@
 
 A job that does not fit may evict running tenants. Victims are chosen node by node with the
 engine's own fit check (`evaluate_node`): take candidate tenants off the node's cards, run the
-pod's whole chain on what is left, and keep the set only if the pod then fits. Among the sets
+pod's whole chain on what is left, and keep the set only if the pod then fits. The node rules
+(SPEC 10) are judged on what is left too, as kube-scheduler re-runs its filters with the
+victims removed: their cpu, memory and ports are freed, and `PodTopologySpread` and
+`InterPodAffinity` no longer count them (a victim's anti-affinity stops barring the pod; a
+staying pod's still does). Among the sets
 that work the cheapest wins: fewest evicted pods, then least evicted vGPU work (MiB), then the
 node name. A set is made minimal before it is compared: singletons are tried first, then the
 preferred victims are added one by one (lowest priority, then youngest) until the pod fits,
@@ -19,11 +23,16 @@ Who may be a victim (`Rules`):
 - never a tenant marked non-preemptible (`hami.io/preemptible: "false"`) or at or above
   `protect_priority`; never one younger than `min_runtime_seconds`; never one already being
   evicted, nor one whose eviction a disruption budget refused lately (`refused`);
-- preempt: a tenant of the same leaf queue with lower priority than the job;
+- preempt: a tenant of the same leaf queue with lower priority than the job; or, for a gang
+  member needed for its `min_member` (`minimum`), another gang's extra (a member beyond that
+  gang's `min_member`) of equal or lower priority, never taking that gang below its minimum;
 - reclaim: a tenant of another queue, when the job's queue stays at or below its fair share
   with the job placed, on every resource the job asks, and the victim's queue stays at or
   above its fair share without the victims. So a queue that was reclaimed from can never
-  reclaim back what it lost (no flapping): fair shares meet in the middle.
+  reclaim back what it lost (no flapping): fair shares meet in the middle. A queue within its
+  guarantee (on every resource the guarantee names) may reclaim whatever its share; and no
+  queue is reclaimed below its guarantee on a resource the guarantee names, whatever the
+  other resources say (docs/queues.md, "Guarantees").
 - a gang member only while the gang keeps `min_member` placed; else the whole gang goes
   (every member on every node) or none of it.
 
@@ -43,10 +52,10 @@ from ..decision import PENDING, SCHEDULED, Decision, Hold, Preemption
 from ..evaluate import evaluate_node
 from ..fit import check_card
 from ..model import TOUCHES
-from ..noderules import PLAIN, NodeRules, accounting
+from ..noderules import PLAIN, NodeRules, OtherPods, accounting, other_pods
 from ..pod import ParsedPod
 from ..requests import WHOLE_CARD_CORES
-from .queues import RESOURCES, UNITS, QueueBook, Usage, zero
+from .queues import UNITS, QueueBook, Usage, zero
 
 PREEMPTING = "Preempting"
 NOMINATED = "Nominated"
@@ -76,10 +85,15 @@ NOT_ENOUGH = "evicting every candidate would not free enough"
 CAP_REACHED = "cap of evicted cards per cycle reached"
 QUEUE_NOT_BELOW = "queue not below its fair share"
 VICTIM_QUEUE_AT_SHARE = "victim queues at or below their fair share"
-#: A node the pod's node rules refuse whoever leaves it (cordon, node name, taint, affinity).
+VICTIM_QUEUE_AT_GUARANTEE = "victim queues at their guarantee"
+#: A node the pod's node rules refuse whoever leaves it (cordon, node name, taint, affinity,
+#: volumes).
 NODE_RULES_REFUSE = "node rules refuse the pod there"
-#: The node rules (SPEC 10) that evicting pods cannot change.
-_FIXED_RULES = frozenset((R.NODE_UNSCHEDULABLE, R.NODE_NAME, R.TAINT_TOLERATION, R.NODE_AFFINITY))
+#: The node rules (SPEC 10) that evicting pods cannot change. Resource fit and host ports
+#: can change, and so can `PodTopologySpread` and `InterPodAffinity`, which read the pods.
+_FIXED_RULES = frozenset(
+    (R.NODE_UNSCHEDULABLE, R.NODE_NAME, R.TAINT_TOLERATION, R.NODE_AFFINITY, R.VOLUME_BINDING)
+)
 
 #: How many plans a search keeps: the cheapest and the alternatives it is shown beside.
 KEEP = 6
@@ -366,6 +380,10 @@ class Preemptor:
         #: the last search that found nothing per pod shape and job, with what it saw: while no
         #: node was touched and no card evicted since, the next such search finds nothing too
         self._nothing: dict[tuple, tuple] = {}
+        #: (pod as read, its node rules) of the last pod asked about
+        self._rules: tuple[ParsedPod, NodeRules] | None = None
+        #: (pod as read, its rules, touch position, `OtherPods` or None) of the last pod asked
+        self._other: tuple | None = None
 
     @property
     def tenants(self) -> Tenants:
@@ -376,9 +394,10 @@ class Preemptor:
     # -- choosing ---------------------------------------------------------------------------
 
     def _eligible(
-        self, tenant: Tenant, priority: int, queue: str, ask: Usage, removed: dict
+        self, tenant: Tenant, priority: int, queue: str, ask: Usage, removed: dict, minimum: bool = False
     ) -> tuple[VictimKind | None, str]:
-        """(kind, why) when `tenant` may give way to a job of `priority` in `queue`, else (None, reason)."""
+        """(kind, why) when `tenant` may give way to a job of `priority` in `queue`, else (None,
+        reason). `minimum`: the job is a gang member needed for its `min_member`."""
         rules = self.rules
         if not tenant.preemptible or (
             rules.protect_priority is not None and tenant.priority >= rules.protect_priority
@@ -391,20 +410,34 @@ class Preemptor:
         if tenant.queue == queue:
             if tenant.priority < priority:
                 return VictimKind.PREEMPT, f"priority {tenant.priority} < {priority}"
+            if minimum and tenant.gang and tenant.priority <= priority and self._spare(tenant.gang) > 0:
+                placed = len(self.tenants.by_gang.get(tenant.gang, []))
+                least = self.tenants.gang_min.get(tenant.gang, 1)
+                return VictimKind.PREEMPT, (
+                    f"extra of gang {tenant.gang} ({placed} placed > min_member {least}), "
+                    f"priority {tenant.priority} <= {priority}"
+                )
             return None, NO_LOWER_PRIORITY
         if not rules.reclaim:
             return None, NO_LOWER_PRIORITY
         why = self._reclaimable(queue, ask, tenant, removed)
         if why is None:
             return None, VICTIM_QUEUE_AT_SHARE
+        if self.book.below_guarantee(tenant.queue, tenant.usage, queue) is not None:
+            return None, VICTIM_QUEUE_AT_GUARANTEE
         return VictimKind.RECLAIM, why
+
+    def _spare(self, gang: str) -> int:
+        """How many of `gang`'s placed members are beyond its `min_member` (its extras)."""
+        return len(self.tenants.by_gang.get(gang, [])) - self.tenants.gang_min.get(gang, 1)
 
     def _dominant(self, queue: str, delta: Usage, sign: int = 1) -> tuple[float, str]:
         """The queue's dominant share with `delta` added (or taken off): the largest, over the
-        resources the cluster has, of used / fair share; and that resource."""
+        resources the cluster has that the queue is judged on (`QueueBook.judged_on`), of
+        used / fair share; and that resource."""
         state, fair = self.book.queues[queue], self.book.fair.get(queue, {})
         best, which = 0.0, ""
-        for r in RESOURCES:
+        for r in self.book.judged_on(queue):
             if not self.book.capacity.get(r):
                 continue
             used = state.used[r] + sign * delta.get(r, 0)
@@ -433,20 +466,27 @@ class Preemptor:
             f"(dominant share {share:.2f} after eviction)"
         )
 
-    def _shares_hold(self, victims: list[Victim], ask: Usage) -> bool:
-        """Whether every queue reclaimed from stays at or above its fair share without all of
-        its victims together (each was checked alone when it was picked)."""
+    def _shares_hold(self, victims: list[Victim], ask: Usage, queue: str = "") -> bool:
+        """Whether every queue reclaimed from (for a job of `queue`) stays at or above its fair
+        share and its guarantee without all of its victims together (each was checked alone
+        when it was picked)."""
         taken: dict[str, Usage] = {}
         for victim in victims:
             if victim.kind == VictimKind.RECLAIM:
                 total = taken.setdefault(victim.tenant.queue, zero())
                 for r, n in victim.tenant.usage.items():
                     total[r] += n
-        return all(self._dominant(name, total, -1)[0] >= 1.0 - 1e-9 for name, total in taken.items())
+        return all(
+            self._dominant(name, total, -1)[0] >= 1.0 - 1e-9
+            and self.book.below_guarantee(name, total, queue) is None
+            for name, total in taken.items()
+        )
 
     def _below_share(self, queue: str, ask: Usage) -> str | None:
-        """None when `queue` stays within its fair share (dominant share <= 1) with `ask`
-        added, else why not."""
+        """None when `queue` stays within its fair share (dominant share <= 1), or within its
+        guarantee, with `ask` added; else why not."""
+        if self.book.within_guarantee(queue, ask):
+            return None
         if not self.book.fair.get(queue):
             return f"queue {queue} has no fair share this cycle"
         share, resource = self._dominant(queue, ask)
@@ -457,15 +497,20 @@ class Preemptor:
         unit = UNITS[resource]
         return f"queue {queue}: {resource} {used} + {ask.get(resource, 0)} > fair share {fair:.0f}{unit}"
 
-    def _may_go(self, tenant: Tenant, priority: int, queue: str, reclaim_ok: bool) -> bool:
+    def _may_go(
+        self, tenant: Tenant, priority: int, queue: str, reclaim_ok: bool, minimum: bool = False
+    ) -> bool:
         """Whether `tenant` could be a victim of a job of `priority` in `queue` at all: what
-        `_eligible` asks that does not change within a cycle (fair shares and gangs aside)."""
+        `_eligible` asks that does not change within a cycle (fair shares, guarantees and how
+        many extras a gang has aside)."""
         rules = self.rules
         if not tenant.preemptible or tenant.refused or tenant.runtime_seconds < rules.min_runtime_seconds:
             return False
         if rules.protect_priority is not None and tenant.priority >= rules.protect_priority:
             return False
-        return tenant.priority < priority if tenant.queue == queue else reclaim_ok
+        if tenant.queue != queue:
+            return reclaim_ok
+        return tenant.priority < priority or (minimum and bool(tenant.gang) and tenant.priority <= priority)
 
     def _units(
         self,
@@ -475,6 +520,7 @@ class Preemptor:
         ask: Usage,
         misses: dict,
         reclaim_ok: bool | None = None,
+        minimum: bool = False,
     ):
         """Victim units on one node: [(tenants, kind, why)], a gang that cannot lose one member
         standing for all of its placed members. Units are in preference order."""
@@ -489,7 +535,7 @@ class Preemptor:
             if tenant.queue != queue and not reclaim_ok:
                 misses[QUEUE_NOT_BELOW] = misses.get(QUEUE_NOT_BELOW, 0) + 1
                 continue
-            kind, why = self._eligible(tenant, priority, queue, ask, removed)
+            kind, why = self._eligible(tenant, priority, queue, ask, removed, minimum)
             if not kind:
                 misses[why] = misses.get(why, 0) + 1
                 continue
@@ -501,7 +547,8 @@ class Preemptor:
                     blocked = [
                         m
                         for m in members
-                        if m is not tenant and not self._eligible(m, priority, queue, ask, removed)[0]
+                        if m is not tenant
+                        and not self._eligible(m, priority, queue, ask, removed, minimum)[0]
                     ]
                     if blocked:
                         misses[GANG_PROTECTED] = misses.get(GANG_PROTECTED, 0) + 1
@@ -512,14 +559,55 @@ class Preemptor:
         return units
 
     def _node_rules(self, parsed: ParsedPod) -> NodeRules:
-        """The node rules of the pod `parsed` was read from (SPEC 10), as its scheduler decided it."""
+        """The node rules of the pod `parsed` was read from (SPEC 10), as its scheduler decided
+        it; kept for that pod while others are decided meanwhile (consolidation decides the
+        tenants it moves)."""
+        kept = self._rules
+        if kept is not None and kept[0] is parsed:
+            return kept[1]
         rules_of = getattr(self.scheduler, "rules_of", None)
-        return rules_of(parsed) if rules_of is not None else PLAIN
+        rules = rules_of(parsed) if rules_of is not None else PLAIN
+        self._rules = (parsed, rules)
+        return rules
+
+    def other_pods(self, parsed: ParsedPod) -> OtherPods | None:
+        """What `PodTopologySpread` and `InterPodAffinity` count for the pod (SPEC 10), counted
+        once while no node is touched; None when neither applies to it (no hard spread, no
+        required pod (anti-)affinity, no existing pod's anti-affinity selecting it), so a pod
+        without them pays nothing for them."""
+        rules = self._node_rules(parsed)
+        position = TOUCHES.position
+        kept = self._other
+        if kept is not None and kept[0] is parsed and kept[1] is rules and kept[2] == position:
+            return kept[3]
+        other = other_pods(rules, self.scheduler.cluster.nodes, self._barring(rules))
+        self._other = (parsed, rules, position, other)
+        return other
+
+    def _barring(self, rules: NodeRules) -> list:
+        """(node, footprint) of the pods whose required anti-affinity selects the pod (the
+        scheduler keeps them up to date from the touch log)."""
+        holders_for = getattr(self.scheduler, "holders_for", None)
+        return holders_for(rules) if holders_for is not None else []
+
+    def candidate_names(self, parsed: ParsedPod) -> list[str]:
+        """The nodes where evicting may let the pod in: every node it failed on, and, when
+        `PodTopologySpread` or `InterPodAffinity` apply to it, every other node too: of a
+        pending pod, those are the nodes these rules alone refused (`failed_names` lists only
+        what its cards and per-node rules refuse), where a pod that bars it may be a victim."""
+        failed = self.scheduler.failed_names(parsed)
+        if self.other_pods(parsed) is None:
+            return failed
+        known = set(failed)
+        return failed + [node.name for node in self.scheduler.cluster.nodes if node.name not in known]
 
     def fits_without(self, node, parsed: ParsedPod, freed: list[Tenant]) -> bool:
         """Whether the pod fits `node` with `freed` tenants gone (restored after): their
         holdings off its cards, and their cpu, memory, pod slots and ports off the node, so the
-        pod's node rules (SPEC 10) pass there too."""
+        pod's node rules (SPEC 10) pass there too; and `PodTopologySpread` and
+        `InterPodAffinity` with the freed tenants no longer counted, wherever they run (a
+        victim's anti-affinity no longer bars the pod, a staying pod's still does)."""
+        other = self.other_pods(parsed)  # counted before anyone is taken off
         here = [tenant for tenant in freed if tenant.node == node.name]
         footprints = [
             fp for fp in (accounting.remove(node, t.key, touch=False) for t in here) if fp is not None
@@ -530,11 +618,28 @@ class Preemptor:
         try:
             if self._node_rules(parsed).refuse(node) is not None:
                 return False
+            if other is not None and other.refuse(node, self._leaving(node, footprints, freed)) is not None:
+                return False
             return evaluate_node(node, parsed.gpu_inits, list(parsed.apps), parsed.policy).fits
         finally:
             node.shift(holdings, 1)
             for footprint in footprints:
                 accounting.add(node, footprint, touch=False)
+
+    def _leaving(self, node, footprints: list, freed: list[Tenant]) -> list[tuple]:
+        """(node, footprint) of the `freed` tenants: `footprints`, those already taken off
+        `node`, and those of the others, still on their nodes (elsewhere: a gang going whole)."""
+        leaving = [(node, fp) for fp in footprints]
+        taken = {fp.key for fp in footprints}
+        by_name = self.scheduler.cluster.by_name
+        for tenant in freed:
+            if tenant.node == node.name and tenant.key in taken:
+                continue
+            where = node if tenant.node == node.name else by_name.get(tenant.node)
+            fp = where.held.pods.get(tenant.key) if where is not None and where.held is not None else None
+            if fp is not None:
+                leaving.append((where, fp))
+        return leaving
 
     def _minimal(self, node, parsed: ParsedPod, units, need: int = 0) -> list | None:
         """The cheapest set of units found on `node` that lets the pod fit, made minimal.
@@ -559,10 +664,18 @@ class Preemptor:
         if best is not None and len(best[1][0][0]) == 1:
             return best[1]
         chosen: list = []
+        alone: dict[str, int] = {}  # per gang, how many of its members go alone so far
         for unit in units:  # greedy in preference order, then drop what is not needed
+            gang = unit[0][0].gang if len(unit[0]) == 1 else ""
+            if gang and (spare := self._spare(gang)) > 0:
+                if alone.get(gang, 0) >= spare:
+                    continue  # never below its min_member
+                alone[gang] = alone.get(gang, 0) + 1
             chosen.append(unit)
             if here(chosen) >= need and self.fits_without(node, parsed, freed(chosen)):
                 break
+        else:  # the gangs' minimums kept too many here
+            return best[1] if best is not None else None
         for unit in list(reversed(chosen)):
             rest = [u for u in chosen if u is not unit]
             if rest and here(rest) >= need and self.fits_without(node, parsed, freed(rest)):
@@ -577,7 +690,16 @@ class Preemptor:
         ((node version, tenant changes), Bound, misses when hopeless)."""
         return self._bounds.setdefault(key, {})
 
-    def _bound(self, table: dict, node, parsed: ParsedPod, priority: int, queue: str, reclaim_ok: bool):
+    def _bound(
+        self,
+        table: dict,
+        node,
+        parsed: ParsedPod,
+        priority: int,
+        queue: str,
+        reclaim_ok: bool,
+        minimum: bool = False,
+    ):
         """This node's `Bound` for the pod, kept while neither the node nor its tenants change
         (the node's version and `Tenants.changes`); None when evicting everyone who may go
         still leaves the pod out."""
@@ -586,18 +708,22 @@ class Preemptor:
         cached = table.get(name)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        key = (name, priority, queue, reclaim_ok)
+        key = (name, priority, queue, reclaim_ok, minimum)
         held = self._holders.get(key)
         if held is None or held[0] != stamp:
             movable = [
-                t for t in self.tenants.by_node.get(name, []) if self._may_go(t, priority, queue, reclaim_ok)
+                t
+                for t in self.tenants.by_node.get(name, [])
+                if self._may_go(t, priority, queue, reclaim_ok, minimum)
             ]
             held = self._holders[key] = (stamp, *holders_of(movable))
         bound = node_bound(node, parsed, held[1], held[2])
         table[name] = (stamp, bound, None)
         return bound
 
-    def _hopeless(self, table: dict, node, priority: int, queue: str, ask: Usage, reclaim_ok, misses):
+    def _hopeless(
+        self, table: dict, node, priority: int, queue: str, ask: Usage, reclaim_ok, misses, minimum=False
+    ):
         """Count the misses of a node whose bound says no victim set works there, as a search
         would: each tenant's reason, and `NOT_ENOUGH` when some could go. Kept with the bound
         when no tenant that may go is in a gang or another queue (then nothing else moves them)."""
@@ -605,17 +731,27 @@ class Preemptor:
         if counted is None:
             counted = {}
             tenants = self.tenants.by_node.get(node.name, [])
-            if self._units(tenants, priority, queue, ask, counted, reclaim_ok):
+            if self._units(tenants, priority, queue, ask, counted, reclaim_ok, minimum):
                 counted[NOT_ENOUGH] = counted.get(NOT_ENOUGH, 0) + 1
             if not any(
-                (t.gang or t.queue != queue) and self._may_go(t, priority, queue, reclaim_ok) for t in tenants
+                (t.gang or t.queue != queue) and self._may_go(t, priority, queue, reclaim_ok, minimum)
+                for t in tenants
             ):
                 table[node.name] = (stamp, bound, counted)
         for why, n in counted.items():
             misses[why] = misses.get(why, 0) + n
 
-    def plan(self, parsed: ParsedPod, decision: Decision, priority: int, queue: str, ask: Usage):
+    def plan(
+        self,
+        parsed: ParsedPod,
+        decision: Decision,
+        priority: int,
+        queue: str,
+        ask: Usage,
+        minimum: bool = False,
+    ):
         """The cheapest victim set over the nodes the pod failed on, or (None, why, counts).
+        `minimum`: the pod is a gang member needed for its `min_member` (it may take extras).
 
         Nodes are searched in the order of their `Bound` and the search stops once the next
         bound cannot beat the `KEEP`th cheapest plan found, so the plan and its alternatives
@@ -625,18 +761,25 @@ class Preemptor:
         reclaim_why = self._below_share(queue, ask) if self.rules.reclaim else "reclaim is off"
         reclaim_ok = self.rules.reclaim and reclaim_why is None
         node_rules = self._node_rules(parsed)
-        key = (parsed.shape, node_rules.key, priority, queue, reclaim_ok)
+        key: tuple = (parsed.shape, node_rules.key, priority, queue, reclaim_ok, minimum)
+        if node_rules.dynamic or self._barring(node_rules):  # the rules reading other pods apply
+            pods = (node_rules.namespace, tuple(sorted(node_rules.labels.items())))
+            key += (pods, node_rules.spread, node_rules.pods)
         seen = (TOUCHES.position, len(self.cards_evicted), decision.nodes_failed)
         nothing = self._nothing.get(key)
         if nothing is not None and nothing[0] == seen:
             return None, nothing[1], dict(nothing[2])
+        other = self.other_pods(parsed)
+        # without required pod affinity (which evictions can break), a node these rules refuse
+        # with every tenant gone is refused whoever goes
+        barred = other if other is not None and not node_rules.pods.affinity else None
         nodes = self.scheduler.cluster.by_name
         left = self.rules.max_cards - len(self.cards_evicted)
         ranked: list[tuple[int, int, str]] = []
         hopeless = []
         table = self._table(key)
         by_node, changes = self.tenants.by_node, self.tenants.changes
-        for name in self.scheduler.failed_names(parsed):  # all of them: the decision keeps a few
+        for name in self.candidate_names(parsed):  # all of them: the decision keeps a few
             if not by_node.get(name):
                 misses[NO_TENANTS] = misses.get(NO_TENANTS, 0) + 1
                 continue
@@ -644,14 +787,16 @@ class Preemptor:
             if node is None or not node.ready or node.reserved_for:
                 continue
             refused = node_rules.refuse(node)
-            if refused is not None and refused.rule in _FIXED_RULES:
+            if (refused is not None and refused.rule in _FIXED_RULES) or (
+                barred is not None and barred.refuse(node, self._leaving(node, [], by_node[name])) is not None
+            ):
                 misses[NODE_RULES_REFUSE] = misses.get(NODE_RULES_REFUSE, 0) + 1
                 continue
             cached = table.get(name)
             if cached is not None and cached[0] == (node.version, changes.get(name, 0)):
                 bound = cached[1]
             else:
-                bound = self._bound(table, node, parsed, priority, queue, reclaim_ok)
+                bound = self._bound(table, node, parsed, priority, queue, reclaim_ok, minimum)
             if bound is None:
                 hopeless.append(node)
             elif left < bound.most and bound.new_cards(self.cards_evicted) > left:
@@ -666,14 +811,14 @@ class Preemptor:
             if found and len(found) >= self.rules.candidate_nodes:
                 break
             node = nodes[name]
-            units = self._units(self.tenants.by_node[name], priority, queue, ask, misses, reclaim_ok)
+            units = self._units(self.tenants.by_node[name], priority, queue, ask, misses, reclaim_ok, minimum)
             chosen = self._minimal(node, parsed, units, need) if units else None
             if chosen is None:
                 if units:
                     misses[NOT_ENOUGH] = misses.get(NOT_ENOUGH, 0) + 1
                 continue
             victims = [Victim(t, kind, why) for members, kind, why in chosen for t in members]
-            if not self._shares_hold(victims, ask):
+            if not self._shares_hold(victims, ask, queue):
                 misses[VICTIM_QUEUE_AT_SHARE] = misses.get(VICTIM_QUEUE_AT_SHARE, 0) + 1
                 continue
             cards = {uuid for v in victims for uuid, _, _ in v.tenant.holdings} - self.cards_evicted
@@ -683,7 +828,7 @@ class Preemptor:
             insort(found, Plan(name, victims, []), key=lambda p: p.cost)
         if not found:
             for node in hopeless:
-                self._hopeless(table, node, priority, queue, ask, reclaim_ok, misses)
+                self._hopeless(table, node, priority, queue, ask, reclaim_ok, misses, minimum)
             why = _why_not(misses, reclaim_why)
             self._nothing[key] = (seen, why, dict(misses))
             return None, why, misses

@@ -52,6 +52,9 @@ def _queue(entry, where: str) -> QueueState:
     if not isinstance(namespaces, list) or not all(isinstance(n, str) for n in namespaces):
         found.note(f"{where}.namespaces", "must be a list of namespace names")
     figures = {key: found.check(_figures, entry.get(key), f"{where}.{key}") for key in FIGURES}
+    lend = entry.get("lend_guarantee", False)
+    if not isinstance(lend, bool):
+        found.note(f"{where}.lend_guarantee", f"must be true or false, got {lend!r}")
     found.raise_any()
     assert isinstance(name, str)
     state = QueueState(
@@ -62,6 +65,7 @@ def _queue(entry, where: str) -> QueueState:
         quota=figures["quota"],
         limit=figures["limit"],
         namespaces=namespaces,
+        lend_guarantee=lend,
     )
     state.used = zero() | {k: v or 0 for k, v in figures["used"].items()}
     return state
@@ -95,7 +99,16 @@ def parse_queues(raw) -> QueueBook:
     found.raise_any()
     book = QueueBook(
         [
-            QueueState(s.name, s.parent, s.weight, s.guarantee, s.quota, s.limit, namespaces=s.namespaces)
+            QueueState(
+                s.name,
+                s.parent,
+                s.weight,
+                s.guarantee,
+                s.quota,
+                s.limit,
+                namespaces=s.namespaces,
+                lend_guarantee=s.lend_guarantee,
+            )
             for _, s in states
         ]
     )
@@ -149,6 +162,13 @@ def run_batch_scenario(
     raw: dict, cluster: Cluster, config: ClusterConfig, pods: list[PodSpec], top: int | None = None
 ) -> dict:
     book = parse_queues(raw.get("queues"))
+    cards = [card for node in cluster.nodes for card in node.cards]
+    # the cluster the fair shares split and the guarantees are kept in, as a cycle counts it
+    book.capacity = {
+        "vgpus": sum(card.slots for card in cards),
+        "gpumem": sum(card.memory for card in cards),
+        "gpucores": sum(card.cores for card in cards),
+    }
     groups = parse_groups(raw.get("groups"))
     scheduler = Scheduler(cluster, config)
     decided: dict[int, Decision] = {}

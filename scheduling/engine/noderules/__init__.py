@@ -5,7 +5,8 @@ Public API:
   the first per-node rule failing (`RuleFailure`), `key` for the shape cache, `PLAIN` for a pod
   without any of the fields.
 - `refusals(rules, cluster, candidates, holders)`: `PodTopologySpread` and `InterPodAffinity`
-  for one decision (they read other nodes).
+  for one decision (they read other nodes); `other_pods(...)`: what they count, to judge a
+  node again with some pods gone (preemption).
 - `account_running(cluster)`: apply `Cluster.running` to the nodes (idempotent).
 - `accounting.footprint_of`, `add`, `remove`: what a pod holds of a node, put on and taken off.
 - `prefer.rank`: preferences order the fitting nodes before SPEC 7's order.
@@ -14,9 +15,9 @@ Public API:
 
 from __future__ import annotations
 
-from ..reasons import INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD, SCHEDULING_GATED
+from ..reasons import SCHEDULING_GATED
 from .accounting import Footprint, account_running, add, footprint_of, remove
-from .interpod import affinity_refusals, spread_refusals
+from .interpod import OtherPods
 from .rules import ORDER, PLAIN, RULES, NodeRules, RuleFailure, rule_failure
 
 __all__ = [
@@ -26,29 +27,37 @@ __all__ = [
     "SCHEDULING_GATED",
     "Footprint",
     "NodeRules",
+    "OtherPods",
     "RuleFailure",
     "account_running",
     "add",
     "footprint_of",
+    "other_pods",
     "refusals",
     "remove",
 ]
 
 
+def other_pods(rules: NodeRules, nodes: list, holders: list) -> OtherPods | None:
+    """`PodTopologySpread` and `InterPodAffinity` for one decision of the pod with `rules`,
+    counted over `nodes` (every node of the cluster); `holders`: (node, footprint) of the pods
+    whose required anti-affinity selects the pod. None when neither applies (no hard spread,
+    no required pod (anti-)affinity, no holder): then they refuse no node."""
+    if not (rules.dynamic or holders):
+        return None
+    return OtherPods(
+        nodes, rules.namespace, rules.labels, rules.spread, rules.pods, holders, rules.counts_for_spread
+    )
+
+
 def refusals(rules: NodeRules, nodes: list, candidates: list, holders: list) -> dict[str, RuleFailure]:
     """Of `candidates` (nodes that passed the per-node rules), those `PodTopologySpread` or
-    `InterPodAffinity` refuse, in that order, each as a `RuleFailure`. `nodes`: every node of the
-    cluster; `holders`: (node, footprint) of the pods with required anti-affinity."""
+    `InterPodAffinity` refuse, in that order, each as a `RuleFailure` (`other_pods`)."""
+    other = other_pods(rules, nodes, holders)
     out: dict[str, RuleFailure] = {}
-    if any(c.hard for c in rules.spread):
-        for name, message in spread_refusals(
-            candidates, nodes, rules.namespace, rules.labels, rules.spread, rules.counts_for_spread
-        ).items():
-            out[name] = rule_failure(POD_TOPOLOGY_SPREAD, (message,))
-    rest = [node for node in candidates if node.name not in out]
-    if rest and (rules.pods.affinity or rules.pods.anti_affinity or holders):
-        for name, message in affinity_refusals(
-            rest, nodes, rules.namespace, rules.labels, rules.pods, holders
-        ).items():
-            out[name] = rule_failure(INTER_POD_AFFINITY, (message,))
+    if other is not None:
+        for node in candidates:
+            refused = other.refuse(node)
+            if refused is not None:
+                out[node.name] = rule_failure(refused[0], (refused[1],))
     return out

@@ -2,9 +2,9 @@
 `InterPodAffinity` (required terms, both directions), as kube-scheduler decides them.
 
 They change whenever a pod lands anywhere in a topology domain, so they are not part of a
-node's cached verdict: `refusals` computes, per decision, which of the candidate nodes they
-refuse. Few pods carry them; the pods they read are the nodes' `held` footprints
-(`accounting`).
+node's cached verdict: `OtherPods` counts, per decision, what they read of the nodes' `held`
+footprints (`accounting`) and judges the candidate nodes from the counts, also with some pods
+taken as gone (preemption's trial fit). Few pods carry them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import PodInvalid
+from ..reasons import INTER_POD_AFFINITY, POD_TOPOLOGY_SPREAD
 from .terms import LabelSelector, Requirement, _dict, _list, _text, label_selector
 
 AFFINITY = "node(s) didn't match pod affinity rules"
@@ -162,127 +163,204 @@ def spreads(value, where: str, labels: dict[str, str]) -> tuple[Spread, ...]:
     return tuple(out)
 
 
-def _domain(labels: dict[str, str], key: str) -> str | None:
-    return labels.get(key)
+#: A topology domain: a node label's key and value.
+Pair = tuple[str, str]
 
 
-def affinity_refusals(
-    candidates: Iterable,
-    nodes: list,
-    namespace: str,
-    labels: dict[str, str],
-    mine: PodAffinity,
-    holders: Iterable[tuple[object, object]],
-) -> dict[str, str]:
-    """`InterPodAffinity`: node name -> its message, for the `candidates` it refuses.
-    `nodes` are every node (their footprints are the pods counted); `holders` the (node,
-    footprint) pairs whose footprint has required anti-affinity."""
-    # Existing pods' anti-affinity against the newcomer: domains it may not join.
-    barred: set[tuple[str, str]] = set()
-    for node, footprint in holders:
-        for term in footprint.anti_affinity:  # type: ignore[attr-defined]
-            if term.matches(namespace, labels):
-                value = _domain(node.labels, term.topology_key)  # type: ignore[attr-defined]
-                if value is not None:
-                    barred.add((term.topology_key, value))
-    needs_pods = bool(mine.affinity or mine.anti_affinity)
-    affinity_pairs: set[tuple[str, str]] = set()
-    anti_pairs: set[tuple[str, str]] = set()
-    if needs_pods:
-        for node in nodes:
-            held = node.held
-            if held is None or not held.pods:
-                continue
-            for footprint in held.pods.values():
-                if mine.affinity and all(
-                    t.matches(footprint.namespace, footprint.labels) for t in mine.affinity
-                ):
-                    for term in mine.affinity:
-                        value = node.labels.get(term.topology_key)
-                        if value is not None:
-                            affinity_pairs.add((term.topology_key, value))
-                for term in mine.anti_affinity:
-                    if term.matches(footprint.namespace, footprint.labels):
-                        value = node.labels.get(term.topology_key)
-                        if value is not None:
-                            anti_pairs.add((term.topology_key, value))
-    first_of_group = (
-        bool(mine.affinity)
-        and not affinity_pairs
-        and all(t.matches(namespace, labels) for t in mine.affinity)
-    )
-    refused: dict[str, str] = {}
-    for node in candidates:
-        node_labels = node.labels
-        if mine.affinity:
-            ok = True
-            for term in mine.affinity:
-                value = node_labels.get(term.topology_key)
-                if value is None:
-                    ok = False
-                    break
-                if (term.topology_key, value) not in affinity_pairs and not first_of_group:
-                    ok = False
-                    break
-            if not ok:
-                refused[node.name] = AFFINITY
-                continue
-        if anti_pairs and any(
-            (term.topology_key, node_labels.get(term.topology_key)) in anti_pairs
-            for term in mine.anti_affinity
-        ):
-            refused[node.name] = ANTI_AFFINITY
-            continue
-        if barred and any((key, value) in barred for key, value in node_labels.items()):
-            refused[node.name] = EXISTING_ANTI_AFFINITY
-    return refused
+@dataclass(slots=True)
+class _SpreadCount:
+    """One hard constraint counted: matching pods per domain of the nodes that count, the
+    least of them (0 while fewer domains than `minDomains`), and 1 when the pod itself matches."""
+
+    constraint: Spread
+    counts: dict[str, int]
+    least: int
+    itself: int
 
 
-def spread_refusals(
-    candidates: Iterable,
-    nodes: list,
-    namespace: str,
-    labels: dict[str, str],
-    constraints: tuple[Spread, ...],
-    node_passes,
-) -> dict[str, str]:
-    """`PodTopologySpread` (hard constraints): node name -> message for the `candidates` it
-    refuses. `node_passes(node, honor_affinity, honor_taints)` says whether a node counts
-    toward the domains under the constraint's node policies."""
-    hard = [c for c in constraints if c.hard]
-    if not hard:
-        return {}
-    keys = [c.topology_key for c in hard]
-    tables = []
-    for c in hard:
+class OtherPods:
+    """The other pods as `PodTopologySpread` (hard constraints) and `InterPodAffinity`
+    (required terms, both directions) count them for one pod, as kube-scheduler decides them.
+
+    They change whenever a pod lands anywhere in a topology domain, so they are not part of a
+    node's cached verdict: they are counted once per decision over the nodes' `held`
+    footprints (`accounting`), per domain: the pods each spread constraint selects, the pods
+    matching the pod's affinity and anti-affinity terms, and the existing pods whose required
+    anti-affinity selects the pod (`holders`). `refuse(node)` then judges one node from the
+    counts; with `leaving` (a preemption's victims) it judges it as if those pods were gone,
+    without counting the cluster again, as kube-scheduler re-runs its filters with the
+    victims removed.
+    """
+
+    def __init__(
+        self,
+        nodes: list,
+        namespace: str,
+        labels: dict[str, str],
+        constraints: tuple[Spread, ...],
+        mine: PodAffinity,
+        holders: Iterable[tuple[object, object]],
+        node_passes,
+    ):
+        """`nodes`: every node (their footprints are the pods counted); `holders`: (node,
+        footprint) of the pods whose required anti-affinity may select this pod;
+        `node_passes(node, honor_affinity, honor_taints)`: whether a node counts toward a spread
+        constraint's domains under its node policies."""
+        self.namespace = namespace
+        self.labels = labels
+        self.mine = mine
+        self.node_passes = node_passes
+        hard = [c for c in constraints if c.hard]
+        self.keys = tuple(c.topology_key for c in hard)
+        self.spread = [self._count_spread(c, nodes) for c in hard]
+        #: domains existing pods' anti-affinity bars this pod from, and which pod bars which
+        self.barred: dict[Pair, int] = {}
+        self.barring: dict[tuple[str, str], tuple[Pair, ...]] = {}
+        for node, footprint in holders:
+            pairs = tuple(
+                (term.topology_key, value)
+                for term in footprint.anti_affinity  # type: ignore[attr-defined]
+                if term.matches(namespace, labels)
+                and (value := node.labels.get(term.topology_key)) is not None  # type: ignore[attr-defined]
+            )
+            if pairs:
+                self.barring[(node.name, footprint.key)] = pairs  # type: ignore[attr-defined]
+                _add(self.barred, pairs)
+        #: pods matching all of the pod's affinity terms, and its anti-affinity terms, per domain
+        self.affine: dict[Pair, int] = {}
+        self.repelled: dict[Pair, int] = {}
+        if mine.affinity or mine.anti_affinity:
+            affine, repelled = self.affine, self.repelled
+            for node in nodes:
+                held = node.held
+                if held is None or not held.pods:
+                    continue
+                node_labels = node.labels
+                for footprint in held.pods.values():  # `_affine` and `_repelled` inlined: hot
+                    space, pod_labels = footprint.namespace, footprint.labels
+                    if mine.affinity and all(t.matches(space, pod_labels) for t in mine.affinity):
+                        _add(affine, self._affine(node_labels, footprint))
+                    for term in mine.anti_affinity:
+                        if term.matches(space, pod_labels):
+                            value = node_labels.get(term.topology_key)
+                            if value is not None:
+                                pair = (term.topology_key, value)
+                                repelled[pair] = repelled.get(pair, 0) + 1
+        self.affine_total = sum(self.affine.values())
+        #: the pod matches its own affinity terms: the first of its group may go anywhere
+        self.own_group = bool(mine.affinity) and all(t.matches(namespace, labels) for t in mine.affinity)
+
+    def _count_spread(self, c: Spread, nodes: list) -> _SpreadCount:
         counts: dict[str, int] = {}
         for node in nodes:
-            node_labels = node.labels
-            if any(k not in node_labels for k in keys) or not node_passes(
-                node, c.honor_affinity, c.honor_taints
-            ):
+            if not self._counted(c, node):
                 continue
-            value = node_labels[c.topology_key]
+            value = node.labels[c.topology_key]
             n = counts.get(value, 0)
             held = node.held
             if held is not None and c.selector is not None:
                 for footprint in held.pods.values():
-                    if footprint.namespace == namespace and c.selector.matches(footprint.labels):
+                    if footprint.namespace == self.namespace and c.selector.matches(footprint.labels):
                         n += 1
             counts[value] = n
-        least = min(counts.values()) if counts else 0
-        if len(counts) < c.min_domains:
-            least = 0
-        itself = 1 if c.selector is not None and c.selector.matches(labels) else 0
-        tables.append((c, counts, least, itself))
-    refused: dict[str, str] = {}
-    for node in candidates:
+        least = min(counts.values()) if counts and len(counts) >= c.min_domains else 0
+        itself = 1 if c.selector is not None and c.selector.matches(self.labels) else 0
+        return _SpreadCount(c, counts, least, itself)
+
+    def _counted(self, c: Spread, node) -> bool:
+        """Whether `node` is one of the domains' nodes for constraint `c`."""
         node_labels = node.labels
-        if any(k not in node_labels for k in keys):
-            refused[node.name] = SPREAD_LABEL
-            continue
-        for c, counts, least, itself in tables:
-            if counts.get(node_labels[c.topology_key], 0) + itself - least > c.max_skew:
-                refused[node.name] = SPREAD
-                break
-    return refused
+        return all(k in node_labels for k in self.keys) and self.node_passes(
+            node, c.honor_affinity, c.honor_taints
+        )
+
+    def _affine(self, node_labels: dict[str, str], footprint) -> list[Pair]:
+        terms = self.mine.affinity
+        if not terms or not all(t.matches(footprint.namespace, footprint.labels) for t in terms):
+            return []
+        return [(t.topology_key, v) for t in terms if (v := node_labels.get(t.topology_key)) is not None]
+
+    def _repelled(self, node_labels: dict[str, str], footprint) -> list[Pair]:
+        return [
+            (t.topology_key, v)
+            for t in self.mine.anti_affinity
+            if t.matches(footprint.namespace, footprint.labels)
+            and (v := node_labels.get(t.topology_key)) is not None
+        ]
+
+    def refuse(self, node, leaving: Iterable[tuple[object, object]] = ()) -> tuple[str, str] | None:
+        """(rule, message) when `PodTopologySpread` or `InterPodAffinity` (in that order)
+        refuses `node`, else None. `leaving`: (node, footprint) of pods counted now that are
+        to be taken as gone."""
+        leaving = list(leaving)
+        message = self._spread_refusal(node, leaving)
+        if message is not None:
+            return POD_TOPOLOGY_SPREAD, message
+        message = self._affinity_refusal(node, leaving)
+        if message is not None:
+            return INTER_POD_AFFINITY, message
+        return None
+
+    def _spread_refusal(self, node, leaving: list) -> str | None:
+        if not self.spread:
+            return None
+        node_labels = node.labels
+        if any(k not in node_labels for k in self.keys):
+            return SPREAD_LABEL
+        for table in self.spread:
+            c = table.constraint
+            here = node_labels[c.topology_key]
+            count, least = table.counts.get(here, 0), table.least
+            gone: dict[str, int] = {}
+            for where, footprint in leaving:
+                if (
+                    c.selector is not None
+                    and footprint.namespace == self.namespace  # type: ignore[attr-defined]
+                    and c.selector.matches(footprint.labels)  # type: ignore[attr-defined]
+                    and self._counted(c, where)
+                ):
+                    value = where.labels[c.topology_key]  # type: ignore[attr-defined]
+                    gone[value] = gone.get(value, 0) + 1
+            if gone:
+                count -= gone.get(here, 0)
+                if len(table.counts) >= c.min_domains:
+                    least = min(least, *(table.counts[value] - n for value, n in gone.items()))
+            if count + table.itself - least > c.max_skew:
+                return SPREAD
+        return None
+
+    def _affinity_refusal(self, node, leaving: list) -> str | None:
+        mine = self.mine
+        node_labels = node.labels
+        affine: dict[Pair, int] = {}
+        repelled: dict[Pair, int] = {}
+        barred: dict[Pair, int] = {}
+        for where, footprint in leaving:
+            _add(affine, self._affine(where.labels, footprint))  # type: ignore[attr-defined]
+            _add(repelled, self._repelled(where.labels, footprint))  # type: ignore[attr-defined]
+            _add(barred, self.barring.get((where.name, footprint.key), ()))  # type: ignore[attr-defined]
+        if mine.affinity:
+            first = self.own_group and self.affine_total == sum(affine.values())
+            for term in mine.affinity:
+                value = node_labels.get(term.topology_key)
+                if value is None:
+                    return AFFINITY
+                pair = (term.topology_key, value)
+                if self.affine.get(pair, 0) - affine.get(pair, 0) <= 0 and not first:
+                    return AFFINITY
+        if self.repelled:
+            for term in mine.anti_affinity:
+                value = node_labels.get(term.topology_key)
+                pair = (term.topology_key, value or "")
+                if value is not None and self.repelled.get(pair, 0) - repelled.get(pair, 0) > 0:
+                    return ANTI_AFFINITY
+        if self.barred:
+            for pair in node_labels.items():
+                if self.barred.get(pair, 0) - barred.get(pair, 0) > 0:
+                    return EXISTING_ANTI_AFFINITY
+        return None
+
+
+def _add(counts: dict[Pair, int], pairs: Iterable[Pair]) -> None:
+    for pair in pairs:
+        counts[pair] = counts.get(pair, 0) + 1

@@ -4,10 +4,12 @@ function named after the plugin it mirrors, returning its message or None.
 `NodeRules.read(pod)` reads and validates the pod's fields once (PodInvalid naming the field);
 `refuse(node)` is the first of the per-node rules that refuses it, as a `RuleFailure`:
 `NodeUnschedulable`, `NodeName`, `TaintToleration`, `NodeAffinity`, `NodePorts`,
-`NodeResourcesFit`. They depend only on the node (its version moves whenever any of them
-could change), so their verdict is cached with the card verdicts; `key` is what of the pod
-they read, part of the pod's shape. `PodTopologySpread` and `InterPodAffinity` read the
-other nodes and are decided per decision (`interpod`).
+`NodeResourcesFit`, `VolumeBinding` (`volumes`; a pod-wide refusal such as a missing claim
+refuses every node under it first, as kube-scheduler's PreFilter does). They depend only on
+the node (its version moves whenever any of them could change), so their verdict is cached
+with the card verdicts; `key` is what of the pod they read, part of the pod's shape.
+`PodTopologySpread` and `InterPodAffinity` read the other nodes and are decided per decision
+(`interpod`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..reasons import (
     NODE_RULES,
     NODE_UNSCHEDULABLE,
     TAINT_TOLERATION,
+    VOLUME_BINDING,
 )
 from ..requests import RESOURCES as GPU_RESOURCES
 from . import accounting
@@ -44,6 +47,7 @@ from .terms import (
     tolerations,
     untolerated,
 )
+from .volumes import NO_VOLUMES, PodVolumes, Storage, read_storage, resolve
 
 #: SPEC 10's order: a node counts under the first of these it fails.
 ORDER = NODE_RULES
@@ -96,6 +100,7 @@ class NodeRules:
     spread: tuple[Spread, ...] = ()
     pods: PodAffinity = PodAffinity()
     gated: bool = False
+    volumes: PodVolumes = NO_VOLUMES
 
     @classmethod
     def of(cls, pod: PodSpec) -> NodeRules:
@@ -108,6 +113,7 @@ class NodeRules:
             or pod.tolerations
             or pod.topology_spread_constraints
             or pod.scheduling_gates
+            or pod.volumes
             or not _gpu_only(pod.containers)
             or not _gpu_only(pod.init_containers)
         ):
@@ -152,12 +158,21 @@ class NodeRules:
             spread=spreads(pod.topology_spread_constraints, "topologySpreadConstraints", labels),
             pods=pod_affinity(pod.affinity, "affinity", pod.namespace, labels),
             gated=bool(gates),
+            volumes=_volumes(pod),
         )
 
     @property
     def key(self) -> tuple:
         """What the per-node rules read of the pod."""
-        return (self.node_name, self.selector, self.required, self.tolerations, self.request, self.ports)
+        return (
+            self.node_name,
+            self.selector,
+            self.required,
+            self.tolerations,
+            self.request,
+            self.ports,
+            self.volumes,
+        )
 
     @property
     def plain(self) -> bool:
@@ -242,21 +257,36 @@ class NodeRules:
         return tuple(missing)
 
     def refuse(self, node: Node) -> RuleFailure | None:
-        """The first per-node rule that refuses `node`, or None when it passes them all."""
-        cards = len(node.cards)
-        for rule, check in (
-            (NODE_UNSCHEDULABLE, self.node_unschedulable),
-            (NODE_NAME, self.node_name_rule),
-            (TAINT_TOLERATION, self.taint_toleration),
-            (NODE_AFFINITY, self.node_affinity),
-            (NODE_PORTS, self.node_ports),
-        ):
-            message = check(node)
+        """The first per-node rule that refuses `node`, or None when it passes them all. Asked
+        of every node a decision re-checks, so each rule is guarded by what makes it moot."""
+        if self.volumes.refusal:  # VolumeBinding's PreFilter: the pod can go nowhere
+            return rule_failure(VOLUME_BINDING, (self.volumes.refusal,), len(node.cards))
+        if node.unschedulable:
+            message = self.node_unschedulable(node)
             if message is not None:
-                return rule_failure(rule, (message,), cards)
-        missing = self.node_resources_fit(node)
-        if missing:
-            return rule_failure(NODE_RESOURCES_FIT, missing, cards)
+                return rule_failure(NODE_UNSCHEDULABLE, (message,), len(node.cards))
+        if self.node_name and node.name != self.node_name:
+            return rule_failure(NODE_NAME, (WORDS[NODE_NAME],), len(node.cards))
+        if node.taints:
+            message = self.taint_toleration(node)
+            if message is not None:
+                return rule_failure(TAINT_TOLERATION, (message,), len(node.cards))
+        if (self.selector or self.required is not None) and not self.matches_node(node):
+            return rule_failure(NODE_AFFINITY, (WORDS[NODE_AFFINITY],), len(node.cards))
+        if self.ports:
+            message = self.node_ports(node)
+            if message is not None:
+                return rule_failure(NODE_PORTS, (message,), len(node.cards))
+        if node.allocatable or node.held is not None:
+            missing = self.node_resources_fit(node)
+            if missing:
+                return rule_failure(NODE_RESOURCES_FIT, missing, len(node.cards))
+        elif any(name not in STANDARD for name, asked in self.request if asked):
+            return rule_failure(NODE_RESOURCES_FIT, self.node_resources_fit(node), len(node.cards))
+        if self.volumes.needs:
+            unmounted = self.volumes.refuse(node.name, node.labels)
+            if unmounted:
+                return rule_failure(VOLUME_BINDING, unmounted, len(node.cards))
         return None
 
     def hints(self, node: Node, failure: RuleFailure) -> tuple[str, ...]:
@@ -293,6 +323,8 @@ class NodeRules:
                 if short > 0:
                     out.append(f"free {_amount_words(resource, short)} on {name}")
             return tuple(out)
+        if rule == VOLUME_BINDING:
+            return self.volumes.hints(name, node.labels)
         return ()
 
     def counts_for_spread(self, node: Node, honor_affinity: bool, honor_taints: bool) -> bool:
@@ -310,6 +342,18 @@ class NodeRules:
 #: applies to it (cordons, taints, the pod count).
 PLAIN = NodeRules()
 _PLAIN_KEY = PLAIN.key
+
+
+def _volumes(pod: PodSpec) -> PodVolumes:
+    """The pod's claims resolved against its storage (`volumes.resolve`)."""
+    if not pod.volumes:
+        return NO_VOLUMES
+    storage = pod.storage
+    if isinstance(storage, dict):
+        storage = read_storage(storage)
+    elif storage is not None and not isinstance(storage, Storage):
+        raise PodInvalid("storage", f"must be an object, got {type(storage).__name__}")
+    return resolve(pod.namespace, pod.name, pod.volumes, storage)
 
 
 def _gpu_only(containers) -> bool:

@@ -19,9 +19,13 @@ from django.core.management.base import BaseCommand
 
 from scheduling.engine.batch.scenario import run_batch_scenario, wants_batch
 from scheduling.engine.errors import ScenarioError, ScenarioProblems
-from scheduling.engine.explain import SELF_EXCLUDED, summary_of, what_would_fit
-from scheduling.engine.scenario import parse_scenario, read_scenario_file, read_scenario_text
-from scheduling.engine.scheduler import Scheduler
+from scheduling.engine.explain import SELF_EXCLUDED, as_sentence, summary_of, what_would_fit
+from scheduling.engine.scenario import (
+    parse_scenario,
+    read_scenario_file,
+    read_scenario_text,
+    schedule_in_order,
+)
 from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
 from scheduling.pipeline.snapshot import load_snapshot
 
@@ -102,8 +106,7 @@ class Command(BaseCommand):
                     extra = run_batch_scenario(raw, cluster, config, pods, top=top)
                     decided = extra.pop("pods")
                 else:
-                    scheduler = Scheduler(cluster, config)
-                    decided = [scheduler.schedule(pod).as_dict(top=top) for pod in pods]
+                    decided = schedule_in_order(cluster, config, pods, top)
         except ScenarioError as exc:
             sys.stderr.write(problem_text(options["file"], exc))
             sys.exit(2)
@@ -160,7 +163,7 @@ def cards_cell(pod: dict) -> str:
 def why_cell(pod: dict) -> str:
     """Why a pod is not placed: its one-line verdict (`explain.summary_of`, what `Pod.reason`
     says); for a pending one then its top reasons by cards (what blocks usable cards first)
-    and the first thing that would make it fit."""
+    and the first thing that would make it fit, each a sentence."""
     if pod["status"] not in ("pending", "rejected"):
         return ""
     parts = [summary_of(pod)]
@@ -173,7 +176,7 @@ def why_cell(pod: dict) -> str:
     fits = what_would_fit(pod)
     if fits:
         parts.append(fits[0])
-    return "; ".join(parts)
+    return " ".join(as_sentence(part) for part in parts)
 
 
 def table(pods: list[dict], extra: dict | None = None, colour: bool = False) -> str:

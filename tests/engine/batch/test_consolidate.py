@@ -7,6 +7,8 @@ from scheduling.engine.batch.consolidate import CONSOLIDATING, Consolidator
 from scheduling.engine.batch.jobs import JobRunner
 from scheduling.engine.batch.preempt import Preemptor, Rules, Tenants
 from scheduling.engine.decision import PENDING
+from scheduling.engine.model import PodSpec
+from scheduling.engine.noderules import accounting
 
 from .test_preempt import World, job, pod, used
 
@@ -93,3 +95,26 @@ def test_dry_run_moves_nothing():
     assert outcome.victims == []
     assert outcome.decision.preemption.message.startswith("would move 1 pod")
     assert used(w) == before
+
+
+def test_moving_the_tenant_whose_anti_affinity_bars_the_pod_makes_room_for_it():
+    # n1's cards have room, but its tenant t will not share a node with app=web; n2's cards
+    # are too full for the pod, and its tenant u may not move: t moves to n2
+    w = World({"n1": [16000], "n2": [16000]})
+    for node in w.cluster.nodes:
+        node.labels = {"kubernetes.io/hostname": node.name}
+    w.run("t", "n1", {0: 6000})
+    w.run("u", "n2", {0: 9000})
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    affinity = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+    barring = PodSpec("t", affinity=affinity, containers=[{"name": "main"}])
+    accounting.add(w.cluster.node("n1"), accounting.footprint_of(barring))
+    p = job("p", priority=0, mem=8000)
+    p.members[0].spec.labels = {"app": "web"}
+    (outcome,) = runner(w, movable=lambda tenant: tenant.key != "default/u").run([p])
+    decision = outcome.decision
+    assert decision.status == PENDING and decision.batch.reason == CONSOLIDATING
+    assert [(m["pod"], m["from"], m["to"]) for m in decision.preemption.as_dict()["moves"]] == [
+        ("default/t", "n1", "n2")
+    ]
+    assert decision.preemption.node == "n1"

@@ -40,9 +40,15 @@ def plain_minimal(preemptor: Preemptor, node, parsed, units):
         return best[1]
     chosen: list = []
     for unit in units:
+        gang = unit[0][0].gang if len(unit[0]) == 1 else ""
+        spare = len(preemptor.tenants.by_gang.get(gang, [])) - preemptor.tenants.gang_min.get(gang, 1)
+        if gang and spare > 0 and sum(u[0][0].gang == gang for u in chosen if len(u[0]) == 1) >= spare:
+            continue  # a gang never goes below its min_member
         chosen.append(unit)
         if preemptor.fits_without(node, parsed, [t for members, _, _ in chosen for t in members]):
             break
+    else:
+        return best[1] if best is not None else None
     for unit in list(reversed(chosen)):
         rest = [u for u in chosen if u is not unit]
         if rest and preemptor.fits_without(node, parsed, [t for members, _, _ in rest for t in members]):

@@ -98,3 +98,28 @@ def test_the_simulate_command_prints_groups_and_queues(tmp_path, capsys):
     assert [p["status"] for p in out["pods"]] == ["pending", "pending", "pending", "scheduled"]
     assert out["groups"][0]["scheduled"] is False
     assert {q["name"] for q in out["queues"]} == {"default", "q"}
+
+
+def test_a_scenario_keeps_an_idle_guarantee_unless_the_queue_lends_it():
+    pods = [
+        {
+            "name": f"p{i}",
+            "annotations": {"hami.io/queue": "a"},
+            "containers": [container(limits=ask(gpu=1, mem=8000))],
+        }
+        for i in range(2)
+    ]
+    raw = {
+        "nodes": [node("n1", card("GPU-0", 8000, slots=1), card("GPU-1", 8000, slots=1))],
+        "pods": pods,
+        "queues": [{"name": "a"}, {"name": "b", "guarantee": {"vgpus": 1}}],
+    }
+    out = run(raw)
+    assert [p["status"] for p in out["pods"]] == ["scheduled", "pending"]
+    assert out["pods"][1]["batch"]["reason"] == "QueueLimitExceeded"
+    raw["queues"][1]["lend_guarantee"] = True
+    assert [p["status"] for p in run(raw)["pods"]] == ["scheduled", "scheduled"]
+    raw["queues"][1]["lend_guarantee"] = "yes"
+    with pytest.raises(ScenarioError) as caught:
+        run(raw)
+    assert "queues[1].lend_guarantee" in str(caught.value)
