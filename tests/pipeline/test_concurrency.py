@@ -180,9 +180,13 @@ def test_four_workers_never_commit_a_partial_gang():
     assert partial == {}, partial
     assert_no_card_holds_more_than_it_has()
     assert_consistent()
-    assert 0 < len(placed) < 100  # the gangs over-ask the cluster: some wait whole
+    # the gangs over-ask the cluster: every gang may reach its minimum (elastic gangs take
+    # minimums first, docs/queues.md), but not every member fits
+    assert 0 < sum(placed.values()) < 1000
     assert sum(result["cycles"] > 0 for result in results) >= 2, results
     waiting = Pod.objects.filter(status=Pod.PENDING, group__name__in=set(sizes) - set(placed))
     reasons = set(waiting.values_list("reason", flat=True))
-    assert all(r.startswith(("GangUnschedulable", "placement on")) for r in reasons), reasons
+    assert all(r.startswith(("GangUnschedulable", "placement on")) or "lost a race" in r for r in reasons), (
+        reasons
+    )
     print(f"gangs placed {len(placed)}/100, partial 0; per worker {results}")
