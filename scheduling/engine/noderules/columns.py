@@ -19,30 +19,19 @@ from ..model import Node
 from ..quantity import STANDARD
 from ..reasons import (
     INTER_POD_AFFINITY,
-    NODE_AFFINITY,
-    NODE_NAME,
-    NODE_PORTS,
     NODE_RESOURCES_FIT,
-    NODE_UNSCHEDULABLE,
+    NODE_RULES,
     POD_TOPOLOGY_SPREAD,
     TAINT_TOLERATION,
     VOLUME_BINDING,
 )
 from . import accounting
 from .interpod import AFFINITY, ANTI_AFFINITY, EXISTING_ANTI_AFFINITY, SPREAD, SPREAD_LABEL
-from .rules import UNSCHEDULABLE_TAINT, WORDS, NodeRules, RuleFailure, rule_failure
+from .rules import UNSCHEDULABLE_TAINT, WORDS, NodeRules, RuleFailure, rule_failure, shortage_words
 from .terms import NAME_FIELD, NO_EXECUTE, NO_SCHEDULE, NodeTerm, Requirement, taint_words, untolerated
 
 #: the per-node rules in `NodeRules.refuse`'s order, as the codes `refusals` works with
-_ORDER = (
-    NODE_UNSCHEDULABLE,
-    NODE_NAME,
-    TAINT_TOLERATION,
-    NODE_AFFINITY,
-    NODE_PORTS,
-    NODE_RESOURCES_FIT,
-    VOLUME_BINDING,
-)
+_ORDER = tuple(rule for rule in NODE_RULES if rule not in (POD_TOPOLOGY_SPREAD, INTER_POD_AFFINITY))
 
 
 class _Labels:
@@ -288,9 +277,7 @@ def refusals(rules: NodeRules, columns: NodeColumns) -> tuple[np.ndarray, list] 
             messages: tuple[str, ...] = (f"node(s) had untolerated taint {taint_words(taint or {})}",)
         elif name == NODE_RESOURCES_FIT:
             messages = tuple(
-                "Too many pods" if resource == "pods" else f"Insufficient {resource}"
-                for k, (resource, _) in enumerate(asked)
-                if words >> k & 1
+                shortage_words(resource) for k, (resource, _) in enumerate(asked) if words >> k & 1
             )
         elif name == VOLUME_BINDING:
             messages = volume_words[words]

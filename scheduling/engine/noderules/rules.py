@@ -79,6 +79,11 @@ class RuleFailure(NodeFailure):
         return f"{self.rule}: {', '.join(self.messages)}"
 
 
+def shortage_words(resource: str) -> str:
+    """kube-scheduler's words for a resource a node has too little of."""
+    return "Too many pods" if resource == PODS else f"Insufficient {resource}"
+
+
 def rule_failure(rule: str, messages: tuple[str, ...], cards: int = 0) -> RuleFailure:
     return RuleFailure(cards, {rule: 1}, rule=rule, messages=messages)
 
@@ -253,7 +258,7 @@ class NodeRules:
                     continue  # not limited
                 limit = 0  # an extended resource the node does not have
             if asked > limit - requested.get(name, 0):
-                missing.append("Too many pods" if name == PODS else f"Insufficient {name}")
+                missing.append(shortage_words(name))
         return tuple(missing)
 
     def refuse(self, node: Node) -> RuleFailure | None:
