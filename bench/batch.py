@@ -20,9 +20,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.pipeline import REPO, admin_sql, build_cluster, drain_queue, postgres_server_url, with_database
+from bench.pipeline import (
+    REPO,
+    admin_sql,
+    bench_database_name,
+    build_cluster,
+    drain_queue,
+    postgres_server_url,
+    with_database,
+)
 
-DATABASE = f"hamiadmin_bench_batch_{os.getpid()}"
+DATABASE = bench_database_name("batch")
 QUEUES = ("research", "prod", "batch", "dev")
 
 

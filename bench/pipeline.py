@@ -4,7 +4,7 @@ latency from a release to the placement of a pod waiting for that capacity.
     python -m bench.pipeline [--nodes 100,1000] [--pods 5000] [--backends sqlite,postgresql] [--workers 1]
 
 Each run gets a throwaway database: a temporary SQLite file, and a PostgreSQL database
-`hamiadmin_bench_<pid>_<random>` created for that run and dropped after it on the server of
+`hamiadmin_bench_<pid>_<random>` (prefix: BENCH_DATABASE_PREFIX) created for that run and dropped after it on the server of
 DATABASE_URL (or
 postgres://postgres@127.0.0.1:5432 when DATABASE_URL is not PostgreSQL); PostgreSQL is
 skipped when that server cannot be reached. The name is new for every run and nothing is
@@ -43,9 +43,11 @@ REPO = Path(__file__).resolve().parent.parent
 # --- the parent: databases, children, table ----------------------------------------------
 
 
-def bench_database_name() -> str:
-    """A PostgreSQL database name no other run uses: process id plus 32 random bits."""
-    return f"hamiadmin_bench_{os.getpid()}_{secrets.token_hex(4)}"
+def bench_database_name(kind: str = "") -> str:
+    """A PostgreSQL database name no other run uses: `BENCH_DATABASE_PREFIX` (default
+    `hamiadmin_bench`), the bench's `kind`, the process id and 32 random bits."""
+    prefix = os.environ.get("BENCH_DATABASE_PREFIX", "hamiadmin_bench") + (f"_{kind}" if kind else "")
+    return f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
 
 
 def postgres_server_url() -> str:

@@ -267,7 +267,9 @@ def run(
                 grants = list(decision.preemption.grants)
                 node = cluster.node(decision.preemption.node)
                 _move(node, grants, -1)  # assumed in the cycle; the next one holds it as a nomination
-                nominations[key] = Nominated(node.name, grants, waiting=0)
+                nominations[key] = Nominated(
+                    node.name, grants, waiting=0, whole=tuple(decision.preemption.whole)
+                )
                 for victim in outcome.victims:
                     running.pop(victim, None)
                     result.evicted += 1

@@ -1,6 +1,6 @@
-"""Failed credentials, counted per client address: after AUTH_FAILURE_LIMIT failures within
-AUTH_FAILURE_WINDOW_SECONDS, that address's further attempts are answered 429 with
-Retry-After until the window (which starts at its first failure) ends.
+"""Failed credentials, counted per client address and per credential: they block further
+failures, never a right credential (issue 29: behind an Ingress every client shares one
+address, and one client's typos must not lock out the others, nor an agent's reports).
 
 - An **attempt** is a sign-in form sent (`POST` to the dashboard's or the admin's login page),
   or a request that presents a credential: an `Authorization` header (API token, extender or
@@ -8,16 +8,27 @@ Retry-After until the window (which starts at its first failure) ends.
   Probes, anonymous pages and signed-in browsers are never attempts, so never throttled.
 - A **failure** is a sign-in form refused (Django's `user_login_failed`), or a 401 answer to
   an attempt (a bad API token, extender token or metrics token).
+- After AUTH_FAILURE_LIMIT failures of **one credential from one address** (the same token,
+  or sign-ins as the same user name) within AUTH_FAILURE_WINDOW_SECONDS, that credential's
+  further attempts from that address are answered 429 with Retry-After until the window
+  (which starts at its first failure) ends: a sign-in as that user from there waits even
+  with the right password (a password is short enough to guess).
+- After AUTH_FAILURE_LIMIT failures of **any credentials from one address**, every further
+  failure from it is answered 429 with Retry-After instead of 401; a token that is right
+  still passes (tokens are 32-40 random characters: guessing one is hopeless, so a right
+  one is the owner's), and a sign-in as another user is still judged (the `login` rate
+  limit bounds how fast an address may try names at all).
 
 The client is REMOTE_ADDR: the settings trust no proxy header. Behind a proxy that does not
-keep the client address, every client shares the proxy's (docs/deploy.md). The counters live
-in the "shared" cache (Redis with REDIS_URL, so every process counts together; this process's
-memory otherwise). A cache that fails lets the request through: throttling is a brake, not
-a gate.
+keep the client address, every client shares the proxy's (docs/deploy.md). A credential is
+kept only as a digest. The counters live in the "shared" cache (Redis with REDIS_URL, so
+every process counts together; this process's memory otherwise). A cache that fails lets the
+request through: throttling is a brake, not a gate.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
@@ -60,8 +71,25 @@ def attempt_kind(request) -> str | None:
     return "metrics" if path == "/metrics" else "api"
 
 
-def _keys(client: str) -> tuple[str, str]:
-    return f"{_PREFIX}{client}", f"{_PREFIX}{client}:until"
+def _keys(scope: str) -> tuple[str, str]:
+    return f"{_PREFIX}{scope}", f"{_PREFIX}{scope}:until"
+
+
+def credential_of(request, kind: str) -> str:
+    """A digest of the credential the attempt presents: the user name of a sign-in form, the
+    `Authorization` header, or the extender key in the path."""
+    if kind in ("login", "admin"):
+        text = "user:" + str(request.POST.get("username", "")).strip().lower()
+    elif kind == "extender" and request.path_info.startswith("/extender/key/"):
+        text = "key:" + request.path_info.split("/", 4)[3]
+    else:
+        text = "header:" + request.META.get("HTTP_AUTHORIZATION", "")
+    return hashlib.sha256(text.encode(errors="replace")).hexdigest()[:32]
+
+
+def pair(client: str, credential: str) -> str:
+    """The counter scope of one credential from one address."""
+    return f"{client}|{credential}"
 
 
 def _cache_failed(exc: Exception) -> None:
@@ -71,12 +99,13 @@ def _cache_failed(exc: Exception) -> None:
         log.warning("failed-credential counters unavailable, not throttling: %s", type(exc).__name__)
 
 
-def retry_after(client: str) -> int:
-    """Seconds until `client` may try again; 0 when it may now."""
+def retry_after(scope: str) -> int:
+    """Seconds until `scope` (an address, or `pair(address, credential)`) is out of its
+    block; 0 when it is not blocked."""
     limit, _ = _limits()
     if limit <= 0:
         return 0
-    count_key, until_key = _keys(client)
+    count_key, until_key = _keys(scope)
     try:
         found = caches["shared"].get_many([count_key, until_key])
     except Exception as exc:  # noqa: BLE001 - fail open, see the module docstring
@@ -87,13 +116,21 @@ def retry_after(client: str) -> int:
     return max(1, math.ceil(float(found.get(until_key) or 0) - time.time()))
 
 
-def record_failure(client: str, kind: str) -> int:
-    """Count one failed credential of `client`; the failures in its window so far."""
+def record_failure(client: str, kind: str, credential: str = "") -> int:
+    """Count one failed credential of `client` (and of that credential from it); the failures
+    of the address in its window so far."""
     metrics.auth_failed(kind)
+    if credential:
+        _count(pair(client, credential), kind, quiet=True)
+    return _count(client, kind)
+
+
+def _count(scope: str, kind: str, quiet: bool = False) -> int:
     limit, window = _limits()
     if limit <= 0:
         return 0
-    count_key, until_key = _keys(client)
+    client = scope
+    count_key, until_key = _keys(scope)
     cache = caches["shared"]
     try:
         cache.add(until_key, time.time() + window, window)
@@ -106,9 +143,9 @@ def record_failure(client: str, kind: str) -> int:
     except Exception as exc:  # noqa: BLE001
         _cache_failed(exc)
         return 0
-    if count == limit:
+    if count == limit and not quiet:
         log.warning(
-            "%d failed credentials from %s within %d s: throttled (429) until the window ends",
+            "%d failed credentials from %s within %d s: its further failures are 429 until the window ends",
             count,
             client,
             window,
@@ -120,11 +157,13 @@ def record_failure(client: str, kind: str) -> int:
 def signed_in_failed(sender, credentials=None, request=None, **kwargs) -> None:
     """`user_login_failed`: a sign-in form (dashboard or admin) was refused."""
     if request is not None:
-        record_failure(client_of(request), attempt_kind(request) or "login")
+        kind = attempt_kind(request) or "login"
+        record_failure(client_of(request), kind, credential_of(request, kind))
 
 
 class FailedCredentialsThrottle:
-    """Middleware: refuses attempts from a throttled client, counts the 401s of the others."""
+    """Middleware: refuses a credential that failed too often from this address, turns the
+    failures of an address that failed too often into 429s, and counts the 401s."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -134,16 +173,24 @@ class FailedCredentialsThrottle:
         if kind is None:
             return self.get_response(request)
         client = client_of(request)
-        wait = retry_after(client)
+        credential = credential_of(request, kind)
+        wait = retry_after(pair(client, credential))
         if wait:
-            metrics.auth_throttled(kind)
-            answer = JsonResponse(
-                {"detail": f"Too many failed credentials from this address; try again in {wait} s."},
-                status=429,
-            )
-            answer["Retry-After"] = str(wait)
-            return answer
+            return _refused(kind, wait)
         response = self.get_response(request)
         if response.status_code == 401:
-            record_failure(client, kind)
+            wait = retry_after(client)
+            record_failure(client, kind, credential)
+            if wait:
+                return _refused(kind, wait)
         return response
+
+
+def _refused(kind: str, wait: int) -> JsonResponse:
+    metrics.auth_throttled(kind)
+    answer = JsonResponse(
+        {"detail": f"Too many failed credentials from this address; try again in {wait} s."},
+        status=429,
+    )
+    answer["Retry-After"] = str(wait)
+    return answer

@@ -65,7 +65,9 @@ if PRODUCTION:
 else:
     SECRET_KEY = os.environ.get("SECRET_KEY", "dev-only-insecure-key-set-SECRET_KEY-in-production")
 
-DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+# Off unless asked for (DEBUG=true): it costs ~1.5 ms a request and shows Django's debug pages
+# instead of the project's own (issue 29).
+DEBUG = env_bool("DEBUG", default=False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "" if PRODUCTION else "127.0.0.1,localhost,testserver,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 
@@ -126,6 +128,15 @@ DATABASES = {
         conn_max_age=env_int("DB_CONN_MAX_AGE", "60"),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A session left idle inside a transaction (a process stopped, a pipe full) is ended by the
+    # server after this long, so the row and cycle locks it holds come free (issue 29); 0: off.
+    _idle = env_int("HAMI_DB_IDLE_IN_TRANSACTION_SECONDS", "60")
+    if _idle > 0:
+        _options = DATABASES["default"].setdefault("OPTIONS", {})
+        _options["options"] = (
+            _options.get("options", "") + f" -c idle_in_transaction_session_timeout={_idle * 1000}"
+        ).strip()
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several writers (web, scheduler thread, agents) share one file: wait for the lock
     # instead of failing, and take the write lock at BEGIN so a cycle's re-check is atomic.
@@ -152,7 +163,7 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "static"))
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
 # gunicorn serves static files itself through WhiteNoise; in development it reads them from the finders.
-WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_USE_FINDERS = DEBUG or not PRODUCTION
 if not PRODUCTION:
     # The embedded default keeps its SQLite file and broker folder here; WhiteNoise warns
     # about a missing static root.
@@ -224,6 +235,22 @@ HAMIADMIN: dict[str, Any] = {
     "CYCLE_LOCK": os.environ.get("HAMI_CYCLE_LOCK", "auto"),
     "CYCLE_LOCK_TIMEOUT_SECONDS": env_float("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "3"),
     "SCHEDULER_NAME": os.environ.get("HAMI_SCHEDULER_NAME", "hami-scheduler"),
+    # Every spec.schedulerName hamiadmin serves (docs/kubernetes.md, *Routing operators*), e.g.
+    # `hami-scheduler,volcano`; SCHEDULER_NAME is always among them (the one the webhook writes).
+    "SCHEDULER_NAMES": tuple(
+        dict.fromkeys(
+            name.strip()
+            for name in (
+                os.environ.get("HAMI_SCHEDULER_NAME", "hami-scheduler"),
+                *os.environ.get("HAMI_SCHEDULER_NAMES", "").split(","),
+            )
+            if name.strip()
+        )
+    ),
+    # Gangs from owners (kube/owners.py, docs/queues.md): `all` groups pods by their top
+    # controller in every namespace, `none` only in namespaces labelled
+    # hami.io/gangs-from-owners=true (a namespace labelled "false" is left out under `all`).
+    "GANGS_FROM_OWNERS": os.environ.get("HAMI_GANGS_FROM_OWNERS", "none").strip().lower(),
     # Pipeline (scheduling/pipeline): cycle size, back-off, triggers, history bounds.
     "SINGLE_FLIGHT": env_bool("HAMI_SINGLE_FLIGHT", True),
     "CYCLE_MAX_PODS": env_int("HAMI_CYCLE_MAX_PODS", "1000"),
@@ -239,6 +266,8 @@ HAMIADMIN: dict[str, Any] = {
     # it reads the cluster whole at least this often all the same.
     "SNAPSHOT_KEEP": env_bool("HAMI_SNAPSHOT_KEEP", True),
     "SNAPSHOT_REBUILD_SECONDS": env_float("HAMI_SNAPSHOT_REBUILD_SECONDS", "300"),
+    # the standing snapshot and warmed caches out of the garbage collector's sweeps (issue 29)
+    "GC_FREEZE": env_bool("HAMI_GC_FREEZE", True),
     "FINISHED_PODS_KEPT_HOURS": env_float("HAMI_FINISHED_PODS_KEPT_HOURS", "168"),
     # Batch (engine/jobs.py): a job still unplaced after this long holds the nodes it came
     # closest on for the rest of each cycle, so smaller jobs cannot starve it; <= 0: never.

@@ -99,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     identity = args.identity or os.environ.get("POD_NAME") or socket.gethostname()
     namespace = args.namespace or default_namespace()
     elector = LeaderElector(api, namespace, args.lease_name, identity)
+    gangs = settings.HAMIADMIN.get("GANGS_FROM_OWNERS", "none")
+    if gangs not in ("all", "none"):
+        print(f"HAMI_GANGS_FROM_OWNERS: must be all or none, got {gangs!r}", file=sys.stderr)
+        return EXIT_USAGE
     options = AgentOptions(
         scheduler_name=args.scheduler_name,
+        other_scheduler_names=tuple(settings.HAMIADMIN.get("SCHEDULER_NAMES", ())),
+        gangs_from_owners=gangs,
         extender=args.extender,
         watch_timeout=args.watch_timeout,
         resync_seconds=max(1.0, settings.HAMIADMIN.get("HEARTBEAT_TIMEOUT_SECONDS", 60.0) / 3),
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "kube agent %s: scheduler %s, lease %s/%s%s",
         identity,
-        args.scheduler_name,
+        ",".join(agent.scheduler_names),
         namespace,
         args.lease_name,
         " (extender mode)" if args.extender else "",

@@ -1,10 +1,11 @@
 """The watcher: keeps the scheduler's tables in step with Kubernetes and binds what it places.
 
-While this instance holds the Lease it runs three informers (pods of our scheduler name,
+While this instance holds the Lease it runs three informers (pods of our scheduler names,
 or all pods in extender mode, where kube-scheduler places and binds; nodes; and every pod of
 the cluster, slim, for the pods others bound: `kube.bound`), in watcher mode also
-ResourceQuotas and the PodGroup CRDs discovery shows served (read before the pods, so a
-gang's figures are known when its members are queued), and, in its own loop (watcher mode):
+ResourceQuotas and the PodGroup CRDs discovery shows served, and the Workload API's PodGroups
+and Workloads when served (`kube.workloads`; read before the pods, so a gang's figures are
+known when its members are queued), and, in its own loop (watcher mode):
 
 - on taking the lead, and on every resync after, finishes or fails binds a predecessor left
   half-done (bound, `bind-phase: allocating`: killed between the Binding and its last
@@ -48,6 +49,7 @@ from .evictor import Evictor
 from .groups import KINDS, GroupKind, GroupSync
 from .informer import Backoff, Handlers, Informer
 from .leader import LeaderElector
+from .owners import OwnerGangs
 from .quotas import QuotaSync
 from .reconcile import DriftWatch
 from .status import GATED_MESSAGE, SCHEDULER_ERROR, SCHEDULING_GATED, UNSCHEDULABLE, PodStatusWriter, Verdict
@@ -61,13 +63,23 @@ from .volumes import (
     project_class,
     project_volume,
 )
+from .workloads import WORKLOAD_KIND, WorkloadGroupSync, WorkloadSync
 
 log = logging.getLogger("hamiadmin.kube.agent")
+
+#: The PodGroup objects read when served: Volcano's, scheduler-plugins', the Workload API's.
+GROUP_KINDS = (*KINDS, WORKLOAD_KIND)
+WORKLOADS = "workloads"
 
 
 @dataclass
 class AgentOptions:
     scheduler_name: str = "hami-scheduler"
+    #: Other `spec.schedulerName`s whose pods this agent places too (`HAMI_SCHEDULER_NAMES`:
+    #: `volcano` for operators that stamp it).
+    other_scheduler_names: tuple[str, ...] = ()
+    #: Gangs from owners (kube/owners.py): `all` or `none` (namespaces opt in by their label).
+    gangs_from_owners: str = "none"
     #: Extender mode: kube-scheduler places and binds through /extender/; this agent only
     #: reports nodes and watches every pod to release the ones that end.
     extender: bool = False
@@ -118,18 +130,25 @@ class KubeAgent:
         writes_events = None if self.options.extender else self.events
         self.pod_sync = PodSync(
             api,
-            name,
+            self.scheduler_names,
             self.is_leader,
             on_release=self.forget,
             queue_pods=not self.options.extender,
             events=writes_events,
         )
+        if not self.options.extender:
+            self.pod_sync.owners = OwnerGangs(
+                api, self.options.gangs_from_owners, on_unknown=self.pod_sync.unknown_owner
+            )
         self.node_sync = NodeSync(self.is_leader, events=writes_events)
         self.bound_sync = BoundPodSync(self.is_leader)
         self.status = PodStatusWriter(api, self.is_leader)
         self.quota_sync = QuotaSync(self.is_leader, Refusals())
         self.group_syncs = {kind.source: GroupSync(api, kind, self.is_leader, Refusals()) for kind in KINDS}
-        self.drift = DriftWatch(api, name, every_pod=self.options.extender)
+        self.group_syncs[WORKLOAD_KIND.source] = self.workload_groups = WorkloadGroupSync(
+            api, self.is_leader, Refusals(), workload_of=self._workload
+        )
+        self.drift = DriftWatch(api, self.scheduler_names, every_pod=self.options.extender)
         self._drift_listed_at = clock()
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
@@ -157,8 +176,20 @@ class KubeAgent:
 
     # -- informers ----------------------------------------------------------------------
 
+    @property
+    def scheduler_names(self) -> tuple[str, ...]:
+        """Every `spec.schedulerName` served: ours first."""
+        return tuple(dict.fromkeys((self.options.scheduler_name, *self.options.other_scheduler_names)))
+
     def pod_selector(self) -> str:
-        return "" if self.options.extender else f"spec.schedulerName={self.options.scheduler_name}"
+        """One name: its pods. Several: a field selector cannot say "one of", so every pod not
+        left to kube-scheduler is watched and `PodSync` keeps those of our names."""
+        names = self.scheduler_names
+        if self.options.extender or "default-scheduler" in names:
+            return ""
+        if len(names) == 1:
+            return f"spec.schedulerName={names[0]}"
+        return "spec.schedulerName!=default-scheduler"
 
     def informers(self) -> list[Informer]:
         return [
@@ -200,9 +231,11 @@ class KubeAgent:
                 )
             )
             self.batch["resourcequotas"] = started[-1]
-        for kind in KINDS:
+        for kind in GROUP_KINDS:
             if kind.source in self.batch or not self._served(kind):
                 continue
+            if kind is WORKLOAD_KIND:
+                started += self._start_workloads(timeout)
             started.append(
                 Informer(
                     f"podgroups.{kind.group}",
@@ -214,9 +247,37 @@ class KubeAgent:
                 )
             )
             self.batch[kind.source] = started[-1]
+            if kind is WORKLOAD_KIND:
+                self.workload_groups.podgroups = started[-1].snapshot
         for informer in started:
             self._start(informer, stop)
         return started
+
+    def _start_workloads(self, timeout: int) -> list[Informer]:
+        """The Workloads' informer, when the Workload API serves them (their templates hold
+        what a PodGroup leaves out: `kube.workloads`); started before its PodGroups."""
+        if WORKLOADS in self.batch:
+            return []
+        try:
+            resources = self.api.served_resources(WORKLOAD_KIND.group, WORKLOAD_KIND.version)
+        except (ApiError, ApiUnavailable) as exc:
+            log.warning("discovery of %s/%s failed: %s", WORKLOAD_KIND.group, WORKLOAD_KIND.version, exc)
+            return []
+        if not resources or WORKLOADS not in resources:
+            return []
+        self.batch[WORKLOADS] = Informer(
+            WORKLOADS,
+            self.api.list_workloads,
+            self.api.watch_workloads,
+            WorkloadSync(self.workload_groups),
+            watch_timeout=timeout,
+            backoff=self._api_backoff(),
+        )
+        return [self.batch[WORKLOADS]]
+
+    def _workload(self, namespace: str, name: str) -> dict | None:
+        informer = self.batch.get(WORKLOADS)
+        return informer.get(namespace, name) if informer is not None else None
 
     def _served(self, kind: GroupKind) -> bool:
         """Whether the API server serves this PodGroup CRD (discovery); whether its status can
@@ -306,8 +367,8 @@ class KubeAgent:
         self.start_batch_informers(stop)
         self.start_storage_informers(stop)
         deadline = time.monotonic() + self.options.groups_wait_seconds
-        for kind in KINDS:
-            groups = self.batch.get(kind.source)
+        for source in (*(kind.source for kind in GROUP_KINDS), WORKLOADS):
+            groups = self.batch.get(source)
             while groups is not None and not (
                 groups.has_synced.is_set() or stop.is_set() or time.monotonic() >= deadline
             ):
@@ -449,7 +510,7 @@ class KubeAgent:
 
     def write_group_statuses(self) -> None:
         """PodGroup objects' status from their rows (phase, verdict), where it differs."""
-        for kind in KINDS:
+        for kind in GROUP_KINDS:
             informer = self.batch.get(kind.source)
             if informer is not None and informer.has_synced.is_set():
                 self.group_syncs[kind.source].write_status(informer.snapshot())
@@ -460,7 +521,7 @@ class KubeAgent:
         obj = self.watched_pods.get(row.namespace, row.name)
         if obj is None or (row.uid and pod_objects.uid_of(obj) != row.uid):
             return None
-        if pod_objects.scheduler_of(obj) != self.options.scheduler_name or pod_objects.node_of(obj):
+        if pod_objects.scheduler_of(obj) not in self.scheduler_names or pod_objects.node_of(obj):
             return None
         return obj
 
@@ -593,9 +654,25 @@ class KubeAgent:
             ).values_list("pod__uid", "card__node__name")
         )
         waiting = []
-        for namespace, name, uid, status, reason, error, latest, gated, parked in rows.values_list(
-            "namespace", "name", "uid", "status", "reason", "error", "latest_decision_id", "gated", "parked"
-        ):
+        listed = list(
+            rows.values_list(
+                "namespace",
+                "name",
+                "uid",
+                "status",
+                "reason",
+                "error",
+                "latest_decision_id",
+                "gated",
+                "parked",
+            )
+        )
+        verdicts = dict(  # each decision's triage (engine.triage), for the condition's message
+            Decision.objects.filter(pk__in=[row[6] for row in listed if row[6]]).values_list(
+                "id", "payload__verdict"
+            )
+        )
+        for namespace, name, uid, status, reason, error, latest, gated, parked in listed:
             obj = self.watched_pods.get(namespace, name)
             if obj is None or pod_objects.uid_of(obj) != uid or pod_objects.node_of(obj):
                 continue
@@ -607,7 +684,8 @@ class KubeAgent:
             if status == Pod.REJECTED or parked:
                 self.status.write(obj, Verdict(SCHEDULER_ERROR, error or reason))
             else:
-                self.status.write(obj, Verdict(UNSCHEDULABLE, reason or error, nominated.get(uid) or ""))
+                message = explain.condition_message(reason or error, verdicts.get(latest))
+                self.status.write(obj, Verdict(UNSCHEDULABLE, message, nominated.get(uid) or ""))
             waiting.append((PodRef(namespace, name, uid), status, reason or error, latest))
         ids = [latest for _, status, _, latest in waiting if status == Pod.PENDING and latest]
         payloads = dict(Decision.objects.filter(pk__in=ids).values_list("id", "payload")) if ids else {}

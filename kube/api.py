@@ -31,6 +31,9 @@ MERGE_PATCH = "application/merge-patch+json"
 VOLCANO = ("scheduling.volcano.sh", "v1beta1")
 COSCHEDULING = ("scheduling.x-k8s.io", "v1alpha1")
 PODGROUPS = "podgroups"
+#: Kubernetes' own gang scheduling (1.37 beta): PodGroup and Workload objects, read when served.
+WORKLOAD_API = ("scheduling.k8s.io", "v1beta1")
+WORKLOADS = "workloads"
 
 
 class ApiUnavailable(Exception):
@@ -103,6 +106,7 @@ class KubeApi:
         self.coordination = client.CoordinationV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.storage = client.StorageV1Api(api_client)
+        self.scheduling = client.SchedulingV1beta1Api(api_client)
         self.request_timeout = request_timeout
 
     def _call(self, method, *args, **kwargs) -> dict:
@@ -335,6 +339,50 @@ class KubeApi:
             _content_type=MERGE_PATCH,
         )
 
+    # -- the Workload API (scheduling.k8s.io/v1beta1), when served ---------------------
+
+    @needs((WORKLOAD_API[0], PODGROUPS, "list"))
+    def list_workload_podgroups(self) -> tuple[list[dict], str]:
+        body = self._call(self.scheduling.list_pod_group_for_all_namespaces)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs((WORKLOAD_API[0], PODGROUPS, "watch"))
+    def watch_workload_podgroups(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(
+            self.scheduling.list_pod_group_for_all_namespaces, resource_version, timeout_seconds
+        )
+
+    @needs((WORKLOAD_API[0], f"{PODGROUPS}/status", "patch"))
+    def patch_workload_podgroup_status(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of the status subresource (`status.conditions`)."""
+        return self._call(
+            self.scheduling.patch_namespaced_pod_group_status,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
+    @needs((WORKLOAD_API[0], WORKLOADS, "list"))
+    def list_workloads(self) -> tuple[list[dict], str]:
+        body = self._call(self.scheduling.list_workload_for_all_namespaces)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs((WORKLOAD_API[0], WORKLOADS, "watch"))
+    def watch_workloads(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(
+            self.scheduling.list_workload_for_all_namespaces, resource_version, timeout_seconds
+        )
+
+    # -- owners of pods (kube/owners.py), and namespaces' opt-in ---------------------
+
+    @needs(("", "namespaces", "get"))
+    def get_namespace(self, name: str) -> dict:
+        return self._call(self.core.read_namespace, name)
+
+    def _get_custom(self, group: str, version: str, plural: str, namespace: str, name: str) -> dict:
+        return self._call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+
     # -- events (core/v1) ---------------------------------------------------------------
 
     @needs(("", "events", "create"))
@@ -391,6 +439,37 @@ class KubeApi:
         return WatchStream(response)
 
 
+#: The owner kinds read (kube/owners.py registers how each is counted), (api group, plural):
+#: one `KubeApi.get_<plural>(group, version, namespace, name)` each, so each carries its own
+#: grant; ApiError 404 when the object is gone or its group is not served.
+OWNER_RESOURCES = (
+    ("apps", "replicasets"),
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("batch", "jobs"),
+    ("jobset.x-k8s.io", "jobsets"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+    ("ray.io", "rayclusters"),
+    ("ray.io", "rayjobs"),
+    ("kubeflow.org", "pytorchjobs"),
+    ("kubeflow.org", "tfjobs"),
+    ("kubeflow.org", "mpijobs"),
+)
+
+
+def _owner_getter(group: str, plural: str):
+    @needs((group, plural, "get"))
+    def get(self: KubeApi, api_group: str, version: str, namespace: str, name: str) -> dict:
+        return self._get_custom(api_group, version, plural, namespace, name)
+
+    get.__name__ = get.__qualname__ = f"get_{plural}"
+    return get
+
+
+for _group, _plural in OWNER_RESOURCES:
+    setattr(KubeApi, f"get_{_plural}", _owner_getter(_group, _plural))
+OWNER_CALLS = tuple(getattr(KubeApi, f"get_{plural}") for _, plural in OWNER_RESOURCES)
+
 #: The calls each identity makes. Their grants are the RBAC rules deploy/k8s must give it,
 #: no more: tests/kube runs each identity's code against a stand-in API server and compares
 #: what it requested with these; tests/deploy compares the rendered Roles with them.
@@ -420,6 +499,11 @@ WATCHER_AGENT_CALLS = (
     KubeApi.list_coscheduling_podgroups,
     KubeApi.watch_coscheduling_podgroups,
     KubeApi.patch_coscheduling_podgroup_status,
+    KubeApi.list_workload_podgroups,
+    KubeApi.watch_workload_podgroups,
+    KubeApi.patch_workload_podgroup_status,
+    KubeApi.list_workloads,
+    KubeApi.watch_workloads,
     KubeApi.list_persistent_volume_claims,
     KubeApi.watch_persistent_volume_claims,
     KubeApi.get_persistent_volume_claim,
@@ -430,6 +514,8 @@ WATCHER_AGENT_CALLS = (
     KubeApi.patch_persistent_volume,
     KubeApi.list_storage_classes,
     KubeApi.watch_storage_classes,
+    KubeApi.get_namespace,
+    *OWNER_CALLS,
 )
 #: `--extender`: kube-scheduler binds; the agent reports nodes, releases pods that end, and
 #: GETs the rows a relist misses.

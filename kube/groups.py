@@ -11,7 +11,9 @@ field): `spec.minMember`, `spec.minResources` (`nvidia.com/gpu`, `nvidia.com/gpu
 kube-scheduler's business), Volcano's `spec.queue` (the queue
 of that name if it exists, else none: the pods' own or `default`), scheduler-plugins'
 `spec.scheduleTimeoutSeconds`. Volcano's `spec.priorityClassName` is not read: members keep
-their own `spec.priority`. A deleted object leaves its row (its pods may still name it).
+their own `spec.priority`. A deleted object leaves its row (its pods may still name it). A
+name whose row another kind of PodGroup holds (`OBJECT_SOURCES`: Volcano's, scheduler-plugins',
+the Workload API's, `kube.workloads`) is refused naming `metadata.name`: the first claim stays.
 
 The row's phase and verdict go back into `status` when they differ from the object's (see
 `VOLCANO_KIND` and `COSCHEDULING_KIND` for the phase names). Volcano's PodGroup also gets one
@@ -30,6 +32,7 @@ from django.core.exceptions import ValidationError
 from scheduling import services
 from scheduling.engine.batch.queues import quota_resource
 from scheduling.models import PodGroup
+from scheduling.services.batch import READ_GROUP_FIELDS
 from scheduling.storable import printable, why_unstorable
 
 from .api import COSCHEDULING, VOLCANO, ApiError, ApiUnavailable, KubeApi
@@ -43,7 +46,7 @@ log = logging.getLogger("hamiadmin.kube.groups")
 GROUP_REFUSED = "PodGroupInvalid"
 MAX_MEMBERS = 1_000_000
 #: The row fields an object sets (`queue` by name).
-FIELDS = ("min_member", "min_vgpus", "min_gpumem", "min_gpucores", "schedule_timeout_seconds", "source")
+FIELDS = (*READ_GROUP_FIELDS, "source")
 #: A row field -> the object's field it comes from, for the writer's refusals.
 OBJECT_FIELDS = {
     "namespace": "metadata.namespace",
@@ -71,6 +74,9 @@ class GroupKind:
     conditions: bool = False
     reads_queue: bool = False
     reads_timeout: bool = False
+    #: Volcano's `spec.minTaskMember` (task -> its own minimum): recorded as the row's
+    #: `subgroups`, not enforced.
+    reads_task_members: bool = False
     lister: str = ""  # KubeApi method names
     watcher: str = ""
     patcher: str = ""
@@ -91,6 +97,7 @@ VOLCANO_KIND = GroupKind(
     },
     conditions=True,
     reads_queue=True,
+    reads_task_members=True,
     lister="list_volcano_podgroups",
     watcher="watch_volcano_podgroups",
     patcher="patch_volcano_podgroup",
@@ -175,12 +182,30 @@ def group_fields(obj: dict, kind: GroupKind) -> dict:
             raise GroupInvalid(f"spec.minResources.{key}", str(exc)) from None
     if kind.reads_queue and spec.get("queue") is not None:
         fields["queue"] = _name(spec.get("queue"), "spec.queue", 63)
+    if kind.reads_task_members:
+        fields["subgroups"] = task_members(spec.get("minTaskMember"))
     if kind.reads_timeout:
         timeout = spec.get("scheduleTimeoutSeconds")
         fields["schedule_timeout_seconds"] = (
             None if timeout in (None, 0) else _whole(timeout, "spec.scheduleTimeoutSeconds", 1, 2**31 - 1)
         )
     return fields
+
+
+def task_members(found) -> list[dict]:
+    """Volcano's `spec.minTaskMember` ({task: minimum}) as the row's `subgroups`; GroupInvalid
+    naming the task's field."""
+    if found is None:
+        return []
+    if not isinstance(found, dict):
+        raise GroupInvalid("spec.minTaskMember", "must be an object of task names and counts")
+    return [
+        {
+            "name": _name(task, "spec.minTaskMember", 253),
+            "min_member": _whole(least, f"spec.minTaskMember.{task}", 0, MAX_MEMBERS),
+        }
+        for task, least in found.items()
+    ]
 
 
 def unchanged(row: PodGroup, fields: dict) -> bool:
@@ -203,6 +228,26 @@ def store_group(fields: dict) -> bool:
     except ValidationError as exc:
         where, messages = next(iter(exc.message_dict.items()))
         raise GroupInvalid(OBJECT_FIELDS.get(where, where), "; ".join(messages)) from None
+
+
+#: The row sources read from PodGroup objects: one row, one object.
+OBJECT_SOURCES = ("volcano", "coscheduling", "workload")
+
+
+def claimed_elsewhere(fields: dict) -> None:
+    """Raise GroupInvalid (`metadata.name`) when the row of that name is another kind of
+    PodGroup object's (or its pods'): two groups claiming the same pods, neither is overwritten."""
+    source = (
+        PodGroup.objects.filter(namespace=fields["namespace"], name=fields["name"])
+        .values_list("source", flat=True)
+        .first()
+    )
+    if source in OBJECT_SOURCES and source != fields["source"]:
+        raise GroupInvalid(
+            "metadata.name",
+            f"pod group {fields['namespace']}/{fields['name']} is claimed by a {source} PodGroup already; "
+            "rename one of them",
+        )
 
 
 def _stamp(moment) -> str:
@@ -290,9 +335,9 @@ class GroupSync(Handler):
 
     def apply(self, obj: dict, stored: dict | None = None) -> None:
         try:
-            fields = group_fields(obj, self.kind)
+            fields = self.fields_of(obj)
         except GroupInvalid as exc:
-            self.refusals.refuse(subject_of(obj), GROUP_REFUSED, str(exc))
+            self.refused(obj, exc)
             return
         self.refusals.accepted(subject_of(obj))
         if stored is not None:
@@ -300,9 +345,24 @@ class GroupSync(Handler):
             if row is not None and unchanged(row, fields):
                 return
         try:
+            claimed_elsewhere(fields)
             store_group(fields)
         except GroupInvalid as exc:
-            self.refusals.refuse(subject_of(obj), GROUP_REFUSED, str(exc))
+            self.refused(obj, exc)
+
+    def fields_of(self, obj: dict) -> dict:
+        """The row fields the object sets (`group_fields`); GroupInvalid naming its field."""
+        return group_fields(obj, self.kind)
+
+    def refused(self, obj: dict, exc: GroupInvalid) -> None:
+        self.refusals.refuse(subject_of(obj), GROUP_REFUSED, str(exc))
+
+    def wanted_for(self, obj: dict, phase: str, reason: str, conditions: list) -> dict | None:
+        """The object's `status` for its row (None: nothing to write)."""
+        return wanted_status(self.kind, phase, reason, conditions)
+
+    def differs(self, current, wanted: dict) -> bool:
+        return status_differs(current, wanted)
 
     def write_status(self, objects: list[dict]) -> None:
         """Patch the status of every object whose row says something else. API trouble is
@@ -321,11 +381,12 @@ class GroupSync(Handler):
             row = rows.get((namespace or "default", name))
             if row is None:
                 continue
-            wanted = wanted_status(self.kind, *row)
+            wanted = self.wanted_for(obj, *row)
             version = (obj.get("metadata") or {}).get("resourceVersion", "")
-            if not status_differs(obj.get("status"), wanted) or self.written.get((namespace, name)) == (
-                version,
-                wanted,
+            if (
+                wanted is None
+                or not self.differs(obj.get("status"), wanted)
+                or self.written.get((namespace, name)) == (version, wanted)
             ):
                 continue
             try:

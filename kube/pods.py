@@ -22,6 +22,7 @@ import math
 import re
 
 from hamiadmin.hamiconfig import HamiConfig, current
+from scheduling.engine.annotations import GroupRef, group_ref
 from scheduling.engine.encoding import PLACEMENT_ANNOTATIONS
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.quantity import LARGEST_QUANTITY, quantity
@@ -446,6 +447,7 @@ def submission(pod: dict, config: HamiConfig | None = None, volumes: Volumes | N
         "scheduling": _with_owners(
             {**scheduling_fields(pod), **_claims(pod, name, volumes)}, owner_references(pod)
         ),
+        **_workload_group(pod),
     }
 
 
@@ -459,6 +461,44 @@ def _claims(pod: dict, name: str, volumes: Volumes | None) -> dict:
     namespace = meta(pod).get("namespace") or "default"
     found = {"volumes": claimed, **volumes.storage_for(namespace, name, claimed)}
     return {key: _document(value, key) for key, value in found.items()}
+
+
+#: Where a pod names its Workload API PodGroup (Kubernetes 1.37, `scheduling.k8s.io/v1beta1`).
+SCHEDULING_GROUP = "spec.schedulingGroup.podGroupName"
+
+
+def workload_group(pod: dict) -> GroupRef | None:
+    """The Workload API PodGroup the pod names (`spec.schedulingGroup.podGroupName`, source
+    `workload`), or None. Its figures come from the object (`kube.workloads`). PodInvalid
+    naming the field when it is malformed, or when the pod's annotations or labels name
+    another group: two groups claiming one pod, neither is taken."""
+    found = spec(pod).get("schedulingGroup")
+    if found is None:
+        return None
+    if not isinstance(found, dict):
+        raise PodInvalid("spec.schedulingGroup", "must be an object")
+    name = found.get("podGroupName")
+    if name is None:
+        return None
+    name = _text(name, SCHEDULING_GROUP, 253)
+    if not name:
+        raise PodInvalid(SCHEDULING_GROUP, "must be a non-empty name")
+    try:
+        named = group_ref(annotations_of(pod), meta(pod).get("labels") or {})
+    except (PodInvalid, AttributeError, TypeError):
+        named = None  # judged with the pod's annotations and labels, naming their field
+    if named is not None and named.name != name:
+        raise PodInvalid(
+            SCHEDULING_GROUP,
+            f"names pod group {name!r}, but the pod's {named.source} annotation or label names {named.name!r}",
+        )
+    return GroupRef(name=name, source="workload")
+
+
+def _workload_group(pod: dict) -> dict:
+    """`submit_pod`'s `group` for a pod naming a Workload API PodGroup, else nothing."""
+    found = workload_group(pod)
+    return {"group": found} if found is not None else {}
 
 
 def _with_owners(scheduling: dict, owners: list[dict]) -> dict:

@@ -7,6 +7,8 @@ placement holds (8000 MiB) and refuses with `NamespaceQuotaExceeded`. This modul
 the `NamespaceQuota` rows equal to the objects (through `services.store_namespace_quota` and
 `forget_namespace_quotas`): one row per (namespace, quota, resource),
 the tighter value when one quota names a resource twice, and no row for a quota that is gone.
+Those rows are marked `source="kubernetes"`; quotas made through the REST API or the admin
+(`source="api"`) are never read, changed nor deleted here, even under the same name.
 
 A quantity is a whole count: `4`, `3k`, `2M`, `1e3` (the API server writes 2000000 as `2M`).
 A byte quantity (`16Gi`), a fraction or a milli value (`500m`) is refused naming the field
@@ -120,9 +122,9 @@ class QuotaSync(Handler):
         if not self.may_write():
             return
         stored: dict[tuple[str, str], dict[str, int]] = {}
-        for namespace, quota, resource, hard in NamespaceQuota.objects.values_list(
-            "namespace", "quota", "resource", "hard"
-        ):
+        for namespace, quota, resource, hard in NamespaceQuota.objects.filter(
+            source=NamespaceQuota.KUBERNETES
+        ).values_list("namespace", "quota", "resource", "hard"):
             stored.setdefault((namespace, quota), {})[resource] = hard
         present = set()
         for obj in objects:

@@ -30,8 +30,10 @@ from .events import ACTOR
 log = logging.getLogger("hamiadmin.kube.reconcile")
 
 
-def seen(obj: dict, scheduler_name: str) -> SeenPod | None:
-    """The pod cut down to what the check compares; None when it has no usable name."""
+def seen(obj: dict, scheduler_name: str | tuple[str, ...]) -> SeenPod | None:
+    """The pod cut down to what the check compares; None when it has no usable name.
+    `scheduler_name`: the one name served, or all of them (`HAMI_SCHEDULER_NAMES`)."""
+    names = (scheduler_name,) if isinstance(scheduler_name, str) else scheduler_name
     namespace, name = pod_objects.key_of(obj)
     if not (isinstance(namespace, str) and isinstance(name, str) and namespace and name):
         return None
@@ -43,14 +45,14 @@ def seen(obj: dict, scheduler_name: str) -> SeenPod | None:
         node=node if isinstance(node, str) else "",
         hami_bound=bool(
             node
-            and pod_objects.scheduler_of(obj) == scheduler_name
+            and pod_objects.scheduler_of(obj) in names
             and pod_objects.annotations_of(obj).get(ALLOCATED)
             and not pod_objects.final_status(obj)
         ),
     )
 
 
-def view_of(objects: list[dict], scheduler_name: str, every_pod: bool) -> KubernetesView:
+def view_of(objects: list[dict], scheduler_name: str | tuple[str, ...], every_pod: bool) -> KubernetesView:
     """`every_pod`: the list had no selector (extender mode, the command), so rows of both
     Kubernetes origins are covered; else only the scheduler name's pods (`kubernetes`)."""
     pods = tuple(pod for pod in (seen(obj, scheduler_name) for obj in objects) if pod is not None)
@@ -59,7 +61,10 @@ def view_of(objects: list[dict], scheduler_name: str, every_pod: bool) -> Kubern
 
 
 def confirmed(
-    api: KubeApi, found: ConsistencyReport, scheduler_name: str, known: frozenset = frozenset()
+    api: KubeApi,
+    found: ConsistencyReport,
+    scheduler_name: str | tuple[str, ...],
+    known: frozenset = frozenset(),
 ) -> ConsistencyReport:
     """`found`, keeping only the Kubernetes findings a GET of the pod and a fresh read of
     its row still show (a pod the API server cannot answer for is not called drift).
@@ -96,7 +101,9 @@ class DriftWatch:
     """The kube agent's comparison (see the module docstring): `run` with the informer's
     cache on each resync, or with a fresh list."""
 
-    def __init__(self, api: KubeApi, scheduler_name: str, every_pod: bool, repair: bool = True):
+    def __init__(
+        self, api: KubeApi, scheduler_name: str | tuple[str, ...], every_pod: bool, repair: bool = True
+    ):
         self.api, self.scheduler_name, self.every_pod, self.repair = api, scheduler_name, every_pod, repair
         #: Unknown bound pods confirmed by a GET already: not asked about again on each resync
         #: (after a migration from HAMi there may be hundreds, for as long as they run).
@@ -117,7 +124,7 @@ class DriftWatch:
         return found
 
 
-def check_against(api: KubeApi, scheduler_name: str) -> ConsistencyReport:
+def check_against(api: KubeApi, scheduler_name: str | tuple[str, ...]) -> ConsistencyReport:
     """The full check with every pod of the cluster compared, each finding confirmed."""
     objects, _ = api.list_pods()
     found = consistency.check(view_of(objects, scheduler_name, every_pod=True))

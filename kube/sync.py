@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from django.db import DataError
 
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError
+from scheduling.engine.annotations import group_ref
 from scheduling.models import Event, Pod, record_event
-from scheduling.services.pods import WriteOutcome
+from scheduling.services.pods import GROUP_KEY, WriteOutcome
 from scheduling.storable import printable, why_unstorable
 
 from . import nodes as node_objects
@@ -33,6 +35,7 @@ from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .events import ACTOR, EventRecorder, PodRef
 from .informer import Handler
+from .owners import OwnerGangs, OwnerInvalid, OwnerUnavailable
 from .volumes import Volumes
 
 log = logging.getLogger("hamiadmin.kube.sync")
@@ -42,6 +45,9 @@ ACTIVE = (Pod.PENDING, Pod.SCHEDULED, Pod.RUNNING, Pod.REJECTED)
 QUEUE_BATCH = 500
 #: `Event.reason` (and the Kubernetes Warning's reason) of a refused pod / node.
 POD_REFUSED, NODE_REFUSED = "PodInvalid", "InventoryInvalid"
+#: `Event.reason` of a pod whose owners cannot be read into a gang (kube/owners.py), and the
+#: Normal event of a pod whose controller is of a kind no gang is read from.
+OWNER_REFUSED, NO_GANG = "OwnerInvalid", "NoGangFromOwner"
 #: Node fields whose fault leaves no row to mark not ready: its name, or annotations that are
 #: not even an object (it cannot be told whether it is a HAMi node at all).
 UNMARKED = (node_objects.NAME, "metadata.annotations")
@@ -84,20 +90,23 @@ def _clean(*texts) -> bool:
 
 
 class PodSync(Handler):
-    """Pods of one scheduler name, queued and released; or (`queue_pods` off, extender mode)
+    """Pods of our scheduler names, queued and released; or (`queue_pods` off, extender mode)
     every pod, only released when it ends."""
 
     def __init__(
         self,
         api: KubeApi,
-        scheduler_name: str,
+        scheduler_name: str | tuple[str, ...],
         may_write: Callable[[], bool] = always,
         on_release: Callable[[str], None] | None = None,
         queue_pods: bool = True,
         events: EventRecorder | None = None,
     ):
         self.api = api
-        self.scheduler_name = scheduler_name
+        #: the `spec.schedulerName`s served (`HAMI_SCHEDULER_NAMES`)
+        self.scheduler_names = (scheduler_name,) if isinstance(scheduler_name, str) else tuple(scheduler_name)
+        #: gangs from the pods' top controllers (watcher mode); None: not looked for
+        self.owners: OwnerGangs | None = None
         self.queue_pods = queue_pods
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
@@ -159,7 +168,7 @@ class PodSync(Handler):
                 or row[2] not in Pod.BOUND
                 or (row[2] == Pod.RUNNING and row[3] == node)
             )
-        if not self.queue_pods or pod_objects.scheduler_of(obj) != self.scheduler_name:
+        if not self.queue_pods or pod_objects.scheduler_of(obj) not in self.scheduler_names:
             return True
         if row is None or not same_pod:
             return False
@@ -197,7 +206,7 @@ class PodSync(Handler):
             not pod_objects.final_status(obj)
             and not pod_objects.node_of(obj)
             and self.queue_pods
-            and pod_objects.scheduler_of(obj) == self.scheduler_name
+            and pod_objects.scheduler_of(obj) in self.scheduler_names
         )
 
     def apply(self, obj: dict) -> None:
@@ -264,9 +273,19 @@ class PodSync(Handler):
         arguments, read = [], []
         for obj in objs:
             try:
-                arguments.append(pod_objects.submission(obj, volumes=self.volumes))
+                asked = pod_objects.submission(obj, volumes=self.volumes)
             except PodInvalid as exc:
                 self.refuse(obj, str(exc))
+                continue
+            try:
+                arguments.append(self.with_owner_gang(obj, asked))
+            except OwnerInvalid as exc:
+                self.refuse(obj, f"no gang from its owners: {exc}", OWNER_REFUSED)
+                continue
+            except OwnerUnavailable as exc:
+                log.warning(
+                    "pod %s not queued yet, its owners not read: %s", pod_objects.subject_of(obj), exc
+                )
                 continue
             read.append(obj)
         if not arguments:
@@ -288,13 +307,39 @@ class PodSync(Handler):
                 )
                 self.on_release(earlier)
 
-    def refuse(self, obj: dict, message: str) -> None:
+    def with_owner_gang(self, obj: dict, asked: dict) -> dict:
+        """The submission with the gang of the pod's top controller (`kube.owners`), unless the
+        pod names a group itself (annotations, labels, a Workload's group win) or the rule is
+        off. Raises OwnerInvalid, OwnerUnavailable."""
+        if self.owners is None or asked.get(GROUP_KEY) is not None:
+            return asked
+        try:
+            named = group_ref(asked["annotations"], asked["labels"])
+        except PodInvalid:
+            return asked  # stored as written: the cycle parks it naming the field
+        if named is not None and not (named.source == "kai" and named.min_member is None):
+            return asked
+        found = self.owners.gang_of(obj)
+        if found is not None and named is not None:  # KAI names the gang, the owner sizes it
+            found = replace(found, name=named.name, source=named.source)
+        return {**asked, GROUP_KEY: found} if found is not None else asked
+
+    def unknown_owner(self, obj: dict, message: str) -> None:
+        """The pod's controller is of a kind no gang is read from: a Normal event says so
+        (watcher mode), the pod is queued on its own."""
+        namespace, name = pod_objects.key_of(obj)
+        uid = pod_objects.uid_of(obj)
+        if self.refusals.events is not None and _clean(namespace, name):
+            ref = PodRef(namespace, name, uid if _clean(uid) else "")
+            self.refusals.events.record(ref, "Normal", NO_GANG, printable(message, limit=1000))
+
+    def refuse(self, obj: dict, message: str, reason: str = POD_REFUSED) -> None:
         """The pod cannot be queued as it is: say so until it changes (it is tried again on
         every change and resync). A row of an earlier spec of it, if any, is left as it was."""
         namespace, name = pod_objects.key_of(obj)
         uid = pod_objects.uid_of(obj)
         ref = PodRef(namespace, name, uid if _clean(uid) else "") if _clean(namespace, name) else None
-        self.refusals.refuse(pod_objects.subject_of(obj), POD_REFUSED, message, ref)
+        self.refusals.refuse(pod_objects.subject_of(obj), reason, message, ref)
 
     def release(self, obj: dict, final_status: str) -> None:
         row = self.row_for(obj)

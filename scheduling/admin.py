@@ -630,11 +630,11 @@ class ActiveNominationFilter(admin.SimpleListFilter):
 class NominationAdmin(WrittenByServices, admin.ModelAdmin):
     """The vGPUs preemptors hold on freed cards while their victims leave: read-only."""
 
-    list_display = ("pod_link", "card", "memory", "cores", "created_at", "expires_at")
-    list_filter = (ActiveNominationFilter, "card__node")
+    list_display = ("pod_link", "card", "memory", "cores", "whole", "created_at", "expires_at")
+    list_filter = (ActiveNominationFilter, "whole", "card__node")
     search_fields = ("pod__namespace", "pod__name", "card__uuid")
     list_select_related = ("pod", "card")
-    fields = ("pod_link", "card", "memory", "cores", "created_at", "expires_at")
+    fields = ("pod_link", "card", "memory", "cores", "whole", "created_at", "expires_at")
     readonly_fields = ("pod_link",)
 
     def has_change_permission(self, request, obj=None):
@@ -825,6 +825,7 @@ class PodGroupForm(ModelForm):
             "priority",
             "schedule_timeout_seconds",
             "on_timeout",
+            "max_evicted",
         )
 
     def clean(self):
@@ -891,10 +892,91 @@ class PodGroupAdmin(admin.ModelAdmin):
         obj.pk, obj.created_at = saved.pk, saved.created_at
 
 
-@admin.register(NamespaceQuota)
-class NamespaceQuotaAdmin(WrittenByServices, admin.ModelAdmin):
-    """Read from Kubernetes ResourceQuota objects by the kube agent; shown, not edited here."""
+class NamespaceQuotaForm(ModelForm):
+    """One hard limit of an operator's namespace quota, checked by
+    `services.validate_namespace_quota` before it is saved."""
 
-    list_display = ("namespace", "quota", "resource", "hard", "updated_at")
-    list_filter = ("namespace", "resource")
+    class Meta:
+        model = NamespaceQuota
+        fields = ("namespace", "quota", "resource", "hard")
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        row = {name: data.get(name, getattr(self.instance, name)) for name in self.Meta.fields}
+        namespace, quota = row["namespace"], row["quota"]
+        try:
+            services.validate_namespace_quota(namespace, quota, {row["resource"]: row["hard"]})
+        except ValidationError as exc:
+            for name, errors in exc.message_dict.items():
+                self.add_error("hard" if name.startswith("hard.") else name, errors)
+        if not self.errors and self.instance.pk is None:
+            rows = NamespaceQuota.objects.filter(namespace=namespace, quota=quota)
+            if rows.filter(source=NamespaceQuota.API, resource=row["resource"]).exists():
+                self.add_error("resource", "this quota limits that resource already: change that row")
+            elif not rows.filter(source=NamespaceQuota.API).exists() and rows.exists():
+                self.add_error("quota", str(services.QuotaOwnedByKubernetes(namespace, quota)))
+        return data
+
+
+@admin.register(NamespaceQuota)
+class NamespaceQuotaAdmin(admin.ModelAdmin):
+    """Namespace quotas, one row per limit. A ResourceQuota's rows (`kubernetes`) are kept by
+    the kube agent and shown read-only; an operator's (`api`) are added, changed and deleted
+    through `services.create_namespace_quota` / `update_namespace_quota` /
+    `delete_namespace_quota`, audited."""
+
+    form = NamespaceQuotaForm
+    list_display = ("namespace", "quota", "source", "resource", "hard", "updated_at")
+    list_filter = ("source", "namespace", "resource")
     search_fields = ("namespace", "quota")
+    actions = None
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ("source",)
+        if obj.source == NamespaceQuota.KUBERNETES:
+            return ("namespace", "quota", "source", "resource", "hard", "updated_at")
+        return ("namespace", "quota", "source", "resource", "updated_at")
+
+    def has_change_permission(self, request, obj=None):
+        if obj is not None and obj.source == NamespaceQuota.KUBERNETES:
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        if obj is not None and obj.source == NamespaceQuota.KUBERNETES:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def save_model(self, request, obj, form, change):
+        by = request.user.get_username()
+        limit = {obj.resource: obj.hard}
+        exists = NamespaceQuota.objects.filter(
+            namespace=obj.namespace, quota=obj.quota, source=NamespaceQuota.API
+        ).exists()
+        if change or exists:
+            services.update_namespace_quota(obj.namespace, obj.quota, limit, by=by)
+        else:
+            services.create_namespace_quota(obj.namespace, obj.quota, limit, by=by)
+        saved = NamespaceQuota.objects.get(
+            namespace=obj.namespace, quota=obj.quota, source=NamespaceQuota.API, resource=obj.resource
+        )
+        obj.pk, obj.source, obj.updated_at = saved.pk, saved.source, saved.updated_at
+
+    def delete_model(self, request, obj):
+        """One limit goes; the quota's last limit takes the quota with it."""
+        by = request.user.get_username()
+        others = NamespaceQuota.objects.filter(
+            namespace=obj.namespace, quota=obj.quota, source=NamespaceQuota.API
+        ).exclude(pk=obj.pk)
+        if others.exists():
+            services.update_namespace_quota(obj.namespace, obj.quota, {obj.resource: None}, by=by)
+        else:
+            services.delete_namespace_quota(obj.namespace, obj.quota, by=by)
+
+    def delete_queryset(self, request, queryset):
+        for row in queryset.filter(source=NamespaceQuota.API):
+            if NamespaceQuota.objects.filter(pk=row.pk).exists():
+                self.delete_model(request, row)

@@ -13,6 +13,7 @@ from drf_spectacular.utils import extend_schema_field
 
 from .engine.batch.queues import DEFAULT_QUEUE
 from .models import Allocation, Card, Cycle, Decision, Event, Eviction, Node, Pod, PodGroup, Queue
+from .models.pods import verdict_filter
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
@@ -65,15 +66,32 @@ class CardFilterSet(filters.FilterSet):
         fields = ["node", "type", "health", "cordoned", "present"]
 
 
+class VerdictFilter(filters.MultipleChoiceFilter):
+    """One or more verdict classes of a waiting pod (`engine.triage`: never, capacity, rule,
+    invalid), as `models.pods.waiting_verdict` gives them."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("choices", Pod.VERDICTS)
+        kwargs.setdefault(
+            "help_text",
+            "never (never fits here), capacity (waits for capacity), rule (held by a rule), invalid",
+        )
+        super().__init__(*args, **kwargs)
+
+    def filter(self, qs, value):
+        return qs.filter(verdict_filter(value)) if value else qs
+
+
 class PodFilterSet(filters.FilterSet):
     status = filters.MultipleChoiceFilter(choices=Pod.STATUSES)
     namespace = filters.CharFilter()
     node = filters.CharFilter(field_name="node__name", help_text="node name")
     origin = filters.MultipleChoiceFilter(choices=Pod.ORIGINS, help_text="who submitted the pod")
+    verdict = VerdictFilter()
 
     class Meta:
         model = Pod
-        fields = ["status", "namespace", "node", "origin"]
+        fields = ["status", "namespace", "node", "origin", "verdict"]
 
 
 class PodKeyFilter(filters.CharFilter):
@@ -130,10 +148,11 @@ class PendingFilterSet(filters.FilterSet):
     namespace = filters.CharFilter()
     name = filters.CharFilter(lookup_expr="icontains", help_text="part of the pod name")
     reason = filters.CharFilter(method="with_reason", help_text="a reason code, e.g. CardInsufficientMemory")
+    verdict = VerdictFilter()
 
     class Meta:
         model = Pod
-        fields = ["namespace", "name", "reason"]
+        fields = ["namespace", "name", "reason", "verdict"]
 
     def with_reason(self, qs, name, value):
         return qs.filter(Q(reason__contains=value) | Q(error__contains=value)) if value else qs

@@ -50,10 +50,16 @@ class Mutation:
     """What the mutating webhook is set to do (settings.HAMIADMIN, HAMi's configuration)."""
 
     scheduler_name: str = "hami-scheduler"
+    #: Every name served (`HAMI_SCHEDULER_NAMES`): pods naming any of them are ours too.
+    scheduler_names: tuple[str, ...] = ()
     mode: str = "all"
     hide_gpus: bool = True
     runtime_class: str = ""
     namespace_policies: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def served(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.scheduler_name, *self.scheduler_names)))
 
 
 def pointer(*parts) -> str:
@@ -236,7 +242,7 @@ def mutate(review: Review, cluster: ClusterConfig, hami: HamiConfig, setup: Muta
     pod = review.pod or {}
     if not is_pod_create(review) or not pod_objects.asks_gpu(pod, hami):
         return Answer(True, "skipped")
-    if not takes(pod, setup.scheduler_name, setup.mode):
+    if not takes(pod, setup.served, setup.mode):
         return Answer(True, "skipped")
     parsed, _ = check(_with_defaults(review, setup), cluster, hami)
     if parsed is None:

@@ -135,11 +135,12 @@ def is_pod_create(review: Review) -> bool:
     return review.kind == "Pod" and review.operation == "CREATE"
 
 
-def takes(pod: dict, scheduler_name: str, mode: str) -> bool:
-    """Whether hamiadmin schedules this pod once admitted: it names hamiadmin's scheduler, or
-    (mode `all`) none, the default one, or HAMi's."""
+def takes(pod: dict, scheduler_name: str | tuple[str, ...], mode: str) -> bool:
+    """Whether hamiadmin schedules this pod once admitted: it names one of hamiadmin's scheduler
+    names (`HAMI_SCHEDULER_NAMES`), or (mode `all`) none, the default one, or HAMi's."""
+    names = (scheduler_name,) if isinstance(scheduler_name, str) else scheduler_name
     named = pod_objects.spec(pod).get("schedulerName") or ""
-    return named == scheduler_name or (mode == "all" and named in TAKEN_OVER)
+    return named in names or (mode == "all" and named in TAKEN_OVER)
 
 
 def _as_admitted(review: Review) -> dict:
@@ -190,7 +191,7 @@ def check(review: Review, cluster: ClusterConfig, hami: HamiConfig) -> tuple[Par
 
 
 def validate(
-    review: Review, cluster: ClusterConfig, hami: HamiConfig, scheduler_name: str, mode: str
+    review: Review, cluster: ClusterConfig, hami: HamiConfig, scheduler_name: str | tuple[str, ...], mode: str
 ) -> Answer:
     """The validating webhook: refuse what the scheduler would refuse, warn what it ignores;
     anything that is not the creation of a GPU pod hamiadmin schedules passes untouched."""

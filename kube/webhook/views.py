@@ -58,6 +58,7 @@ def mutation() -> Mutation:
         mode = "all"
     return Mutation(
         scheduler_name=conf.get("SCHEDULER_NAME", "hami-scheduler"),
+        scheduler_names=tuple(conf.get("SCHEDULER_NAMES", ())),
         mode=mode,
         hide_gpus=bool(conf.get("WEBHOOK_HIDE_GPUS", True)),
         runtime_class=conf.get("WEBHOOK_RUNTIME_CLASS", "") or "",
@@ -108,6 +109,6 @@ def admission_view(webhook: str, decide):
 
 validate_view = admission_view(
     "validate",
-    lambda review, cluster, hami, setup: validate(review, cluster, hami, setup.scheduler_name, setup.mode),
+    lambda review, cluster, hami, setup: validate(review, cluster, hami, setup.served, setup.mode),
 )
 mutate_view = admission_view("mutate", mutate)

@@ -46,6 +46,12 @@ api = [
     path("queues/<str:name>/", views.QueueDetail.as_view(), name="queue-detail"),
     path("podgroups/", views.PodGroupList.as_view(), name="podgroup-list"),
     path(f"podgroups/{NAMESPACE}/{NAME}/", views.PodGroupDetail.as_view(), name="podgroup-detail"),
+    path("namespacequotas/", views.NamespaceQuotaList.as_view(), name="namespacequota-list"),
+    path(
+        f"namespacequotas/{NAMESPACE}/{NAME}/",
+        views.NamespaceQuotaDetail.as_view(),
+        name="namespacequota-detail",
+    ),
     *router.urls,
 ]
 

@@ -221,7 +221,8 @@ def parse_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
 
 
 #: Where a pod names its gang, in the order read (the first one present wins).
-GROUP_ANNOTATIONS = ("hami.io/group-name", "scheduling.k8s.io/group-name")  # HAMi's, Volcano's
+#: HAMi's, Volcano's, KAI's (`pod-group-name`, KAI-scheduler's `PodGroupAnnotationForPod`).
+GROUP_ANNOTATIONS = ("hami.io/group-name", "scheduling.k8s.io/group-name", "pod-group-name")
 GROUP_LABELS = ("scheduling.x-k8s.io/pod-group",)  # scheduler-plugins coscheduling
 MIN_MEMBER_ANNOTATION = "hami.io/group-min-member"
 TIMEOUT_ANNOTATION = "hami.io/group-schedule-timeout-seconds"
@@ -232,6 +233,7 @@ SOURCE_OF = {
     "hami.io/group-name": "annotation",
     "scheduling.k8s.io/group-name": "volcano",
     "scheduling.x-k8s.io/pod-group": "coscheduling",
+    "pod-group-name": "kai",
 }
 
 NAME_LIMIT = 253
@@ -258,12 +260,17 @@ def _count(value, where: str, least: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class GroupRef:
-    """The gang a pod's metadata names; `min_member`/`timeout` only when the pod says them."""
+    """The gang a pod's metadata names; `min_member`/`timeout` only when the pod says them.
+    A gang found from the pod's top controller (`source` "owner") also names that owner and
+    its parts (`subgroups`: (name, min_member) pairs, recorded on the group, not enforced)."""
 
     name: str
     source: str
     min_member: int | None = None
     timeout_seconds: int | None = None
+    owner_kind: str = ""
+    owner_name: str = ""
+    subgroups: tuple[tuple[str, int], ...] = ()
 
 
 def group_ref(annotations: dict, labels: dict | None = None) -> GroupRef | None:

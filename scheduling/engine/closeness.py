@@ -35,7 +35,7 @@ import numpy as np
 from . import reasons as R
 from .annotations import PodPolicy
 from .chain import card_stages
-from .columns import _SWEEP_REASONS, CardColumns, card_codes, type_excluded
+from .columns import _SWEEP_REASONS, CardColumns, card_codes, mode_excluded, type_excluded, uuid_excluded
 from .evaluate import CardEval, FailingContainer, evaluate_node
 from .model import Card, Node
 from .requests import ContainerAsk
@@ -51,8 +51,9 @@ CARDS_KEPT = 32
 _FAR = 1 << 30
 
 
-def statically_fits(card: Card, ask: ContainerAsk, policy: PodPolicy) -> bool:
-    """Whether `card` could take one vGPU of `ask` once empty, healthy and uncordoned."""
+def admitted(card: Card, policy: PodPolicy) -> bool:
+    """The pod's own ask lets `card` in: use/nouse-gputype, vgpu-mode, use/nouse-gpuuuid
+    (checks 3, 3a and 4). Cards it keeps out are none of the cluster's doing."""
     card_type = card.type.lower()
     if policy.use_types and not any(t in card_type for t in policy.use_types):
         return False
@@ -60,9 +61,39 @@ def statically_fits(card: Card, ask: ContainerAsk, policy: PodPolicy) -> bool:
         return False
     if policy.use_modes and card.mode and card.mode.lower() not in policy.use_modes:
         return False
-    if (policy.use_uuids and card.uuid not in policy.use_uuids) or card.uuid in policy.nouse_uuids:
+    return not ((policy.use_uuids and card.uuid not in policy.use_uuids) or card.uuid in policy.nouse_uuids)
+
+
+def restricts(policy: PodPolicy) -> bool:
+    """The pod narrows the cards it takes by type, mode or UUID."""
+    return bool(
+        policy.use_types or policy.nouse_types or policy.use_modes or policy.use_uuids or policy.nouse_uuids
+    )
+
+
+def statically_fits(card: Card, ask: ContainerAsk, policy: PodPolicy) -> bool:
+    """Whether `card` could take one vGPU of `ask` once empty, healthy and uncordoned."""
+    if not admitted(card, policy):
         return False
     return card.slots > 0 and card.memory >= ask.memory_on(card.memory) and card.cores >= ask.cores
+
+
+def ask_scope(nodes: list[Node], policy: PodPolicy) -> dict:
+    """The cards of `nodes` the pod's own ask lets in (`admitted`): how many, their types,
+    the largest (MiB) and the most on one node. "Never fits" is judged over these: a pod
+    that asks for T4s is not helped by an 80 GB A100."""
+    types: set[str] = set()
+    largest = most = count = 0
+    for node in {node.name: node for node in nodes}.values():  # a node listed twice counts once
+        on_node = 0
+        for card in node.cards:
+            if admitted(card, policy):
+                on_node += 1
+                types.add(card.type)
+                largest = max(largest, card.memory)
+        count += on_node
+        most = max(most, on_node)
+    return {"types": sorted(types), "cards": count, "largest_memory": largest, "most_cards": most}
 
 
 def never_fits(node: Node, asks: list[ContainerAsk], policy: PodPolicy) -> bool:
@@ -256,33 +287,68 @@ def never_hint(node: Node, ask: ContainerAsk, policy: PodPolicy) -> dict:
 
 def cluster_never(nodes: list[Node], asks: list[ContainerAsk], policy: PodPolicy) -> dict:
     """Why no node can ever take the pod, cluster-wide: the first container that fits on no
-    node even empty, with the cluster's largest card (MiB) and most cards on one node."""
+    node even empty, with the cluster's largest card (MiB) and most cards on one node, and
+    for a pod that narrows its cards (`restricts`) the same over the cards it lets in."""
     largest = max((card.memory for node in nodes for card in node.cards), default=0)
     most = max((len(node.cards) for node in nodes), default=0)
+    scope = ask_scope(nodes, policy) if restricts(policy) else None
     for ask in asks:
         if all(never_fits(node, [ask], policy) for node in nodes):
-            return never_reason(ask, policy, largest, most)
-    return {"why": "combined", "largest_memory": largest, "most_cards": most}
+            return never_reason(ask, policy, largest, most, scope)
+    out: dict = {"why": "combined", "largest_memory": largest, "most_cards": most}
+    if scope is not None:
+        out["scope"] = scope
+    return out
 
 
-def never_reason(ask: ContainerAsk, policy: PodPolicy, largest: int, most: int) -> dict:
+def never_reason(
+    ask: ContainerAsk, policy: PodPolicy, largest: int, most: int, scope: dict | None = None
+) -> dict:
     """`cluster_never` for `ask`, the container no node can ever take, on nodes whose largest
-    card has `largest` MiB and the most cards on one node are `most`."""
-    if most < ask.count:
+    card has `largest` MiB and the most cards on one node are `most`. With `scope`
+    (`ask_scope`, for a pod that narrows its cards) the deciding fact is read over the cards
+    the pod lets in: `excluded` when there are none, else too few on one node (`cards`), too
+    small (`memory`), numa-bind, or none of them with the cores asked (`excluded`)."""
+    cards, big = (most, largest) if scope is None else (scope["most_cards"], scope["largest_memory"])
+    if scope is not None and not scope["cards"]:
+        why = "excluded"
+    elif cards < ask.count:
         why = "cards"
-    elif ask.memory is not None and ask.memory > largest:
+    elif ask.memory is not None and ask.memory > big:
         why = "memory"
     elif policy.numa_bind:
         why = "numa"
     else:
         why = "excluded"
-    return {
+    out = {
         "why": why,
         "container": ask.name,
         "count": ask.count,
         "memory": ask.memory,
         "largest_memory": largest,
         "most_cards": most,
+    }
+    if scope is not None:
+        out["scope"] = scope
+    return out
+
+
+def columns_scope(columns: CardColumns, policy: PodPolicy, nodes: np.ndarray) -> dict:
+    """`ask_scope` over the card columns, for the nodes set in `nodes` (a bool per node)."""
+    keep = nodes[columns.node_of].copy()
+    excluded = type_excluded(columns, policy)
+    if excluded is not None:
+        keep &= ~excluded
+    if policy.use_modes:
+        keep &= ~mode_excluded(columns, policy)
+    if policy.use_uuids or policy.nouse_uuids:
+        keep &= ~uuid_excluded(columns, policy)
+    type_ids = np.unique(columns.type_id[keep])
+    return {
+        "types": sorted(columns.types[int(i)] for i in type_ids),
+        "cards": int(keep.sum()),
+        "largest_memory": int(columns.memory[keep].max(initial=0)),
+        "most_cards": int(_per_node(columns, keep).max(initial=0)),
     }
 
 
@@ -302,6 +368,7 @@ class ClosestColumns:
     never: bool
     largest: int
     most: int
+    scope: dict | None = None
 
 
 def _per_node(columns: CardColumns, cards: np.ndarray) -> np.ndarray:
@@ -367,12 +434,14 @@ def closest_columns(
     at = np.flatnonzero(failed)
     order = np.lexsort((at, *(k[at] for k in reversed(key))))
     cards_failed = failed[c.node_of]
+    never_anywhere = bool(len(at)) and bool(never[at].all())
     return ClosestColumns(
         failed=len(at),
         top=at[order[: max(0, keep)]].tolist(),
-        never=bool(len(at)) and bool(never[at].all()),
+        never=never_anywhere,
         largest=int(c.memory[cards_failed].max(initial=0)),
         most=int(c.sizes[at].max(initial=0)),
+        scope=columns_scope(c, policy, failed) if never_anywhere and restricts(policy) else None,
     )
 
 

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .encoding import encode_allocation
 from .errors import NO_GPU
+from .outcomes import CONFLICT, PENDING, REJECTED, SCHEDULED
 from .reasons import CODES, NODE_RULES, SCHEDULING_GATED
 
 if TYPE_CHECKING:
     from .fit import NodeFailure
+    from .triage import Triage
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +190,8 @@ class RecordedMove:
 class Preemption:
     """The evictions a pod causes (`Decision.preemption`): nominated to `node`'s `grants`
     (card uuid, MiB, cores) once `victims` release `cards`, the cheapest of the plans compared
-    (`alternatives`: the others, with why they lost); `moves` for a consolidation. Or, with
+    (`alternatives`: the others, with why they lost); `moves` for a consolidation; `whole`, the
+    cards held whole for an exclusive preemptor (docs/preemption.md, "Exclusive preemptors"). Or, with
     `tried`, why no eviction helped: `why`, the `misses` counted, and `say`, whether the pod's
     reason line repeats it (a miss too common to repeat, such as no tenants, is not said)."""
 
@@ -200,6 +203,7 @@ class Preemption:
     dry_run: bool = False
     message: str = ""
     moves: tuple[Moved, ...] | None = None
+    whole: tuple[str, ...] = ()
     tried: bool = False
     why: str = ""
     misses: dict[str, int] | None = None
@@ -228,6 +232,8 @@ class Preemption:
         }
         if self.moves is not None:
             out["moves"] = [move.as_dict() for move in self.moves]
+        if self.whole:
+            out["whole"] = list(self.whole)
         return out
 
     @classmethod
@@ -253,13 +259,10 @@ class Preemption:
             moves=tuple(RecordedMove(m) for m in moves if isinstance(m, Mapping))
             if isinstance(moves, list)
             else None,
+            whole=tuple(str(uuid) for uuid in payload.get("whole") or ()),
         )
 
 
-SCHEDULED, PENDING, REJECTED = "scheduled", "pending", "rejected"
-#: The fourth outcome of an attempt, given by the pipeline's commit, not the engine: the
-#: placement no longer fit under lock (capacity taken since the snapshot).
-CONFLICT = "conflict"
 OUTCOMES = (SCHEDULED, PENDING, REJECTED, CONFLICT)
 
 
@@ -350,6 +353,13 @@ class Decision:
                 return score
         return None
 
+    @property
+    def triage(self) -> Triage | None:
+        """The verdict class of a waiting decision and its deciding fact (`triage.triage`)."""
+        from .triage import triage
+
+        return triage(self)
+
     def reason_text(self) -> str:
         """The one line an operator reads for this decision (`verdict`)."""
         return verdict(self)
@@ -370,7 +380,9 @@ class Decision:
         node could ever take the pod (false otherwise, and for other outcomes), and
         `unschedulable_reason`, why not (`closeness.cluster_never`), else null; `batch`, only
         for a pod a gang, queue or quota rule kept pending (`Decision.batch`); `node_reasons`,
-        how many failed nodes say each node rule's words or card reason (SPEC 10).
+        how many failed nodes say each node rule's words or card reason (SPEC 10); `verdict`,
+        for a pod left waiting (pending or rejected), its class, decisive reason code, deciding
+        fact and actions (`triage.Triage`), else null.
         """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
         failed = self.node_failures if top is None else self.node_failures[:top]
@@ -401,6 +413,7 @@ class Decision:
             "closest_nodes": [dict(c) for c in self.closest] if self.status == PENDING else [],
             "unschedulable": self.unschedulable,
             "unschedulable_reason": self.never if self.unschedulable else None,
+            "verdict": self.triage.as_dict() if self.triage is not None else None,
         }
         if self.batch is not None:
             out["batch"] = self.batch.as_dict()

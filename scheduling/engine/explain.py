@@ -18,6 +18,7 @@ from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS
 from .chain import reason_words as filter_reason_words
 from .chain import stage_words as filter_stage_words
 from .decision import Decision, verdict
+from .triage import Triage, never_fact
 
 Payload = Mapping[str, Any]
 
@@ -307,6 +308,9 @@ CARD_CLASSES = {
     "numa": "numa",
 }
 
+#: The stages where the pod's own ask (use/nouse-gputype, vgpu-mode, use/nouse-gpuuuid) refused a card.
+ASK_STAGES = frozenset({"type", "mode", "uuid"})
+
 #: What an unavailable card is, for the `blocked` hint.
 EXCLUDED_WORDS = {
     "health": "unhealthy",
@@ -344,8 +348,12 @@ def _card_needs(card: Payload) -> str:
 
 
 def never_words(hint: Payload, where: str) -> str:
-    """Why a container never fits `where` (a node's name, or `this cluster`)."""
+    """Why a container never fits `where` (a node's name, or `this cluster`). Cluster-wide for
+    a pod that narrows its cards by type, mode or UUID, the fact over the cards it lets in
+    (`triage.never_fact`), not over cards it refuses."""
     why = hint.get("why")
+    if where == "this cluster" and hint.get("scope") is not None:
+        return f"{never_fact(hint)}: never fits here"
     count = hint.get("count") or 0
     if why == "memory":
         largest = hint.get("largest_memory") or 0
@@ -431,6 +439,12 @@ class CloseNode:
     hint_data: list[dict]
     cards_total: int
 
+    @property
+    def excluded(self) -> bool:
+        """The pod's own ask (type, mode, UUID) keeps out every card of the node shown: it is
+        no hint of what would fit, and the pod page groups it as "excluded by your ask"."""
+        return bool(self.cells) and all(cell.card.get("stage") in ASK_STAGES for cell in self.cells)
+
 
 def card_words(card: Payload) -> str:
     """One card of a close node: its reason, or that it fits, with free against asked."""
@@ -488,6 +502,8 @@ def what_would_fit(payload: Payload | None, tenants: Tenants | None = None) -> l
     if never:
         lines.append(never)
     for close in closest_nodes(payload, tenants):
+        if close.excluded or (never and close.never):
+            continue  # the pod's own ask keeps it out, or the cluster-wide line says it already
         lines.extend(close.hints)
     lines.extend(rule_hints(payload))
     return lines
@@ -527,18 +543,22 @@ def failed_scheduling_message(
 ) -> str:
     """The Kubernetes `FailedScheduling` message: the one-line `summary` (kubectl-describe
     style, a sentence as kube-scheduler's), then as following sentences the closest node's
-    card reasons and what would make it fit, cut card by card so the whole stays within
-    `limit` characters."""
+    card reasons (a node the pod's own ask keeps out is none), what would make it fit and the
+    verdict class (`Never fits here.` said by the never line, `Waits for capacity.`), cut
+    card by card so the whole stays within `limit` characters."""
     payload = payload or {}
     head = as_sentence(summary)
     never = unschedulable_words(payload)
     if never:
         head = f"{head} {as_sentence(never)}"
-    close = closest_nodes(payload, tenants)
+    close = [node for node in closest_nodes(payload, tenants) if not node.excluded]
     if not close or (never and not close[0].cells):
         return head[:limit]
     first = close[0]
     tail = "" if never else as_sentence("; ".join(first.hints))  # when it never fits, the hints repeat it
+    found = Triage.from_dict(payload.get("verdict"))
+    if found is not None and not never and found.verdict != "rule":
+        tail = f"{tail} {as_sentence(found.words.capitalize())}".strip()  # the class, after what frees
     cards = [f"{cell.card.get('uuid')} {cell.card.get('reason') or 'fits'}" for cell in first.cells]
     for shown in range(len(cards), -1, -1):
         more = f", +{len(cards) - shown} more" if shown < len(cards) else ""
@@ -550,6 +570,16 @@ def failed_scheduling_message(
         if len(candidate) <= limit:
             return candidate
     return head[:limit]
+
+
+def condition_message(reason: str, verdict: Payload | None) -> str:
+    """The `PodScheduled=False` condition's message: the one-line `reason`, then the verdict
+    class and the fact that decides it (`Never fits here: 60,000 MiB > the largest T4
+    (15,360 MiB).`), unless the line says it already (a rule's hold, an error)."""
+    found = Triage.from_dict(verdict)
+    if found is None or not found.fact or found.fact in reason or found.verdict in ("rule", "invalid"):
+        return reason
+    return f"{as_sentence(reason)} {as_sentence(f'{found.words.capitalize()}: {found.fact}')}"
 
 
 def as_sentence(text: str) -> str:
@@ -619,3 +649,35 @@ def decision_path(payload: Payload | None, tenants: Tenants | None = None) -> di
         "would_fit": what_would_fit(payload, tenants),
         "unschedulable": unschedulable_words(payload),
     }
+
+
+@dataclass
+class FirstScreen:
+    """What the pod page answers before any detail: the verdict class, the deciding fact, the
+    one or two changes that would make the pod fit (naming who holds the cards to free), and
+    the close nodes the pod's own ask keeps out, named but never offered as hints."""
+
+    triage: Triage | None
+    actions: list[str]
+    excluded: list[str]
+
+
+def first_screen(payload: Payload | None, tenants: Tenants | None = None) -> FirstScreen:
+    """The pod page's first screen, from the stored decision (`verdict`, `closest_nodes`)."""
+    payload = payload or {}
+    found = Triage.from_dict(payload.get("verdict"))
+    close = closest_nodes(payload, tenants)
+    actions = list(found.actions) if found is not None else []
+    if found is not None and found.node:
+        freed = [
+            card.get("uuid", "")
+            for node in close
+            if node.node == found.node
+            for hint in node.hint_data
+            if hint.get("kind") == "free"
+            for card in hint.get("cards") or ()
+        ]
+        actions = [
+            f"{action}{tenants_words(uuid, tenants)}" for action, uuid in zip(actions, freed, strict=False)
+        ] + actions[len(freed) :]
+    return FirstScreen(found, actions[:2], [node.node for node in close if node.excluded])

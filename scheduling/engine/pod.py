@@ -25,6 +25,7 @@ from .annotations import (
 )
 from .errors import NO_GPU, PodInvalid
 from .model import ClusterConfig, PodSpec
+from .podschema import Problem, annotation_warnings
 from .requests import ContainerAsk, parse_containers
 
 
@@ -46,6 +47,8 @@ class ParsedPod:
     apps: tuple[ContainerAsk | None, ...]
     app_names: tuple[str, ...]
     init_names: tuple[str, ...]
+    #: Annotations accepted but not read (`podschema.annotation_warnings`): warned about.
+    unread: tuple[Problem, ...] = ()
 
     @property
     def gpu_inits(self) -> list[ContainerAsk]:
@@ -54,11 +57,12 @@ class ParsedPod:
 
     def warnings(self) -> dict[str, list[str]]:
         """What reads but is ignored or changed, per field: the policy's (unknown chain
-        names, node policy) then each container's (`gpucores` above 100), app containers first."""
+        names, node policy), the annotations not read (`hami.io/` ones it does not know), then
+        each container's (`gpucores` above 100), app containers first."""
         found = self.policy.warnings()
-        for ask in (*self.apps, *self.inits):
-            for where, message in ask.warnings if ask is not None else ():
-                found.setdefault(where, []).append(message)
+        changed = [pair for ask in (*self.apps, *self.inits) for pair in (ask.warnings if ask else ())]
+        for where, message in (*self.unread, *changed):
+            found.setdefault(where, []).append(message)
         return found
 
     @property
@@ -114,7 +118,14 @@ def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
             "asks for no GPU: none of its containers asks for nvidia.com resources",
             code=NO_GPU,
         )
-    return ParsedPod(policy, tuple(inits), tuple(apps), _names(pod.containers), _names(pod.init_containers))
+    return ParsedPod(
+        policy,
+        tuple(inits),
+        tuple(apps),
+        _names(pod.containers),
+        _names(pod.init_containers),
+        tuple(annotation_warnings(pod.annotations)),
+    )
 
 
 def _names(containers) -> tuple[str, ...]:

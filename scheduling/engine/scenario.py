@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from .batch.scenario import parse_groups, parse_queues, run_batch_scenario, wants_batch
+from .batch.preempt import Rules
+from .batch.scenario import check_batch, run_batch_scenario, wants_batch
 from .encoding import ALLOCATED, decode_allocation, links_to_pairs
 from .errors import PodInvalid, Problems, ScenarioError
 from .kubefields import (
@@ -20,6 +21,7 @@ from .kubefields import (
 from .model import CARD_DEFAULTS, Card, Cluster, ClusterConfig, Node, PodSpec, ResourceDefaults, RunningPod
 from .noderules import volumes
 from .noderules.accounting import account_running
+from .podschema import RUNNING_POD_KEYS, pod_problems
 from .scheduler import Scheduler
 
 #: The largest integer a scenario may carry: beyond 64 bits (1e300 is a whole float) a number
@@ -230,6 +232,8 @@ def parse_pod_entry(raw, where: str) -> PodSpec:
     annotations = found.check(_dict, raw.get("annotations"), f"{where}.annotations")
     for field, message in pod_field_problems(raw, where):
         found.note(field, message)
+    for field, message in pod_problems(raw, where):
+        found.note(field, message)
     found.raise_any()
     assert isinstance(name, str) and isinstance(namespace, str) and isinstance(containers, list)
     return PodSpec(
@@ -257,6 +261,8 @@ def parse_running_pod(raw, where: str, nodes: dict[str, Node]) -> RunningPod:
         found.note(f"{where}.node", f"no node {node!r} in the scenario")
     annotations = found.check(_strings, raw.get("annotations"), f"{where}.annotations") or {}
     for field, message in running_pod_problems(raw, where):
+        found.note(field, message)
+    for field, message in pod_problems(raw, where, RUNNING_POD_KEYS):
         found.note(field, message)
     allocated = annotations.get(ALLOCATED)
     if allocated is not None and isinstance(node, str) and node in nodes:
@@ -361,8 +367,7 @@ def parse_scenario(raw) -> tuple[Cluster, ClusterConfig, list[PodSpec]]:
     running = found.check(parse_running, raw.get("running"), by_name)
     storage = found.check(parse_storage, raw)
     if wants_batch(raw):
-        found.check(parse_queues, raw.get("queues"))
-        found.check(parse_groups, raw.get("groups"))
+        found.check(check_batch, raw)
     found.raise_any()
     for pod in pods:
         if pod is not None and pod.volumes:
@@ -423,12 +428,18 @@ def load_scenario_file(path: str | Path):
     return parse_scenario(read_scenario_file(path))
 
 
-def run_scenario(raw, top: int | None = None) -> dict:
+def run_scenario(
+    raw, top: int | None = None, rules: Rules | None = None, consolidation: bool = False
+) -> dict:
     """Schedule the pods in order, each seeing the placements before it; SPEC 9's output. A
-    scenario with `queues` or `groups` is decided as jobs instead (`engine.batch.scenario`)."""
+    batch scenario (queues, groups, priorities, tenants: `wants_batch`) is decided as one live
+    cycle instead (`engine.batch.scenario`), under `rules` and `consolidation` (the server's
+    preemption options; the scenario's `preemption` overrides them)."""
     cluster, config, pods = parse_scenario(raw)
     if wants_batch(raw):
-        return run_batch_scenario(raw, cluster, config, pods, top=top)
+        return run_batch_scenario(
+            raw, cluster, config, pods, top=top, rules=rules, consolidation=consolidation
+        )
     return {"pods": schedule_in_order(cluster, config, pods, top)}
 
 
@@ -438,7 +449,8 @@ def schedule_in_order(
     """Each pod decided and placed in file order (SPEC 9), as decision dicts: a placed pod's
     claims are bound before the next pod is decided (VolumeBinding's PreBind), so two pods
     never count on one volume."""
-    scheduler = Scheduler(cluster, config)
+    # what the output shows (the `top` nodes) is all a decision keeps
+    scheduler = Scheduler(cluster, config, keep=None if top is None else max(1, top))
     out = []
     for pod in pods:
         decision = scheduler.schedule(pod)

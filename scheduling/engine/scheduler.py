@@ -270,7 +270,11 @@ class Scheduler:
             found = closest_columns(self._columns_now(), ask, parsed.policy, keep)
             if found is not None and found.failed == len(names):
                 kept = [self._closeness_of(table, nodes[i], parsed) for i in found.top]
-                never = never_reason(ask, parsed.policy, found.largest, found.most) if found.never else None
+                never = (
+                    never_reason(ask, parsed.policy, found.largest, found.most, found.scope)
+                    if found.never
+                    else None
+                )
                 return [c.detail() for c in kept], never
         if parsed.policy.use_uuids and len(nodes) >= self.SWEEP_NODES:
             return self._closest_pinned(parsed, names, shape, table, keep)

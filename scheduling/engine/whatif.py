@@ -46,6 +46,10 @@ class Edits:
         return bool(self.cordon or self.drain or self.empty or self.add or self.policies)
 
 
+EDIT_KINDS = ("add", "cordon", "drain", "empty", "policies")
+POLICY_KEYS = ("node_scheduler_policy", "gpu_scheduler_policy")
+
+
 def _names(raw: Mapping, key: str) -> list[str]:
     value = raw.get(key, [])
     if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
@@ -53,43 +57,63 @@ def _names(raw: Mapping, key: str) -> list[str]:
     return list(value)
 
 
+def _adds(raw: object, found: Problems) -> list[tuple[str, int]]:
+    """`add`'s `(like, count)` pairs, each bad one noted in `found`."""
+    if not isinstance(raw, list):
+        found.note("edits.add", "must be a list of {like, count}")
+        return []
+    adds = []
+    for i, add in enumerate(raw):
+        if not isinstance(add, Mapping) or not isinstance(add.get("like"), str):
+            found.note(f"edits.add[{i}].like", "must name an existing node")
+            continue
+        count = add.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_ADDED_NODES:
+            found.note(f"edits.add[{i}].count", f"must be an integer from 1 to {MAX_ADDED_NODES}")
+            continue
+        adds.append((add["like"], count))
+    if sum(count for _, count in adds) > MAX_ADDED_NODES:
+        found.note("edits.add", f"at most {MAX_ADDED_NODES} nodes in all")
+    return adds
+
+
+def _policies(raw: object, found: Problems) -> dict[str, str]:
+    """`policies`' names, each bad one noted in `found`."""
+    if not isinstance(raw, Mapping):
+        found.note("edits.policies", "must be an object")
+        return {}
+    policies = {}
+    for key, value in raw.items():
+        where = f"edits.policies.{key}"
+        if key not in POLICY_KEYS:
+            found.note(where, f"unknown ({', '.join(POLICY_KEYS)})")
+        elif not isinstance(value, str) or not value.strip():
+            found.note(where, "must be a policy name")
+        elif key == "node_scheduler_policy" and value not in NODE_POLICIES:
+            found.note(where, f"must be binpack or spread, got {value!r}")
+        else:
+            policies[key] = value
+    return policies
+
+
 def parse_edits(raw: object) -> Edits:
-    """Edits from their JSON form; a bad one raises ScenarioError naming `edits.<field>`."""
+    """Edits from their JSON form; bad ones raise ScenarioProblems naming each `edits.<field>`."""
     if raw is None:
         return Edits()
     if not isinstance(raw, Mapping):
         raise ScenarioError("edits", "must be an object")
-    unknown = sorted(set(raw) - {"cordon", "drain", "empty", "add", "policies"})
-    if unknown:
-        raise ScenarioError(
-            f"edits.{unknown[0]}", "unknown edit (known: add, cordon, drain, empty, policies)"
-        )
-    edits = Edits(cordon=_names(raw, "cordon"), drain=_names(raw, "drain"), empty=_names(raw, "empty"))
-    adds = raw.get("add", [])
-    if not isinstance(adds, list):
-        raise ScenarioError("edits.add", "must be a list of {like, count}")
-    for i, add in enumerate(adds):
-        if not isinstance(add, Mapping) or not isinstance(add.get("like"), str):
-            raise ScenarioError(f"edits.add[{i}].like", "must name an existing node")
-        count = add.get("count", 1)
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_ADDED_NODES:
-            raise ScenarioError(f"edits.add[{i}].count", f"must be an integer from 1 to {MAX_ADDED_NODES}")
-        edits.add.append((add["like"], count))
-    if sum(count for _, count in edits.add) > MAX_ADDED_NODES:
-        raise ScenarioError("edits.add", f"at most {MAX_ADDED_NODES} nodes in all")
-    policies = raw.get("policies", {})
-    if not isinstance(policies, Mapping):
-        raise ScenarioError("edits.policies", "must be an object")
-    for key, value in policies.items():
-        if key not in ("node_scheduler_policy", "gpu_scheduler_policy"):
-            raise ScenarioError(
-                f"edits.policies.{key}", "unknown (node_scheduler_policy, gpu_scheduler_policy)"
-            )
-        if not isinstance(value, str) or not value.strip():
-            raise ScenarioError(f"edits.policies.{key}", "must be a policy name")
-        if key == "node_scheduler_policy" and value not in NODE_POLICIES:
-            raise ScenarioError(f"edits.policies.{key}", f"must be binpack or spread, got {value!r}")
-        edits.policies[key] = value
+    found = Problems()
+    for key in raw:
+        if key not in EDIT_KINDS:
+            found.note(f"edits.{key}", f"unknown edit (known: {', '.join(EDIT_KINDS)})")
+    edits = Edits(
+        cordon=found.check(_names, raw, "cordon") or [],
+        drain=found.check(_names, raw, "drain") or [],
+        empty=found.check(_names, raw, "empty") or [],
+        add=_adds(raw.get("add", []), found),
+        policies=_policies(raw.get("policies", {}), found),
+    )
+    found.raise_any()
     return edits
 
 
@@ -203,20 +227,22 @@ MAX_PODS = 200
 
 
 def parse_whatif(raw: object) -> tuple[list[PodSpec], Edits]:
-    """`{"pods": [pod, ...], "edits": {...}}` (pods in the shape of a scenario's, with their
-    Kubernetes fields, SPEC 10); bad parts raise ScenarioProblems naming each
-    (`pods[1].containers`, `pods[0].tolerations[0].effect`, `edits.cordon[0]`)."""
+    """`{"pods": [pod, ...], "edits": {...}}`, and a `job` read by `engine.batch.whatif` (pods in the shape of a scenario's, with their
+    Kubernetes fields, SPEC 10, shaped as `engine.podschema` says); bad parts raise
+    ScenarioProblems naming every one at once (`pods[1].containers`, `pods[0].annotatons`,
+    `pods[0].tolerations[0].effect`, `edits.cordon[0]`)."""
     if not isinstance(raw, Mapping):
         raise ScenarioError("", "a what-if must be an object with pods and optional edits")
-    unknown = sorted(set(raw) - {"pods", "edits"})
-    if unknown:
-        raise ScenarioError(unknown[0], "unknown field (known: pods, edits)")
+    found = Problems()
+    for key in raw:
+        if key not in ("pods", "edits", "job"):
+            found.note(str(key), "unknown field (known: pods, edits, job)")
     pods = raw.get("pods")
     if not isinstance(pods, list) or not pods:
-        raise ScenarioError("pods", "required: a non-empty list of pods")
-    if len(pods) > MAX_PODS:
+        found.note("pods", "required: a non-empty list of pods")
+        pods = []
+    elif len(pods) > MAX_PODS:
         raise ScenarioError("pods", f"at most {MAX_PODS} pods")
-    found = Problems()
     parsed = [found.check(parse_pod_entry, pod, f"pods[{i}]") for i, pod in enumerate(pods)]
     edits = found.check(parse_edits, raw.get("edits"))
     found.raise_any()

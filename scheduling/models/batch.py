@@ -121,7 +121,10 @@ class PodGroup(models.Model):
         ("annotation", "hami.io/group-name annotation"),
         ("volcano", "Volcano scheduling.k8s.io/group-name"),
         ("coscheduling", "scheduler-plugins scheduling.x-k8s.io/pod-group"),
+        ("workload", "Kubernetes Workload API PodGroup (spec.schedulingGroup)"),
         ("api", "REST API or admin"),
+        ("kai", "KAI pod-group-name"),
+        ("owner", "the pods' top controller (kube/owners.py)"),
     ]
 
     namespace = models.CharField(max_length=63, default="default")
@@ -140,7 +143,27 @@ class PodGroup(models.Model):
     priority = models.IntegerField(default=0)
     schedule_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
     on_timeout = models.CharField(max_length=16, choices=ON_TIMEOUT, default=KEEP_PENDING)
+    max_evicted = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="disruption budget: at most this many members being evicted at once (null: no budget)",
+    )
+    topology_key = models.CharField(
+        max_length=317,
+        blank=True,
+        default="",
+        help_text="node label whose one value holds every member (schedulingConstraints.topology[].key)",
+    )
     source = models.CharField(max_length=16, choices=SOURCES, default="api")
+    owner_kind = models.CharField(
+        max_length=63, blank=True, default="", help_text="the members' top controller's kind (JobSet...)"
+    )
+    owner_name = models.CharField(max_length=253, blank=True, default="", help_text="its name")
+    subgroups = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="the owner's parts, each with its own minimum ([{name, min_member}]): recorded, not enforced",
+    )
     phase = models.CharField(max_length=16, choices=PHASES, default=PENDING)
     reason = models.TextField(blank=True, default="", help_text="the latest gang verdict, in one line")
     conditions = models.JSONField(default=list, blank=True)
@@ -190,20 +213,30 @@ class PodGroup(models.Model):
 
 
 class NamespaceQuota(models.Model):
-    """One hard limit of a Kubernetes ResourceQuota on a HAMi resource (`nvidia.com/gpu`,
-    `nvidia.com/gpumem`, `nvidia.com/gpucores`, with or without `requests.`/`limits.`), read by
-    the Kubernetes agent and enforced in the pod's namespace like a queue limit."""
+    """One hard limit of a namespace quota on a HAMi resource, enforced in the pod's namespace
+    like a queue limit. Two sources, kept apart: a Kubernetes ResourceQuota (`nvidia.com/gpu`,
+    `nvidia.com/gpumem`, `nvidia.com/gpucores`, with or without `requests.`/`limits.`) read by
+    the Kubernetes agent, which alone writes those rows; or a quota an operator made through the
+    REST API or the admin, which the agent never touches. Every quota of a namespace holds: the
+    tighter one wins."""
+
+    KUBERNETES = "kubernetes"
+    API = "api"
+    SOURCES = [(KUBERNETES, "Kubernetes ResourceQuota"), (API, "REST API or admin")]
 
     namespace = models.CharField(max_length=63)
-    quota = models.CharField(max_length=253, help_text="the ResourceQuota object's name")
+    quota = models.CharField(max_length=253, help_text="the quota's name (a ResourceQuota object's name)")
+    source = models.CharField(max_length=16, choices=SOURCES, default=KUBERNETES, db_default=KUBERNETES)
     resource = models.CharField(max_length=16, choices=[(r, r) for r in RESOURCES])
     hard = models.PositiveBigIntegerField()
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["namespace", "quota", "resource"]
+        ordering = ["namespace", "quota", "source", "resource"]
         constraints = [
-            models.UniqueConstraint(fields=["namespace", "quota", "resource"], name="namespacequota_unique")
+            models.UniqueConstraint(
+                fields=["namespace", "quota", "source", "resource"], name="namespacequota_unique"
+            )
         ]
 
     def __str__(self) -> str:

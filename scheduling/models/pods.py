@@ -10,7 +10,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 from django.utils.functional import cached_property
 
-from scheduling.engine import PodSpec
+from scheduling.engine import PodSpec, triage
 
 from .batch import PodGroup, Queue
 from .cluster import Card, Node
@@ -74,6 +74,8 @@ class Pod(models.Model):
         (DELETED, "deleted"),
     ]
     BOUND = (SCHEDULED, RUNNING)
+    #: `engine.triage`'s classes of a waiting pod, as the Pending page and the API filter them.
+    VERDICTS = [(value, triage.VERDICT_WORDS[value]) for value in triage.VERDICTS]
     FINISHED = (SUCCEEDED, FAILED, DELETED)
 
     API = "api"
@@ -126,10 +128,23 @@ class Pod(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     reason = models.TextField(blank=True, default="", help_text="the latest decision, in one line")
+    verdict = models.CharField(
+        max_length=16,
+        choices=VERDICTS,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="the latest waiting decision's class (engine.triage); empty once placed or not tried",
+    )
     error = models.TextField(blank=True, default="")
     error_field = models.CharField(max_length=300, blank=True, default="")
     parked = models.BooleanField(default=False)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    held_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="a back-off no change of capacity cuts short (a placement given back: retry after this)",
+    )
     allocated = models.TextField(blank=True, default="", help_text="hami.io/vgpu-devices-allocated")
     spec_hash = models.CharField(max_length=64, blank=True, default="")
     revision = models.PositiveIntegerField(default=0)
@@ -210,6 +225,41 @@ def gate_names(scheduling) -> list[str]:
     if not isinstance(gates, list):
         return []
     return [str(gate.get("name", gate)) if isinstance(gate, dict) else str(gate) for gate in gates]
+
+
+def waiting_verdict(verdict: str, gated: bool, error: str) -> str:
+    """The class a waiting pod shows (`engine.triage`): a spec error parks it (`invalid`) and
+    gates hold it (`rule`) whatever its last decision said; else that decision's class, empty
+    when it was not tried. `verdict_filter` is the same rule in SQL."""
+    if error or verdict == triage.INVALID:
+        return triage.INVALID
+    if gated:
+        return triage.RULE
+    return verdict
+
+
+def decisive_reason(pod: Pod, payload: dict | None) -> triage.Triage | None:
+    """What a waiting pod's first line says (`engine.triage`): its spec error, its gates, else
+    the triage its latest decision stored; None when it has none (not tried, a lost race)."""
+    if pod.error:
+        return triage.Triage(triage.INVALID, triage.INVALID_CODE, pod.error, ("fix the pod's spec",))
+    if pod.gated:
+        why = gated_reason(pod.gate_names)
+        return triage.Triage(triage.RULE, SCHEDULING_GATED, why, ("remove its scheduling gates",))
+    return triage.Triage.from_dict((payload or {}).get("verdict"))
+
+
+def verdict_filter(verdicts: Iterable[str]) -> Q:
+    """Pods whose `waiting_verdict` is one of `verdicts`."""
+    found = Q(pk__in=[])
+    for value in verdicts:
+        if value == triage.INVALID:
+            found |= ~Q(error="") | Q(verdict=triage.INVALID)
+        elif value == triage.RULE:
+            found |= Q(error="") & (Q(gated=True) | Q(verdict=triage.RULE))
+        else:
+            found |= Q(error="", gated=False, verdict=value)
+    return found
 
 
 def gated_reason(names: list[str]) -> str:

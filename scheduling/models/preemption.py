@@ -86,12 +86,18 @@ class Eviction(models.Model):
 
 class Nomination(models.Model):
     """One vGPU a preemptor will take on a card once its victims are gone. Other pods see the
-    card as holding it (the cycle's snapshot and the commit's re-check), until it expires."""
+    card as holding it (the cycle's snapshot and the commit's re-check), until it expires;
+    `whole` (an exclusive ask: mutex, or all of the card's cores) as holding the whole card."""
 
     pod = models.ForeignKey(Pod, on_delete=models.CASCADE, related_name="nominations")
     card = models.ForeignKey(Card, on_delete=models.CASCADE, related_name="nominations")
     memory = models.PositiveIntegerField(help_text="MiB")
     cores = models.PositiveSmallIntegerField()
+    whole = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="the card is held whole for the preemptor (mutex or whole-card ask): nothing else is placed on it",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(db_index=True)
 
@@ -100,4 +106,5 @@ class Nomination(models.Model):
         indexes = [models.Index(fields=["card", "expires_at"], name="nomination_card")]
 
     def __str__(self) -> str:
-        return f"{self.pod_id} on {self.card_id}: {self.memory} MiB, {self.cores}%"
+        whole = ", whole card" if self.whole else ""
+        return f"{self.pod_id} on {self.card_id}: {self.memory} MiB, {self.cores}%{whole}"

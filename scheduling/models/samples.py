@@ -84,17 +84,27 @@ def _share(used: int, total: int) -> float:
     return round(used / total, 4) if total else 0.0
 
 
-def top_reason(error: str, outcome: str | None, failed_reasons, batch_reason: str | None = None) -> str:
+def top_reason(
+    error: str,
+    outcome: str | None,
+    failed_reasons,
+    batch_reason: str | None = None,
+    decisive: str | None = None,
+) -> str:
     """What a pending pod waits on, as the Pending page's facets and the history count it: the
-    batch reason that held it (gang, queue limit, quota: it decides whatever the cards say),
-    else the reason code that turned away the most cards (summed over the failed nodes, ties by
-    name), or a facet name for a pod without one."""
+    decisive reason its decision stored (`engine.triage`: chosen by what would make it fit, so
+    a pod that refused cards by its own type or UUID counts under what decides it, not under
+    `CardTypeMismatch`); for a decision stored without one, the batch reason that held it
+    (gang, queue limit, quota), else the reason code that turned away the most cards (summed
+    over the failed nodes, ties by name); or a facet name for a pod without one."""
     if error:
         return INVALID
     if outcome is None:
         return NOT_TRIED
     if outcome == Decision.CONFLICT:
         return CONFLICT
+    if decisive:
+        return str(decisive)
     if batch_reason:
         return str(batch_reason)
     totals: Counter = Counter()
@@ -106,13 +116,16 @@ def top_reason(error: str, outcome: str | None, failed_reasons, batch_reason: st
     return min(totals, key=lambda code: (-totals[code], code))
 
 
-def latest_reasons(decision_ids: list[int]) -> dict[int, tuple[str, dict, str | None]]:
-    """(outcome, failed_reasons, batch reason) of these decisions by id, without the rest of
-    their payload: what `top_reason` reads."""
+def latest_reasons(decision_ids: list[int]) -> dict[int, tuple[str, dict, str | None, str | None]]:
+    """(outcome, failed_reasons, batch reason, decisive code) of these decisions by id, without
+    the rest of their payload: what `top_reason` reads."""
     rows = Decision.objects.filter(pk__in=decision_ids).values_list(
-        "id", "outcome", "payload__failed_reasons", "payload__batch__reason"
+        "id", "outcome", "payload__failed_reasons", "payload__batch__reason", "payload__verdict__code"
     )
-    return {decision_id: (outcome, failed, batch) for decision_id, outcome, failed, batch in rows}
+    return {
+        decision_id: (outcome, failed, batch, decisive)
+        for decision_id, outcome, failed, batch, decisive in rows
+    }
 
 
 def pending_by_closest_node() -> dict[str, int]:
@@ -142,7 +155,7 @@ def pending_by_reason() -> tuple[int, dict[str, int]]:
         .values_list("error", "latest_decision_id")
     )
     latest = latest_reasons([pk for _, pk in keyed if pk])
-    counts = Counter(top_reason(error, *(latest.get(pk) or (None, None, None))) for error, pk in keyed)
+    counts = Counter(top_reason(error, *(latest.get(pk) or (None,) * 4)) for error, pk in keyed)
     return len(keyed), dict(sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS])
 
 

@@ -94,22 +94,7 @@ def load_book(usage: dict[str, Usage] | None = None) -> QueueBook:
     """The queue tree with usage summed into every ancestor, for one cycle; `usage` when the
     caller has read `queue_usage` already."""
     states = queue_states(usage)
-    book = QueueBook(
-        [
-            QueueState(
-                s.name,
-                s.parent,
-                s.weight,
-                s.guarantee,
-                s.quota,
-                s.limit,
-                pk=s.pk,
-                namespaces=s.namespaces,
-                lend_guarantee=s.lend_guarantee,
-            )
-            for s in states
-        ]
-    )
+    book = QueueBook([s.fresh() for s in states])
     for state in states:
         book.add(state.name, state.used)
     book.capacity = cluster_capacity()
@@ -142,6 +127,10 @@ class GangState:
     min_resources: Usage
     known: int = 0  # members that are neither finished nor rejected
     placed: int = 0  # members scheduled or running
+    #: The node label whose one value holds every member ("" for none), and that value where
+    #: members are placed already ("" when none are): `engine.batch.jobs.Gang`.
+    topology_key: str = ""
+    domain: str = ""
 
 
 def load_gangs(group_ids) -> dict[int, GangState]:
@@ -162,6 +151,7 @@ def load_gangs(group_ids) -> dict[int, GangState]:
             on_timeout=group.on_timeout,
             phase=group.phase,
             min_resources=group.min_resources(),
+            topology_key=group.topology_key,
         )
     counts = (
         Pod.objects.filter(group_id__in=group_ids)
@@ -174,6 +164,16 @@ def load_gangs(group_ids) -> dict[int, GangState]:
         gang = gangs.get(row["group_id"])
         if gang is not None:
             gang.known, gang.placed = row["known"], row["placed"]
+    keyed = {pk: gang for pk, gang in gangs.items() if gang.topology_key and gang.placed}
+    if keyed:
+        placed_on = (
+            Pod.objects.filter(group_id__in=sorted(keyed), status__in=Pod.BOUND)
+            .exclude(node=None)
+            .values_list("group_id", "node__labels")
+        )
+        for group_id, labels in placed_on:
+            gang = keyed[group_id]
+            gang.domain = gang.domain or str((labels or {}).get(gang.topology_key) or "")
     return gangs
 
 

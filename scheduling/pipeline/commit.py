@@ -17,7 +17,8 @@ the others, so their allocations cannot change meanwhile) and every other pod's 
 nominations counted as held. Then its `Eviction` rows (one per victim, `requested`) and
 `Nomination` rows are written; the cards' counters are not touched until it is placed. An
 ordinary placement counts other pods' nominations as held too, so nothing is placed on the
-cards a victim frees for its preemptor.
+cards a victim frees for its preemptor; a card an exclusive preemptor holds whole (`mutex`, or
+all its cores: `Nomination.whole`) takes nothing else at all until it lands (`Held.whole`).
 
 Limits (docs/queues.md, "Limits under overlap"): after the pods and before the cards, the
 commit locks the queues and namespace quotas that bound its placements (`limits.lock_limits`)
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -62,6 +63,7 @@ POD_FIELDS = [
     "scheduled_at",
     "attempts",
     "reason",
+    "verdict",
     "error",
     "error_field",
     "parked",
@@ -110,17 +112,36 @@ def lock_cards(pks: list[int]) -> dict[str, LockedCard]:
 class Held:
     """What the counters do not show: each card's unexpired nominations by pod (held for
     their preemptors), the victims' holdings a preemption takes off, and the nominations
-    this commit adds."""
+    this commit adds; `whole`, the cards an exclusive preemptor holds whole (stored, or
+    nominated by this commit), on which nothing else is placed."""
 
     nominated: dict[int, list[tuple[int, int, int]]]  # card pk -> (pod id, MiB, cores)
     victims: dict[int, list[tuple[str, int, int, int]]]  # victim pod -> (card uuid, pk, MiB, cores)
     added: dict[int, list[int]]
     #: The limited nodes' cpu, memory, pods and host ports, read under lock (`nodecheck`).
     nodes: NodeLedger | None = None
+    whole: dict[int, tuple[int, str]] = field(default_factory=dict)  # card pk -> (pod id, ns/name)
 
     @classmethod
     def empty(cls) -> Held:
         return cls({}, {}, {})
+
+    def held_whole(self, pk: int, pod_id: int) -> str:
+        """The preemptor (`ns/name`) holding card `pk` whole for itself, unless that is `pod_id`."""
+        holder = self.whole.get(pk)
+        return holder[1] if holder is not None and holder[0] != pod_id else ""
+
+    def keep(self, attempt: Attempt, cards: dict[str, LockedCard]) -> None:
+        """After `attempt` is kept: a preemption holds its whole cards from now on; a placement
+        (a preemptor landing) lets go of the ones it held."""
+        if attempt.victims:
+            preemption = attempt.decision.preemption
+            for uuid in preemption.whole if preemption is not None else ():
+                if uuid in cards:
+                    self.whole[cards[uuid].pk] = (attempt.pod_id, attempt.key)
+        else:
+            for pk in [pk for pk, (holder, _) in self.whole.items() if holder == attempt.pod_id]:
+                del self.whole[pk]
 
     def on(self, pk: int, pod_id: int, freed: dict[int, list[int]] | None = None) -> tuple[int, int, int]:
         """(slots, MiB, cores) held on card `pk` for others than `pod_id`, less `freed`."""
@@ -172,13 +193,20 @@ def recheck_nomination(
             total[0], total[1], total[2] = total[0] + 1, total[1] + memory, total[2] + cores
     node = preemption.node if preemption is not None else None
     mine, why = _fits(attempt, node, grants_held(attempt), cards, added, held, freed)
-    if mine is None or not attempt.moves:
+    if mine is None:
         return mine, why
+    if not attempt.moves:
+        return _net_of(mine, freed), why
     for victim_id, home in attempt.moves:  # each moved tenant's new home, held before it moves
         for uuid, memory, cores in home:
             card = cards.get(uuid)
             if card is None or not card.present or not card.node_ready or card.engine.cordoned:
                 return None, f"the new home of victim {victim_id} ({uuid}) is gone"
+            if holder := held.held_whole(card.pk, attempt.pod_id):
+                return (
+                    None,
+                    f"the new home of victim {victim_id} ({uuid}) is held whole for preemptor {holder}",
+                )
             before = added.get(card.pk, (0, 0, 0))
             other = held.on(card.pk, victim_id, freed)
             own = mine.setdefault(card.pk, [0, 0, 0])
@@ -190,7 +218,18 @@ def recheck_nomination(
             ):
                 return None, f"the new home of victim {victim_id} ({uuid}) is taken"
             own[0], own[1], own[2] = own[0] + 1, own[1] + memory, own[2] + cores
-    return mine, ""
+    return _net_of(mine, freed), ""
+
+
+def _net_of(mine: dict[int, list[int]], freed: dict[int, list[int]]) -> dict[int, list[int]]:
+    """What later attempts of this commit see of a kept preemption's cards: its nomination in
+    place of the victims it evicts (they keep their counters until they go), as the planner's
+    Statement saw it. Else a second preemptor on the card (a gang's next member) counts the
+    first one's victims and its nomination both, and loses a race with itself."""
+    for pk, (slots, memory, cores) in freed.items():
+        own = mine.setdefault(pk, [0, 0, 0])
+        own[0], own[1], own[2] = own[0] - slots, own[1] - memory, own[2] - cores
+    return mine
 
 
 def grants_held(attempt: Attempt) -> list[tuple[str, int, int]]:
@@ -216,6 +255,8 @@ def _fits(attempt: Attempt, node, grants, cards, added, held: Held, freed):
             return None, f"{uuid} is now on {card.node}"
         if not card.node_ready:
             return None, f"{card.node} NodeNotReady"
+        if holder := held.held_whole(card.pk, attempt.pod_id):
+            return None, f"{uuid} held whole for preemptor {holder}"
         before = added.get(card.pk, (0, 0, 0))
         other = held.on(card.pk, attempt.pod_id, freed)
         own = mine.setdefault(card.pk, [0, 0, 0])
@@ -353,7 +394,12 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         limited = limited_nodes(fresh, snapshot)  # their cards all locked: commits there take turns
         wanted = sorted(set(wanted) | cards_to_lock(limited, snapshot))
         cards = lock_cards(wanted)
-        held = Held(preemption.nominated_usage(wanted, now), victim_holdings(victims), {})
+        held = Held(
+            preemption.nominated_usage(wanted, now),
+            victim_holdings(victims),
+            {},
+            whole=preemption.held_whole(wanted, now),
+        )
         held.nodes = NodeLedger.read(limited, fresh)
         added: dict[int, list[int]] = {}
         verdicts = recheck_all(fresh, cards, added, held, limits)
@@ -395,6 +441,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 "updated_at": now,
             }
             payload = decision.as_dict(top=top)
+            pod["verdict"] = (payload.get("verdict") or {}).get("class") or ""  # engine.triage, once
             if outcome == SCHEDULED and decision.node is not None:
                 pod.update(
                     status=Pod.SCHEDULED,
@@ -426,6 +473,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                     else f"placement on {decision.node}"
                 )
                 pod["reason"] = f"{what} lost a race ({why}); retrying"
+                pod["verdict"] = "capacity"  # the capacity it counted on was taken
                 payload["conflict"] = why
                 report.conflicts.append((attempt.key, why))
             elif outcome == REJECTED:
@@ -526,12 +574,17 @@ def recheck_all(
                 verdicts[id(attempt)] = _held_back(attempt, *refusal, limits)
             else:
                 _add(held.added if attempt.victims else added, mine)
+                held.keep(attempt, cards)
                 limits.take(attempt)
                 verdicts[id(attempt)] = _kept(attempt)
             continue
         trial = {pk: list(used) for pk, used in added.items()}
         trial_held = Held(
-            held.nominated, held.victims, {pk: list(used) for pk, used in held.added.items()}, held.nodes
+            held.nominated,
+            held.victims,
+            {pk: list(used) for pk, used in held.added.items()},
+            held.nodes,
+            dict(held.whole),
         )
         kept, missed = [], []
         for member in members:
@@ -543,6 +596,7 @@ def recheck_all(
                 missed.append((member, why))
             else:
                 _add(trial_held.added if member.victims else trial, mine)
+                trial_held.keep(member, cards)
                 limits.take(member)
                 kept.append(member)
         needed = members[0].gang_needed
@@ -551,6 +605,8 @@ def recheck_all(
             added.update(trial)
             held.added.clear()
             held.added.update(trial_held.added)
+            held.whole.clear()
+            held.whole.update(trial_held.whole)
             verdicts.update({id(m): _kept(m) for m in kept})
             for m, why in missed:
                 hold = refused.get(id(m))
@@ -617,7 +673,8 @@ def victim_holdings(victims: dict[int, tuple]) -> dict[int, list[tuple[str, int,
 
 def write_preemptions(cycle_id: int, outcomes, cards: dict[str, LockedCard], now) -> list[int]:
     """The kept preemptions' `Eviction` rows (one per victim, `requested`) and `Nomination`
-    rows (one per granted vGPU, replacing any older ones of the pod). The eviction ids."""
+    rows (one per granted vGPU, replacing any older ones of the pod; `whole` on the cards an
+    exclusive preemptor holds whole). The eviction ids."""
     kept = [attempt for attempt, outcome, why in outcomes if why == PREEMPTS]
     if not kept:
         return []
@@ -643,6 +700,8 @@ def write_preemptions(cycle_id: int, outcomes, cards: dict[str, LockedCard], now
                     created_at=now,
                 )
             )
+        preemption = attempt.decision.preemption
+        whole = set(preemption.whole) if preemption is not None else set()
         holders = [(attempt.pod_id, grants_held(attempt)), *attempt.moves]
         for pod_id, grants in holders:
             for uuid, memory, cores in grants:
@@ -652,6 +711,7 @@ def write_preemptions(cycle_id: int, outcomes, cards: dict[str, LockedCard], now
                         card_id=cards[uuid].pk,
                         memory=memory,
                         cores=cores,
+                        whole=pod_id == attempt.pod_id and uuid in whole,
                         created_at=now,
                         expires_at=expires,
                     )

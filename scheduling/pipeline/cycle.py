@@ -14,10 +14,10 @@ from typing import cast
 
 from django.utils import timezone
 
-from scheduling.engine import Cluster, PodInvalid, PodSpec, Scheduler
+from scheduling.engine import Cluster, PodSpec, Scheduler
 from scheduling.engine import Decision as EngineDecision
 from scheduling.engine import Node as EngineNode
-from scheduling.engine.annotations import GPU_POLICY, group_ref, queue_ref
+from scheduling.engine.annotations import GPU_POLICY
 from scheduling.engine.batch.consolidate import Consolidator
 from scheduling.engine.batch.jobs import (
     GANG_TIMED_OUT,
@@ -25,15 +25,15 @@ from scheduling.engine.batch.jobs import (
     NAMESPACE_QUOTA,
     NOT_ENOUGH_PODS,
     QUEUE_LIMIT,
-    QUEUE_NOT_FOUND,
     Gang,
-    Job,
+    GangTerms,
     JobRunner,
     Member,
-    held_decision,
+    Pending,
+    assemble_jobs,
 )
 from scheduling.engine.batch.preempt import Preemptor, Tenant
-from scheduling.engine.batch.queues import DEFAULT_QUEUE, QueueBook
+from scheduling.engine.batch.queues import QueueBook
 from scheduling.engine.chain import gang_filter_names
 from scheduling.engine.decision import REJECTED, Evicted
 from scheduling.engine.pod import describe_policy
@@ -46,6 +46,7 @@ from .options import option
 from .plan import Attempt, CyclePlan, worker_name
 from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapshot, mark_gangs
 from .standing import STANDING
+from .wake import wake_movable
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     started_at = timezone.now()
     now = now or started_at
     limit = limit or option("CYCLE_MAX_PODS")
+    wake_movable(now)  # capacity moved: the backed-off pods it lets in are due now
     rows = due_pods(limit, now)
     if not rows:
         return CyclePlan(None, [], trigger, worker, started_at, started)
@@ -229,65 +231,49 @@ def attempt_of(row, decision, parsed, queue_id, gang_needed: int = 0) -> Attempt
     )
 
 
-def pod_queue(row, gang: GangState | None, book: QueueBook) -> tuple[str | None, str]:
-    """The leaf queue a pod joins (its group's, the one it names, its namespace's, `default`),
-    or (None, why) when it names a queue that does not exist or is not a leaf."""
-    named: str | None
-    if gang is not None and gang.queue:
-        named, where = gang.queue, f"pod group {gang.key}"
-    else:
-        named = queue_ref(row[COL["annotations"]], row[COL["labels"]])
-        where = "the pod"
-    if named is None:
-        return book.by_namespace.get(row[COL["namespace"]], DEFAULT_QUEUE), ""
-    if named not in book.queues:
-        return None, f"{where} names queue {named!r}, which does not exist"
-    if named in book.parents:
-        return None, f"{where} names queue {named!r}, a parent queue: only leaf queues take pods"
-    return named, ""
-
-
 def build_jobs(rows, gangs: dict[int, GangState], book: QueueBook, config, now):
-    """Jobs from the due rows: one per single pod, one per gang; and (row, decision) for pods a
-    batch rule rejects or holds before any card is looked at."""
-    jobs: list[Job] = []
-    by_gang: dict[int, Job] = {}
+    """Jobs from the due rows (`engine.batch.jobs.assemble_jobs`, as `simulate` builds them):
+    one per single pod, one per gang; and (row, decision) for pods a batch rule rejects or
+    holds before any card is looked at."""
+    pending: list[Pending] = []
     held = []
+    terms: dict[int, GangTerms] = {}
     for row in rows:
         spec = spec_of(row)
-        try:
-            group_ref(row[COL["annotations"]], row[COL["labels"]])
-            queue_ref(row[COL["annotations"]], row[COL["labels"]])
-        except PodInvalid as exc:
-            held.append((row, invalid_decision(spec, config, exc)))
-            continue
         gang = gangs.get(row[COL["group_id"]])
         if gang is not None and gang.phase == PodGroup.FAILED and gang.on_timeout == PodGroup.REJECT:
             held.append((row, timed_out_decision(spec, config, gang)))
             continue
-        queue, why = pod_queue(row, gang, book)
-        if queue is None:
-            held.append((row, held_decision(spec, config, QUEUE_NOT_FOUND, why)))
-            continue
-        member = Member(spec, row)
         submitted = row[COL["submitted_at"]]
-        if gang is None:
-            waited = (now - submitted).total_seconds()
-            jobs.append(Job(queue, row[COL["priority"]], (submitted, row[0]), [member], None, waited))
-            continue
-        job = by_gang.get(gang.pk)
-        if job is None:
-            info = Gang(gang.key, gang.min_member, gang.known, gang.placed, gang.min_resources)
-            waited = (now - gang.created_at).total_seconds()
-            job = by_gang[gang.pk] = Job(queue, gang.priority, (gang.created_at, -gang.pk), [], info, waited)
-            jobs.append(job)
-        job.priority = max(job.priority, row[COL["priority"]])
-        job.members.append(member)
+        entry = Pending(
+            Member(spec, row),
+            row[COL["priority"]],
+            (submitted, row[0]),
+            (now - submitted).total_seconds(),
+        )
+        if gang is not None:
+            entry.group = terms.get(gang.pk)
+            if entry.group is None:
+                info = Gang(
+                    gang.key,
+                    gang.min_member,
+                    gang.known,
+                    gang.placed,
+                    gang.min_resources,
+                    topology_key=gang.topology_key,
+                    domain=gang.domain,
+                )
+                entry.group = terms[gang.pk] = GangTerms(
+                    info,
+                    gang.queue or None,
+                    gang.priority,
+                    (gang.created_at, -gang.pk),
+                    (now - gang.created_at).total_seconds(),
+                )
+        pending.append(entry)
+    jobs, refused = assemble_jobs(pending, book, config)
+    held.extend((member.ref, decision) for member, decision in refused)
     return jobs, held
-
-
-def invalid_decision(spec: PodSpec, config, exc: PodInvalid) -> EngineDecision:
-    return rejected(spec, config, str(exc), exc.field, exc.code)
 
 
 def timed_out_decision(spec: PodSpec, config, gang: GangState) -> EngineDecision:

@@ -8,7 +8,9 @@ docs/architecture.md), the leaf queues it writes on its pods with every ancestor
 limit, then the quota rows of the namespaces it places pods in; reads the usage under those
 locks (a commit that adds to a queue or a namespace with a limit holds them too, so it reads
 what the one before it wrote); and admits each placement, in queue order, against that usage
-plus what this commit admitted before it. A placement that would pass a limit is not written:
+plus what this commit admitted before it. Where a queue keeps an idle guarantee (not lent), every
+queue is locked and the placement is also checked against what the guarantees keep
+(`QueueBook.over_kept`). A placement that would pass a limit is not written:
 its pod stays pending with the verdict planning gives (`QueueLimitExceeded`,
 `NamespaceQuotaExceeded`); a leaf queue deleted since planning leaves its pods pending with
 `QueueNotFound`.
@@ -31,6 +33,7 @@ from .batch import load_book, namespace_usage
 from .plan import Attempt
 
 LIMIT_COLUMNS = tuple(f"limit_{resource}" for resource in RESOURCES)
+GUARANTEE_COLUMNS = tuple(f"guarantee_{resource}" for resource in RESOURCES)
 
 
 @dataclass
@@ -54,7 +57,7 @@ class Limits:
         used = decision_usage(attempt.decision)
         name = self.names.get(attempt.queue_id)
         if self.book is not None and name is not None:
-            why = self.book.over_limit(name, used)
+            why = self.book.over_limit(name, used) or self.book.over_kept(name, used)
             if why is not None:
                 return QUEUE_LIMIT, why
         if self.namespaces is not None:
@@ -81,15 +84,24 @@ def lock_limits(attempts: list[Attempt]) -> Limits:
     leaves = sorted({a.queue_id for a in attempts if a.queue_id is not None})
     if not leaves:
         return Limits()
-    tree = {pk: (name, parent, any(v is not None for v in limits)) for pk, name, parent, *limits in _tree()}
+    rows = list(_tree())
+    width = len(LIMIT_COLUMNS)
+    tree = {
+        pk: (name, parent, any(v is not None for v in rest[:width])) for pk, name, parent, _, *rest in rows
+    }
     placing = {a.queue_id for a in attempts if a.queue_id is not None and a.decision.status == SCHEDULED}
     limited = {pk for leaf in placing for pk in _chain(tree, leaf) if tree[pk][2]}
+    # A guarantee kept empty for its queue (not lent) binds every placement of the cluster
+    # (`QueueBook.over_kept`): then every queue is locked and read, as the tree writes do.
+    keeping = placing and any(not lend and any(rest[width:]) for _, _, _, lend, *rest in rows)
+    if keeping:
+        limited |= set(tree)
     locked = _lock(set(leaves) | limited)
     out = Limits(
         names={pk: tree[pk][0] for pk in leaves if pk in locked and pk in tree},
         gone={pk for pk in leaves if pk not in locked},
     )
-    if any(limited for _, _, limited in tree.values()):
+    if keeping or any(limited for _, _, limited in tree.values()):
         book = load_book()  # read under the locks: the tree and the usage as the last commit left them
         pks = {state.name: state.pk for state in book.queues.values()}
         for leaf in placing & set(out.names):
@@ -114,7 +126,9 @@ def lock_limits(attempts: list[Attempt]) -> Limits:
 
 
 def _tree():
-    return Queue.objects.values_list("pk", "name", "parent_id", *LIMIT_COLUMNS)
+    return Queue.objects.values_list(
+        "pk", "name", "parent_id", "lend_guarantee", *LIMIT_COLUMNS, *GUARANTEE_COLUMNS
+    )
 
 
 def _chain(tree: dict, pk: int | None) -> list[int]:

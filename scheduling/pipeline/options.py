@@ -37,6 +37,7 @@ DEFAULTS = {
     # The standing snapshot (pipeline.standing): kept between cycles, read whole this often.
     "SNAPSHOT_KEEP": True,
     "SNAPSHOT_REBUILD_SECONDS": 300.0,
+    "GC_FREEZE": True,
 }
 
 

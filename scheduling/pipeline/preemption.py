@@ -3,7 +3,9 @@
 - `load_tenants`: the running pods as the engine's `preempt.Tenant`s, read only when a job
   first needs victims (a few queries over the active allocations and their pods). Victims
   already being evicted, and pods placed through the extender (no eviction path), are left
-  out; ones whose eviction was refused or timed out lately are marked.
+  out; ones whose eviction was refused or timed out lately are marked. Each pod group with a
+  disruption budget (`max_evicted`) gets what is left of it: the budget less its members
+  being evicted already.
 - `load_nominations`: the cards preemptors hold until their victims are gone.
 - `rules`: the PREEMPT_* options as the engine's `Rules`.
 - `hooks`: the write side (`services.evictions`) registers itself at start-up, since the
@@ -24,7 +26,7 @@ from scheduling.engine.batch.jobs import Nominated
 from scheduling.engine.batch.preempt import Rules, Tenant, Tenants, preemptible
 from scheduling.models.pods import spec_fields
 
-from ..models import Allocation, Eviction, Nomination, Pod
+from ..models import Allocation, Eviction, Nomination, Pod, PodGroup
 from .options import option
 
 #: How long a refused victim is left out of later victim sets (seconds).
@@ -51,6 +53,12 @@ def rules() -> Rules:
     )
 
 
+def scenario_settings() -> dict:
+    """The preemption options as `run_scenario` takes them, so `simulate` on the server
+    decides as the live cycle does (a scenario's `preemption` overrides them)."""
+    return {"rules": rules(), "consolidation": bool(option("CONSOLIDATION"))}
+
+
 def load_tenants(now=None) -> Tenants:
     """Every pod holding cards, with what it holds and what protects it; by node and gang."""
     now = now or timezone.now()
@@ -71,6 +79,7 @@ def load_tenants(now=None) -> Tenants:
         .values_list("victim_id", "message")
     )
     tenants, gang_min = [], {}
+    gang_budget = gang_budgets()
     # Pods placed through kube-scheduler's extender have no eviction path here: never victims.
     rows = (
         Pod.objects.filter(pk__in=[pk for pk in holdings if pk not in going], status__in=Pod.BOUND)
@@ -110,7 +119,27 @@ def load_tenants(now=None) -> Tenants:
                 refused=(refused.get(pk) or "refused")[:200] if pk in refused else "",
             )
         )
-    return Tenants(tenants, gang_min)
+    return Tenants(tenants, gang_min, gang_budget)
+
+
+def gang_budgets() -> dict[str, int]:
+    """Per pod group with a disruption budget (`max_evicted`), by key: how many more members
+    may be evicted, the budget less its members with an active eviction (requested or
+    evicting) that still hold their cards, never below 0."""
+    budgets: dict[int, tuple[str, int]] = {
+        pk: (f"{namespace}/{name}", budget or 0)
+        for pk, namespace, name, budget in PodGroup.objects.filter(max_evicted__isnull=False).values_list(
+            "pk", "namespace", "name", "max_evicted"
+        )
+    }
+    if not budgets:
+        return {}
+    going: dict[int, int] = {}
+    for group_id in Eviction.objects.filter(
+        state__in=Eviction.ACTIVE, victim__group_id__in=list(budgets), victim__status__in=Pod.BOUND
+    ).values_list("victim__group_id", flat=True):
+        going[group_id] = going.get(group_id, 0) + 1
+    return {key: max(0, budget - going.get(pk, 0)) for pk, (key, budget) in budgets.items()}
 
 
 def movable_specs() -> Callable[[Tenant], PodSpec | None]:
@@ -152,7 +181,7 @@ def movable_specs() -> Callable[[Tenant], PodSpec | None]:
 
 
 def load_nominations(now=None) -> dict[str, Nominated]:
-    """Pod key -> the cards it is nominated to, for nominations not yet expired."""
+    """Pod key -> the cards it is nominated to (and holds whole), for nominations not yet expired."""
     now = now or timezone.now()
     grace = float(option("PREEMPT_GRACE_SECONDS"))
     found: dict[int, Nominated] = {}
@@ -169,9 +198,10 @@ def load_nominations(now=None) -> dict[str, Nominated]:
             "memory",
             "cores",
             "created_at",
+            "whole",
         )
     )
-    for pod_id, namespace, name, uuid, node, memory, cores, created in rows:
+    for pod_id, namespace, name, uuid, node, memory, cores, created, whole in rows:
         entry = found.get(pod_id)
         if entry is None:
             entry = found[pod_id] = Nominated(
@@ -179,6 +209,8 @@ def load_nominations(now=None) -> dict[str, Nominated]:
             )
             keys[pod_id] = f"{namespace}/{name}"
         entry.grants.append((uuid, memory, cores))
+        if whole and uuid not in entry.whole:
+            entry.whole = (*entry.whole, uuid)
     if found:
         waiting: dict[int, int] = {}
         for preemptor in Eviction.objects.filter(
@@ -199,3 +231,15 @@ def nominated_usage(card_ids: list[int], now=None) -> dict[int, list[tuple[int, 
     ).values_list("card_id", "pod_id", "memory", "cores"):
         out.setdefault(card_id, []).append((pod_id, memory, cores))
     return out
+
+
+def held_whole(card_ids: list[int], now=None) -> dict[int, tuple[int, str]]:
+    """Card pk -> (pod id, `ns/name`) of the exclusive preemptor holding it whole, for the
+    commit's re-check: nothing else is placed there until it lands or its nomination expires."""
+    now = now or timezone.now()
+    return {
+        card_id: (pod_id, f"{namespace}/{name}")
+        for card_id, pod_id, namespace, name in Nomination.objects.filter(
+            card_id__in=card_ids, expires_at__gt=now, whole=True
+        ).values_list("card_id", "pod_id", "pod__namespace", "pod__name")
+    }

@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily
 
@@ -53,9 +54,19 @@ GROUP_FIELDS = (
     "priority",
     "schedule_timeout_seconds",
     "on_timeout",
+    "max_evicted",
 )
 #: What a Kubernetes PodGroup object sets on its row, besides its source and queue.
-READ_GROUP_FIELDS = ("min_member", "min_vgpus", "min_gpumem", "min_gpucores", "schedule_timeout_seconds")
+READ_GROUP_FIELDS = (
+    "min_member",
+    "min_vgpus",
+    "min_gpumem",
+    "min_gpucores",
+    "schedule_timeout_seconds",
+    "priority",
+    "topology_key",
+    "subgroups",
+)
 #: The largest `NamespaceQuota.hard` (a PostgreSQL bigint).
 LARGEST_HARD = 2**63 - 1
 #: Pod statuses that hold or wait for cards: a queue with such pods is in use.
@@ -238,6 +249,9 @@ def validate_pod_group(group: PodGroup) -> None:
         errors["queue"] = [f"queue {group.queue.name} has children: only leaf queues take pods"]
     if group.on_timeout not in dict(PodGroup.ON_TIMEOUT):
         errors["on_timeout"] = [f"one of {', '.join(dict(PodGroup.ON_TIMEOUT))}"]
+    budget = group.max_evicted
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        errors["max_evicted"] = ["must be a whole number from 0, or null for no disruption budget"]
     if errors:
         raise ValidationError(errors)
 
@@ -302,8 +316,8 @@ def update_pod_group(namespace: str, name: str, by: str = "", **changes) -> PodG
 def store_pod_group(namespace: str, name: str, source: str, queue: str | None = None, **figures) -> bool:
     """Create or update the row of a pod group read from Kubernetes (a Volcano or scheduler-plugins
     PodGroup object, `source`); `queue` by name, none when no queue has that name (its pods' own
-    queue or `default` then), `figures` of `READ_GROUP_FIELDS` (those left out stay as they are).
-    Checked by `validate_pod_group` as an operator's job is (a ValidationError naming the field,
+    queue or `default` then), `figures` of `READ_GROUP_FIELDS` (those left out stay as they are);
+    a change tries its backed-off members again at once. Checked by `validate_pod_group` as an operator's job is (a ValidationError naming the field,
     nothing written); asks for a cycle when anything changed. Not audited: the object is the
     record. Whether anything was written."""
     unknown = sorted(set(figures) - set(READ_GROUP_FIELDS))
@@ -331,6 +345,12 @@ def store_pod_group(namespace: str, name: str, source: str, queue: str | None = 
         else:
             group.save(update_fields=[*changed, "updated_at"])
             request_cycle(f"pod group {group.key} changed")
+    if not created:
+        # Its figures changed: its backed-off members are tried at once (after the group's
+        # lock is let go: pods are locked before groups).
+        Pod.objects.filter(group=group, status=Pod.PENDING, next_attempt_at__isnull=False).update(
+            next_attempt_at=None
+        )
     return True
 
 
@@ -352,53 +372,221 @@ def validate_namespace_quota(namespace: str, quota: str, limits: dict[str, int])
         raise ValidationError(errors)
 
 
+def _write_quota(namespace: str, quota: str, source: str, limits: dict[str, int], keep=frozenset()) -> bool:
+    """Make the rows of one quota of `source` equal to `limits`, inside the caller's
+    transaction; the rows of the other source are never read nor written."""
+    changed = False
+    rows = {
+        row.resource: row
+        for row in lock_namespace_quotas(
+            NamespaceQuota.objects.filter(namespace=namespace, quota=quota, source=source)
+        )
+    }
+    for resource, row in rows.items():
+        if resource not in limits and resource not in keep:
+            row.delete()
+            changed = True
+    for resource, hard in limits.items():
+        found = rows.get(resource)
+        if found is None:
+            NamespaceQuota.objects.create(
+                namespace=namespace, quota=quota, source=source, resource=resource, hard=hard
+            )
+            changed = True
+        elif found.hard != hard:
+            found.hard = hard
+            found.save(update_fields=["hard", "updated_at"])
+            changed = True
+    if changed:
+        capacity_changed(f"namespace quota {namespace}/{quota} changed")
+    return changed
+
+
 @retry_on_conflict
 def store_namespace_quota(
     namespace: str, quota: str, limits: dict[str, int], keep: frozenset[str] = frozenset()
 ) -> bool:
     """Make the rows of one ResourceQuota object `limits` (resource -> hard); rows of resources
     in `keep` (entries refused this time) stay as they were, so a typo never lifts a quota.
+    Only the Kubernetes rows: a quota of the same name made through the API is another quota.
     Checked first (`validate_namespace_quota`). Asks for a cycle, after waking the backed-off
     pods, when anything changed (a looser quota may let pods in). Whether anything was written."""
     validate_namespace_quota(namespace, quota, limits)
-    changed = False
     with transaction.atomic():
-        rows = {
-            row.resource: row
-            for row in lock_namespace_quotas(NamespaceQuota.objects.filter(namespace=namespace, quota=quota))
-        }
-        for resource, row in rows.items():
-            if resource not in limits and resource not in keep:
-                row.delete()
-                changed = True
-        for resource, hard in limits.items():
-            found = rows.get(resource)
-            if found is None:
-                NamespaceQuota.objects.create(namespace=namespace, quota=quota, resource=resource, hard=hard)
-                changed = True
-            elif found.hard != hard:
-                found.hard = hard
-                found.save(update_fields=["hard", "updated_at"])
-                changed = True
-        if changed:
-            capacity_changed(f"namespace quota {namespace}/{quota} changed")
-    return changed
+        return _write_quota(namespace, quota, NamespaceQuota.KUBERNETES, limits, keep)
 
 
 @retry_on_conflict
 def forget_namespace_quotas(present: set[tuple[str, str]]) -> int:
-    """Delete the rows of every quota not in `present` (namespace, name): its object is gone.
-    The number of rows deleted."""
+    """Delete the rows of every ResourceQuota not in `present` (namespace, name): its object is
+    gone. Rows made through the API are not Kubernetes' to delete. The number of rows deleted."""
     with transaction.atomic():
         gone = [
             pk
-            for pk, namespace, quota in NamespaceQuota.objects.values_list("pk", "namespace", "quota")
+            for pk, namespace, quota in NamespaceQuota.objects.filter(
+                source=NamespaceQuota.KUBERNETES
+            ).values_list("pk", "namespace", "quota")
             if (namespace, quota) not in present
         ]
         if gone:
             NamespaceQuota.objects.filter(pk__in=gone).delete()
             capacity_changed("namespace quotas removed")
     return len(gone)
+
+
+# --- namespace quotas made by operators (REST API, admin) ---------------------------------
+
+
+class QuotaOwnedByKubernetes(Exception):
+    """A write through the API to a quota the Kubernetes agent keeps (a ResourceQuota object):
+    the object is the record, so it is changed in Kubernetes (409)."""
+
+    def __init__(self, namespace: str, quota: str):
+        self.namespace, self.quota = namespace, quota
+        super().__init__(
+            f"namespace quota {namespace}/{quota} is a Kubernetes ResourceQuota, kept by the Kubernetes "
+            "agent: change the ResourceQuota object, or give this quota another name"
+        )
+
+
+@dataclass
+class QuotaView:
+    """One namespace quota as the API and the admin show it: its rows gathered."""
+
+    namespace: str
+    quota: str
+    source: str
+    hard: dict[str, int | None]
+    updated_at: datetime
+
+
+def namespace_quotas(namespace: str | None = None, quota: str | None = None) -> list[QuotaView]:
+    """Every namespace quota (both sources), by namespace, name and source."""
+    rows = NamespaceQuota.objects.order_by("namespace", "quota", "source", "resource")
+    if namespace is not None:
+        rows = rows.filter(namespace=namespace)
+    if quota is not None:
+        rows = rows.filter(quota=quota)
+    found: dict[tuple[str, str, str], QuotaView] = {}
+    for row in rows:
+        view = found.get((row.namespace, row.quota, row.source))
+        if view is None:
+            view = found[(row.namespace, row.quota, row.source)] = QuotaView(
+                row.namespace, row.quota, row.source, dict.fromkeys(RESOURCES), row.updated_at
+            )
+        view.hard[row.resource] = row.hard
+        view.updated_at = max(view.updated_at, row.updated_at)
+    return list(found.values())
+
+
+def namespace_quota(namespace: str, quota: str) -> QuotaView:
+    """The quota named so: the one made through the API, else the ResourceQuota's. Raises
+    NamespaceQuota.DoesNotExist."""
+    found = namespace_quotas(namespace, quota)
+    if not found:
+        raise NamespaceQuota.DoesNotExist(f"no namespace quota {namespace}/{quota}")
+    return next((q for q in found if q.source == NamespaceQuota.API), found[0])
+
+
+def _api_limits(hard: dict[str, int | None]) -> dict[str, int]:
+    limits = {resource: value for resource, value in hard.items() if value is not None}
+    if not limits:
+        raise ValidationError({"hard": [f"must set at least one of {', '.join(RESOURCES)}"]})
+    return limits
+
+
+def _owned_by_kubernetes(namespace: str, quota: str) -> bool:
+    return NamespaceQuota.objects.filter(
+        namespace=namespace, quota=quota, source=NamespaceQuota.KUBERNETES
+    ).exists()
+
+
+@retry_on_conflict
+def create_namespace_quota(
+    namespace: str, quota: str, hard: dict[str, int | None], by: str = ""
+) -> QuotaView:
+    """A namespace quota made by an operator (source `api`): `hard` per resource, null or left
+    out for none, at least one set. Enforced as a ResourceQuota's rows are. Raises
+    ValidationError (naming the field), QuotaOwnedByKubernetes when a ResourceQuota has the name."""
+    limits = _api_limits(hard)
+    validate_namespace_quota(namespace, quota, limits)
+    exists = ValidationError({"name": [f"a namespace quota {namespace}/{quota} exists"]})
+    try:
+        with transaction.atomic():
+            if _owned_by_kubernetes(namespace, quota):
+                raise QuotaOwnedByKubernetes(namespace, quota)
+            if NamespaceQuota.objects.filter(
+                namespace=namespace, quota=quota, source=NamespaceQuota.API
+            ).exists():
+                raise exists
+            _write_quota(namespace, quota, NamespaceQuota.API, limits)
+    except IntegrityError:  # a create of the same name committed first
+        raise exists from None
+    _audit(
+        f"namespacequota/{namespace}/{quota}",
+        "NamespaceQuotaCreate",
+        f"namespace quota {namespace}/{quota} created by {by}: {_said(limits)}",
+        by,
+    )
+    return namespace_quota(namespace, quota)
+
+
+@retry_on_conflict
+def update_namespace_quota(
+    namespace: str, quota: str, hard: dict[str, int | None], by: str = ""
+) -> QuotaView:
+    """Change an operator's namespace quota: each resource in `hard` set, null removes it, the
+    ones left out stay; at least one stays set. Raises NamespaceQuota.DoesNotExist,
+    ValidationError, QuotaOwnedByKubernetes for a ResourceQuota's rows."""
+    with transaction.atomic():
+        rows = _api_quota_rows(namespace, quota)
+        wanted: dict[str, int | None] = {row.resource: row.hard for row in rows}
+        wanted.update(hard)
+        limits = _api_limits(wanted)
+        validate_namespace_quota(namespace, quota, limits)
+        changed = _write_quota(namespace, quota, NamespaceQuota.API, limits)
+    if changed:
+        _audit(
+            f"namespacequota/{namespace}/{quota}",
+            "NamespaceQuotaUpdate",
+            f"namespace quota {namespace}/{quota} changed by {by}: {_said(limits)}",
+            by,
+        )
+    return namespace_quota(namespace, quota)
+
+
+def _api_quota_rows(namespace: str, quota: str) -> list[NamespaceQuota]:
+    """An operator's quota rows, locked; NamespaceQuota.DoesNotExist when there are none,
+    QuotaOwnedByKubernetes when the name is a ResourceQuota's."""
+    rows = list(
+        lock_namespace_quotas(
+            NamespaceQuota.objects.filter(namespace=namespace, quota=quota, source=NamespaceQuota.API)
+        )
+    )
+    if not rows:
+        if _owned_by_kubernetes(namespace, quota):
+            raise QuotaOwnedByKubernetes(namespace, quota)
+        raise NamespaceQuota.DoesNotExist(f"no namespace quota {namespace}/{quota}")
+    return rows
+
+
+@retry_on_conflict
+def delete_namespace_quota(namespace: str, quota: str, by: str = "") -> None:
+    """Delete an operator's namespace quota. Raises NamespaceQuota.DoesNotExist,
+    QuotaOwnedByKubernetes for a ResourceQuota's rows (deleted with their object only)."""
+    with transaction.atomic():
+        _api_quota_rows(namespace, quota)
+        _write_quota(namespace, quota, NamespaceQuota.API, {})
+    _audit(
+        f"namespacequota/{namespace}/{quota}",
+        "NamespaceQuotaDelete",
+        f"namespace quota {namespace}/{quota} deleted by {by}",
+        by,
+    )
+
+
+def _said(limits: dict[str, int]) -> str:
+    return ", ".join(f"{resource} <= {hard}" for resource, hard in sorted(limits.items()))
 
 
 # --- the queue tree, as the API, the pages and the metrics read it ----------------------

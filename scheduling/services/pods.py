@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
-from functools import partial
 from typing import Any
 
 from django.db import DataError, IntegrityError, connection, transaction
@@ -49,7 +48,8 @@ FINAL_STATUSES = (Pod.DELETED, Pod.SUCCEEDED, Pod.FAILED)
 
 @retry_on_conflict
 def wake_pending_pods(but: int | None = None) -> int:
-    """Capacity changed: every backed-off pending pod may be tried at once.
+    """Every backed-off pending pod may be tried at once (an operator's "try them all now";
+    a change of capacity wakes only what it lets in: `pipeline.wake`).
 
     Its own transaction, holding nothing else: first the capacity version is moved (a cycle
     planning now then backs off none of its pods, `CapacityVersion`), then the pods are locked
@@ -66,10 +66,20 @@ def wake_pending_pods(but: int | None = None) -> int:
         return backed_off.filter(pk__in=pks).update(next_attempt_at=None)
 
 
+def bump_capacity() -> None:
+    """Move the capacity version in a transaction of its own (one row): the next cycle wakes
+    the backed-off pods it lets in (`pipeline.wake`), and a cycle planning now backs off none
+    of its pods (`CapacityVersion`)."""
+    with transaction.atomic():
+        CapacityVersion.bump()
+
+
 def capacity_changed(reason: str) -> None:
-    """After the commit: wake backed-off pods, then ask for a cycle. Never inside the
-    writer's transaction, which holds card or node locks (the lock order: `scheduling.services`)."""
-    transaction.on_commit(wake_pending_pods, robust=True)
+    """After the commit: move the capacity version, then ask for a cycle, which wakes the
+    backed-off pods the change lets in (`pipeline.wake`: off the request path, and only those).
+    Never inside the writer's transaction, which holds card or node locks (the lock order:
+    `scheduling.services`)."""
+    transaction.on_commit(bump_capacity, robust=True)
     request_cycle(reason)
 
 
@@ -226,9 +236,12 @@ def _checked(
     labels=None,
     config: ClusterConfig | None = None,
     scheduling=None,
+    group: GroupRef | None = None,
 ) -> Submission:
     """`submit_pod`'s checks of one pod, before anything is written: raises PodInvalid naming
-    the field (ValueError for an unknown `origin`). `config` is read once per batch."""
+    the field (ValueError for an unknown `origin`). `config` is read once per batch. `group`:
+    the gang the caller found for the pod (the Kubernetes agent: a Workload's pod group, the
+    pod's owner), used when its annotations and labels name none."""
     annotations = {} if annotations is None else annotations
     containers = [] if containers is None else containers
     init_containers = [] if init_containers is None else init_containers
@@ -260,7 +273,7 @@ def _checked(
     )
     parsed = parse_pod(spec, config or SchedulerConfig.current()) if validate else None
     try:
-        ref = group_ref(annotations, labels)
+        ref = _named_or_found(group_ref(annotations, labels), group)
         named_queue = queue_ref(annotations, labels)
     except PodInvalid:
         if validate:
@@ -299,6 +312,7 @@ def submit_pod(
     origin: str = Pod.API,
     labels=None,
     scheduling=None,
+    group: GroupRef | None = None,
 ) -> Pod:
     """Queue a pod, or update a queued one.
 
@@ -317,7 +331,9 @@ def submit_pod(
 
     `labels` (and annotations) may name a pod group (`engine.batch.group_ref`), created here
     when it is new, and a queue (`engine.batch.queue_ref`); a group's queue wins. A name the
-    cycle cannot use (an unknown queue) is stored, and the cycle says so.
+    cycle cannot use (an unknown queue) is stored, and the cycle says so. `group` is a gang the
+    caller found itself (a Workload's pod group, the pod's owner: `GroupRef`), taken when the
+    annotations and labels name none.
 
     `scheduling` holds the Kubernetes scheduling fields (SPEC 10) by their API names
     (`nodeName`, `nodeSelector`, `affinity`, `tolerations`, `topologySpreadConstraints`,
@@ -343,6 +359,7 @@ def submit_pod(
         origin=origin,
         labels=labels,
         scheduling=scheduling,
+        group=group,
     )
     (done,) = _write_atomically([(0, submission)])
     if done.error is not None:
@@ -420,9 +437,15 @@ def _arguments(item) -> dict:
     if not isinstance(item, dict):
         raise PodInvalid("pod", f"must be an object of {', '.join(SUBMISSION_KEYS)}")
     for key in item:
+        if key == GROUP_KEY and isinstance(item[key], GroupRef | None):
+            continue  # a gang the caller found (never JSON: a GroupRef or None)
         if key not in SUBMISSION_KEYS:
             raise PodInvalid(str(key), f"unknown field; an item takes {', '.join(SUBMISSION_KEYS)}")
     return {"namespace": None, "name": None, **item}
+
+
+#: The item key of `submit_pods` that carries a gang the caller found (`submit_pod`'s `group`).
+GROUP_KEY = "group"
 
 
 def _write_apart_if_refused(accepted: list[tuple[int, Submission]]) -> list[Submitted]:
@@ -536,7 +559,7 @@ def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
         done[index] = Submitted(index, outcome, pod, None, previous_uid, submission)
     _save(changed, now)
     if freed:
-        transaction.on_commit(wake_pending_pods, robust=True)  # capacity changed: `capacity_changed`
+        transaction.on_commit(bump_capacity, robust=True)  # capacity changed: `capacity_changed`
     inserted, requeued = len(fresh), len(changed.get(REQUEUED_FIELDS, ()))
     if inserted or requeued:
         request_cycle(_cycle_reason(inserted, requeued, replaced if freed else []))
@@ -790,7 +813,7 @@ def _group_for(
 ) -> PodGroup | None:
     """The pod group a pod names, created on first sight (from the annotation's `min_member`,
     else 1, and the pod's queue, as held in `shared` when there); an annotation's
-    `min_member` or timeout updates it."""
+    `min_member` or timeout updates it, and so does an owner's (`_owner_fields`)."""
     if ref is None:
         return None
     held = shared or {}
@@ -799,10 +822,13 @@ def _group_for(
         "schedule_timeout_seconds": ref.timeout_seconds,
         "source": ref.source,
         "queue": held[named_queue] if named_queue in held else _queue_named(named_queue),
+        **_owner_fields(ref),
     }
     group, created = PodGroup.objects.get_or_create(namespace=namespace, name=ref.name, defaults=defaults)
     if not created:
-        changed = []
+        changed = [name for name, value in _owner_fields(ref).items() if getattr(group, name) != value]
+        for name in changed:
+            setattr(group, name, _owner_fields(ref)[name])
         if ref.min_member is not None and group.min_member != ref.min_member:
             group.min_member = ref.min_member
             changed.append("min_member")
@@ -812,6 +838,29 @@ def _group_for(
         if changed:
             group.save(update_fields=[*changed, "updated_at"])
     return group
+
+
+def _named_or_found(named: GroupRef | None, found: GroupRef | None) -> GroupRef | None:
+    """The group the pod's metadata names wins; the caller's group fills in its figures when
+    it is that very group and the metadata gives no `min_member` (KAI's `pod-group-name`
+    names the gang; its size is read from the pods' owner)."""
+    if named is None:
+        return found
+    if found is not None and found.name == named.name and named.min_member is None:
+        return found
+    return named
+
+
+def _owner_fields(ref: GroupRef) -> dict:
+    """The owner a gang found from the pods' top controller names (kube/owners.py), and its
+    parts; nothing for a gang named otherwise."""
+    if not ref.owner_kind:
+        return {}
+    return {
+        "owner_kind": ref.owner_kind,
+        "owner_name": ref.owner_name,
+        "subgroups": [{"name": name, "min_member": least} for name, least in ref.subgroups],
+    }
 
 
 def _pod_for_update(pod) -> Pod:
@@ -834,6 +883,7 @@ BACK_TO_PENDING_FIELDS = (
     "scheduled_at",
     "bound_at",
     "next_attempt_at",
+    "held_until",
     "reason",
     "revision",
     "updated_at",
@@ -842,10 +892,12 @@ BACK_TO_PENDING_FIELDS = (
 
 def back_to_pending(pod: Pod, reason: str, next_attempt_at=None) -> None:
     """A placed pod, its cards already given back (`_release_allocations`), waits again as the
-    same incarnation: pending, no node, saying why. The caller holds the pod row's lock."""
+    same incarnation: pending, no node, saying why. The caller holds the pod row's lock. A
+    `next_attempt_at` is a hold: no change of capacity wakes it sooner (`pipeline.wake`; its
+    own freed cards would, at once)."""
     pod.status, pod.node, pod.allocated = Pod.PENDING, None, ""
     pod.scheduled_at = pod.bound_at = None
-    pod.next_attempt_at = next_attempt_at
+    pod.next_attempt_at = pod.held_until = next_attempt_at
     pod.reason = reason[:1000]
     pod.revision += 1
     pod.save(update_fields=list(BACK_TO_PENDING_FIELDS))
@@ -1164,9 +1216,7 @@ def requeue_placed_pod(
         if pod.status != Pod.SCHEDULED:
             return pod
         if _release_allocations(pod, now):
-            transaction.on_commit(
-                partial(wake_pending_pods, but=pod.pk), robust=True
-            )  # the others: this pod waits
+            transaction.on_commit(bump_capacity, robust=True)  # the others; this pod backs off
         back_to_pending(
             pod,
             reason or "placement given back",

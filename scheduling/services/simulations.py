@@ -30,6 +30,7 @@ from django.core.cache import caches
 from django.utils import timezone
 
 from scheduling.engine.scenario import run_scenario
+from scheduling.pipeline.preemption import scenario_settings
 
 log = logging.getLogger("hamiadmin.simulations")
 
@@ -138,7 +139,7 @@ def run(job: str, raw: dict, top: int | None) -> None:
     state.update(status=SimulationStatus.RUNNING.value, started_at=_now())
     _save(job, state)
     try:
-        result = run_scenario(raw, top=top)
+        result = run_scenario(raw, top=top, **scenario_settings())
     except SoftTimeLimitExceeded:
         limit = option("SIMULATE_TIME_LIMIT_SECONDS")
         log.warning("simulation %s stopped after %s s (HAMI_SIMULATE_TIME_LIMIT_SECONDS)", job, limit)

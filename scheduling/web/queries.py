@@ -17,7 +17,7 @@ from django.db.models import Count, Max, Q, Sum
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
-from scheduling.engine import ScenarioError, explain
+from scheduling.engine import ScenarioError, explain, triage
 from scheduling.engine.encoding import links_to_pairs
 from scheduling.engine.scenario import read_scenario_text, run_scenario
 from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
@@ -29,9 +29,10 @@ from scheduling.filtersets import (
     PodFilterSet,
 )
 from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Eviction, Node, Pod
-from scheduling.models.pods import SCHEDULING_GATED
-from scheduling.models.samples import latest_reasons, top_reason
-from scheduling.pipeline.snapshot import load_snapshot
+from scheduling.models.pods import SCHEDULING_GATED, decisive_reason, waiting_verdict
+from scheduling.models.samples import NOT_TRIED, latest_reasons, top_reason
+from scheduling.pipeline.preemption import scenario_settings
+from scheduling.pipeline.snapshot import card_tenants, load_snapshot
 from scheduling.services import simulations
 from scheduling.web import heatmap, tables
 from scheduling.web.preemption import preemption_panel
@@ -201,6 +202,11 @@ class PendingRow:
         return self.decision.payload if self.decision else {}
 
     @property
+    def decisive(self) -> triage.Triage | None:
+        """The row's first line: its verdict class and the fact that decides it."""
+        return decisive_reason(self.pod, self.payload)
+
+    @property
     def chain(self) -> list[str]:
         return explain.chain_of(explain.policy_of(self.payload))
 
@@ -216,15 +222,30 @@ def pending_page(params) -> dict:
     rows read full decisions for one page.
     """
     pods = Pod.objects.filter(status=Pod.PENDING).order_by("submitted_at", "id")
-    filterset = PendingFilterSet(params, queryset=pods)
+    unclassed = params.copy()
+    unclassed.pop("verdict", None)  # the verdict facet counts every class the other filters leave
+    filterset = PendingFilterSet(unclassed, queryset=pods)
     pods = filterset.qs if filterset.is_valid() else pods
-    keyed = list(pods.with_latest_decision().values_list("id", "error", "latest_decision_id", "gated"))
-    latest = latest_reasons([decision_id for _, _, decision_id, _ in keyed if decision_id])
+    keyed = list(
+        pods.with_latest_decision().values_list("id", "error", "latest_decision_id", "gated", "verdict")
+    )
+    classes = {
+        pod_id: waiting_verdict(verdict, gated, error) or NOT_TRIED
+        for pod_id, error, _, gated, verdict in keyed
+    }
+    verdicts = Counter(classes.values())
+    verdict_facets = [(value, words, verdicts[value]) for value, words in Pod.VERDICTS if verdicts[value]] + (
+        [(NOT_TRIED, NOT_TRIED, verdicts[NOT_TRIED])] if verdicts[NOT_TRIED] else []
+    )
+    verdict = params.get("verdict", "")
+    if verdict:
+        keyed = [row for row in keyed if classes[row[0]] == verdict]
+    latest = latest_reasons([decision_id for _, _, decision_id, _, _ in keyed if decision_id])
     dominant = {
         pod_id: SCHEDULING_GATED  # never tried while gated: no decision says why
         if gated
-        else top_reason(error, *(latest.get(decision_id) or (None, None, None)))
-        for pod_id, error, decision_id, gated in keyed
+        else top_reason(error, *(latest.get(decision_id) or (None,) * 4))
+        for pod_id, error, decision_id, gated, _ in keyed
     }
     facets = sorted(Counter(dominant.values()).items(), key=lambda item: (-item[1], item[0]))
     chosen = params.get("dominant", "")
@@ -246,12 +267,25 @@ def pending_page(params) -> dict:
         "matching": len(ids),
         "page": page,
         "facets": facets,
+        "verdict_facets": verdict_facets,
+        "classed": sum(verdicts.values()),
         "rejected": [PendingRow(pod, rejected_decisions.get(pod.pk)) for pod in rejected],
-        "filters": {key: params.get(key, "") for key in ("namespace", "name", "reason", "dominant")},
-        "filter_errors": filterset.errors if not filterset.is_valid() else {},
+        "filters": {
+            key: params.get(key, "") for key in ("namespace", "name", "reason", "dominant", "verdict")
+        },
+        "filter_errors": _verdict_errors(verdict, filterset),
         "query": _query_without(params, "page"),
         "facet_query": _query_without(params, "page", "dominant"),
+        "verdict_query": _query_without(params, "page", "dominant", "verdict"),
     }
+
+
+def _verdict_errors(verdict: str, filterset: PendingFilterSet) -> dict:
+    """The filters' errors, with an unknown `verdict` named as the API names it."""
+    errors = dict(filterset.errors) if not filterset.is_valid() else {}
+    if verdict and verdict not in {value for value, _ in Pod.VERDICTS} | {NOT_TRIED}:
+        errors["verdict"] = [f"{verdict!r} is not one of {', '.join(v for v, _ in Pod.VERDICTS)}"]
+    return errors
 
 
 def _query_without(params, *names: str) -> str:
@@ -296,14 +330,47 @@ def pod_page(namespace: str, name: str, decision_id=None) -> dict:
     allocations = list(
         pod.allocations.select_related("card", "card__node").order_by("-active", "container_index", "id")
     )
+    latest = decisions[0].payload if decisions and pod.status in (Pod.PENDING, Pod.REJECTED) else None
+    decisive = decisive_reason(pod, latest) if pod.status in (Pod.PENDING, Pod.REJECTED) else None
+    screen = explain.first_screen(latest, card_tenants(explain.card_tenant_uuids(latest or {})))
     return {
         "pod": pod,
         "decisions": decisions,
+        "attempts": fold_attempts(decisions),
         "shown": shown,
         "allocations": allocations,
         "asks": container_asks(pod),
         "preemption": preemption_panel(pod, shown, timezone.now()),
+        "decisive": decisive,
+        "actions": screen.actions if decisive is not None and screen.triage is not None else [],
+        "excluded": screen.excluded,
     }
+
+
+@dataclass
+class AttemptRun:
+    """Consecutive attempts that said the same thing (outcome, node, reason): one row, counted."""
+
+    newest: Decision
+    oldest: Decision
+    count: int
+
+
+def fold_attempts(decisions: list[Decision]) -> list[AttemptRun]:
+    """`decisions` (newest first) with each run of identical attempts folded into one row."""
+    runs: list[AttemptRun] = []
+    for decision in decisions:
+        last = runs[-1] if runs else None
+        same = last is not None and (last.oldest.outcome, last.oldest.node, last.oldest.reason) == (
+            decision.outcome,
+            decision.node,
+            decision.reason,
+        )
+        if last is not None and same:
+            last.oldest, last.count = decision, last.count + 1
+        else:
+            runs.append(AttemptRun(decision, decision, 1))
+    return runs
 
 
 def container_asks(pod: Pod) -> list[dict]:
@@ -451,6 +518,19 @@ class Simulation:
     result: dict | None = None
     error: str = ""
     live: bool = False  # against the live cluster (`simulate_live`), not a pasted one
+    #: Every problem of a malformed scenario or what-if, `field: message`, in input order.
+    problems: list[str] = field(default_factory=list)
+
+
+def _refused(text: str, exc: ScenarioError, live: bool = False) -> Simulation:
+    """The input refused: `error` the first problem (and how many more), `problems` every one
+    the reader names (`ScenarioProblems`), so the page lists them all at once."""
+    found = getattr(exc, "problems", [exc])
+    problems = [f"{each.where}: {each.message}" if each.where else each.message for each in found]
+    total = getattr(exc, "total", len(problems))
+    if total > len(problems):
+        problems.append(f"and {total - len(problems)} more problems")
+    return Simulation(text=text, live=live, error=str(exc), problems=problems)
 
 
 def simulate(text: str, upload=None) -> Simulation:
@@ -478,9 +558,9 @@ def simulate(text: str, upload=None) -> Simulation:
                     "POST it to /api/v1/simulate/, which runs it in the background"
                 ),
             )
-        result = run_scenario(scenario, top=SIMULATOR_TOP)
+        result = run_scenario(scenario, top=SIMULATOR_TOP, **scenario_settings())
     except ScenarioError as exc:
-        return Simulation(text=text, error=str(exc))
+        return _refused(text, exc)
     return Simulation(text=text, result=result)
 
 
@@ -501,7 +581,7 @@ def simulate_live(text: str) -> Simulation:
         cluster, config = apply_edits(snapshot.cluster, snapshot.config, edits)
         decisions = decide_all(cluster, config, pods)
     except ScenarioError as exc:
-        return Simulation(text=text, live=True, error=str(exc))
+        return _refused(text, exc, live=True)
     return Simulation(
         text=text, live=True, result={"pods": [d.as_dict(top=SIMULATOR_TOP) for d in decisions]}
     )

@@ -1,5 +1,6 @@
 """Queues, jobs and namespace quotas in the admin: forms save through the services (the tree's
-rules, the audit record), refusals land on the field, quotas are read-only."""
+rules, the audit record), refusals land on the field; a Kubernetes ResourceQuota's rows are
+read-only, an operator's namespace quota is written through the services."""
 
 from __future__ import annotations
 
@@ -68,14 +69,50 @@ def test_the_admin_form_puts_the_tree_rules_on_their_fields(admin_client):
     assert not Queue.objects.filter(name__in=("q", "child")).exists()
 
 
-def test_default_is_never_deleted_and_quotas_are_read_only(admin_client):
+def test_default_is_never_deleted_and_kubernetes_quotas_are_read_only(admin_client):
     default = Queue.default()
     assert admin_client.get(reverse("admin:scheduling_queue_delete", args=[default.pk])).status_code == 403
     quota = NamespaceQuota.objects.create(namespace="ml", quota="gpu", resource="vgpus", hard=8)
-    assert admin_client.get(reverse("admin:scheduling_namespacequota_add")).status_code == 403
     admin_client.post(reverse("admin:scheduling_namespacequota_change", args=[quota.pk]), {"hard": "100"})
     quota.refresh_from_db()
     assert quota.hard == 8
+    assert (
+        admin_client.get(reverse("admin:scheduling_namespacequota_delete", args=[quota.pk])).status_code
+        == 403
+    )
+    taken = admin_client.post(
+        reverse("admin:scheduling_namespacequota_add"),
+        {"namespace": "ml", "quota": "gpu", "resource": "gpumem", "hard": "100"},
+    )
+    assert taken.status_code == 200 and "Kubernetes ResourceQuota" in str(
+        taken.context["adminform"].form.errors["quota"]
+    )
+    assert NamespaceQuota.objects.count() == 1
+
+
+def test_an_operators_namespace_quota_is_added_changed_and_deleted_through_the_services(admin_client):
+    add = reverse("admin:scheduling_namespacequota_add")
+    answer = admin_client.post(add, {"namespace": "ml", "quota": "cap", "resource": "vgpus", "hard": "4"})
+    assert answer.status_code == 302, answer.content[:3000]
+    row = NamespaceQuota.objects.get()
+    assert (row.source, row.resource, row.hard) == (NamespaceQuota.API, "vgpus", 4)
+    assert Event.objects.filter(subject="namespacequota/ml/cap", reason="NamespaceQuotaCreate").exists()
+    more = admin_client.post(add, {"namespace": "ml", "quota": "cap", "resource": "gpumem", "hard": "8000"})
+    assert more.status_code == 302
+    bad = admin_client.post(add, {"namespace": "Bad_NS", "quota": "cap", "resource": "vgpus", "hard": "1"})
+    assert bad.status_code == 200 and "namespace" in bad.context["adminform"].form.errors
+    changed = admin_client.post(
+        reverse("admin:scheduling_namespacequota_change", args=[row.pk]), {"hard": "2"}
+    )
+    assert changed.status_code == 302, changed.content[:3000]
+    assert services.namespace_quota("ml", "cap").hard == {"vgpus": 2, "gpumem": 8000, "gpucores": None}
+    for one in list(NamespaceQuota.objects.all()):
+        deleted = admin_client.post(
+            reverse("admin:scheduling_namespacequota_delete", args=[one.pk]), {"post": "yes"}
+        )
+        assert deleted.status_code == 302
+    assert not NamespaceQuota.objects.exists()
+    assert Event.objects.filter(subject="namespacequota/ml/cap", reason="NamespaceQuotaDelete").exists()
 
 
 def test_a_job_edited_in_the_admin_goes_through_the_service(admin_client):

@@ -321,9 +321,13 @@ def test_nul_in_a_path_is_404(operator):
 
 
 def test_origin_is_api_shown_and_cannot_be_claimed_by_a_client(operator, viewer):
-    """Only the kube agent and the extender mark pods as theirs: a client saying otherwise
-    still submits an `api` pod, which cycles place and the kube agent's cleanup never touches."""
-    answer = submit(operator, {**gpu_pod("p", mem=1000), "origin": "extender"})
+    """Only the kube agent and the extender mark pods as theirs: a client saying otherwise is
+    refused naming `origin` (not a field a submission takes); its pods are `api` pods, which
+    cycles place and the kube agent's cleanup never touches."""
+    claimed = submit(operator, {**gpu_pod("p", mem=1000), "origin": "extender"})
+    assert claimed.status_code == 400 and "unknown field" in claimed.json()["origin"][0]
+    assert not Pod.objects.exists()
+    answer = submit(operator, gpu_pod("p", mem=1000))
     assert answer.status_code == 201, answer.content
     assert answer.json()["origin"] == "api"
     assert Pod.objects.get(name="p").origin == Pod.API

@@ -63,6 +63,8 @@ ENDPOINTS = {
     "/api/v1/queues/{name}/": {"get", "patch", "delete"},
     "/api/v1/podgroups/": {"get", "post"},
     "/api/v1/podgroups/{namespace}/{name}/": {"get", "patch"},
+    "/api/v1/namespacequotas/": {"get", "post"},
+    "/api/v1/namespacequotas/{namespace}/{name}/": {"get", "patch", "delete"},
     "/healthz": {"get"},
     "/readyz": {"get"},
 }

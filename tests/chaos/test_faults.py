@@ -108,8 +108,24 @@ def stuck_state(url: str) -> str:
     )
 
 
+def advisory_locks_held(url: str, found: int, looks: int = 25) -> int:
+    """The fewest advisory locks seen over a few looks 0.2 s apart: a live worker takes the
+    cycle lock for each poll and drops it between polls, a stuck lock never drops."""
+    fewest = found
+    for _ in range(looks):
+        if fewest == 0:
+            break
+        time.sleep(0.2)
+        fewest = min(fewest, sql_value(url, ADVISORY_LOCKS))
+    return fewest
+
+
+ADVISORY_LOCKS = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+
+
 def record_end_state(figures, url: str) -> None:
     found = driver(url, "check")
+    found["advisory_locks"] = advisory_locks_held(url, found["advisory_locks"])
     figures["pods"] = found["pods"]
     figures["cycles"] = found["cycles"]
     for key in (

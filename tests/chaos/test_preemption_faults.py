@@ -120,13 +120,7 @@ def test_a_worker_sigkilled_while_it_commits_a_preemption(private_postgres, figu
             "overbooked_cards",
         ):
             figures[key] = max(worst.get(key, 0), final[key])
-        try:  # the standby polls under the cycle lock: a lock held past a poll is stuck
-            wait_until(
-                lambda: feeder.ask(op="check")["advisory_locks"] == 0, 10, "no advisory lock", step=0.2
-            )
-        except AssertionError:
-            pass  # record_end_state fails on the figure
-        record_end_state(figures, url)
+        record_end_state(figures, url)  # the standby still polls: a lock it keeps past a poll is stuck
     finally:
         stop_all([process for process in (victim, standby) if process is not None])
         feeder.close()

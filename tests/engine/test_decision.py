@@ -135,6 +135,7 @@ EXTRA_KEYS = {
     "closest_nodes",
     "unschedulable",
     "unschedulable_reason",
+    "verdict",
     "node_reasons",
 }
 

@@ -366,4 +366,6 @@ def test_the_columnar_closeness_keeps_the_nodes_node_closeness_ranks_closest(nod
         assert found.never == bool(measured and all(c.never for c in measured))
         if found.never:
             nodes = [c.node for c in measured]
-            assert never_reason(ask, policy, found.largest, found.most) == cluster_never(nodes, [ask], policy)
+            assert never_reason(ask, policy, found.largest, found.most, found.scope) == cluster_never(
+                nodes, [ask], policy
+            )

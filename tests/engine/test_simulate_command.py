@@ -146,3 +146,21 @@ def test_the_command_decides_every_example_as_the_simulator_page_does(name):
         for p in pods.values():
             p.pop("duration_ms", None)
     assert got == expected
+
+
+def test_a_misspelt_key_annotation_and_resource_exit_2_naming_all_three(tmp_path):
+    path = tmp_path / "typos.json"
+    typos = {"name": "p", "tpye": "T4", "annotatons": {}}
+    typos["containers"] = [{"name": "c", "resources": {"limits": {"nvidia.com/gpumemory": 3000}}}]
+    path.write_text(
+        json.dumps({"nodes": [{"name": "n1", "devices": [{"uuid": "A", "memory": 8000}]}], "pods": [typos]})
+    )
+    done = simulate(path)
+    assert done.returncode == 2 and done.stdout == ""
+    for where in (
+        "pods[0].tpye",
+        "pods[0].annotatons",
+        "pods[0].containers[0].resources.limits.nvidia.com/gpumemory",
+    ):
+        assert where in done.stderr
+    assert "did you mean nvidia.com/gpumem?" in done.stderr

@@ -31,7 +31,7 @@ def table_rows(text: str) -> dict[str, str]:
 def test_the_table_has_a_line_per_pod_with_its_node_cards_and_why(capsys):
     call_command("simulate", str(EXAMPLE), "--format", "table")
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["POD", "STATUS", "NODE", "CARDS", "WHY"]
+    assert out.splitlines()[0].split() == ["POD", "STATUS", "NODE", "CARDS", "VERDICT", "WHY"]
     rows = table_rows(out)
     assert list(rows) == [
         "default/infer",
@@ -110,3 +110,14 @@ def test_a_batch_scenario_lists_its_groups_and_queues_after_the_pods(tmp_path, c
 def test_an_unknown_format_is_refused():
     with pytest.raises(CommandError, match="invalid choice"):
         call_command("simulate", str(EXAMPLE), "--format", "yaml")
+
+
+def test_the_table_names_each_waiting_pods_verdict_class_and_deciding_fact(capsys):
+    call_command("simulate", str(EXAMPLE), "--format", "table")
+    rows = table_rows(capsys.readouterr().out)
+    assert rows["default/infer"].split()[-1] == "-"  # placed: no verdict, no why
+    sixteen = rows["default/sixteen-gpus"]
+    assert sixteen.split()[4] == "never"
+    assert "Never fits here: 16 cards asked > the most on one node (2)" in sixteen
+    assert rows["default/bench"].split()[4] == "capacity"
+    assert rows["default/bad-weights"].split()[4] == "invalid"

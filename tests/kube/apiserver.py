@@ -25,6 +25,14 @@ kube calls, with the semantics those calls rely on:
 - list and watch of ResourceQuotas; PodGroup CRDs (Volcano's, scheduler-plugins') only once
   `serve()`d: discovery of their group/version (404 before, like a cluster without the CRD),
   list/watch, and merge patches of Volcano's object and scheduler-plugins' status subresource;
+- the Workload API (`scheduling.k8s.io/v1beta1`), once `serve()`d as a 1.37 server with it
+  enabled (404 before): discovery (`podgroups`, `podgroups/status`, `workloads`), list/watch
+  and get of PodGroups and Workloads, and the PodGroup `status` merge patch (only `status`
+  kept), its conditions validated as metav1.Condition is (422) and 404 naming the object;
+- get of the owners of pods (`OWNERS`: ReplicaSets, Deployments, StatefulSets, Jobs always;
+  JobSets, LeaderWorkerSets, RayClusters/RayJobs, Kubeflow jobs once `serve()`d, 404 and
+  absent from discovery before, like a cluster without the operator) and of a namespace
+  (a bare one when no test `put` it);
 - list and watch of PersistentVolumeClaims, PersistentVolumes and StorageClasses; get of one
   claim or volume, and their JSON merge patches, refused with 409 on a stale
   `metadata.resourceVersion` (the real words); 404 naming the object. No volume controller
@@ -52,6 +60,8 @@ from urllib.parse import parse_qs, urlsplit
 
 VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 COSCHEDULING_PODGROUPS = "podgroups.scheduling.x-k8s.io"
+#: Kubernetes' own Workload API (1.37, scheduling.k8s.io/v1beta1): built in, served once `serve()`d.
+WORKLOAD_PODGROUPS, WORKLOADS = "podgroups.scheduling.k8s.io", "workloads.scheduling.k8s.io"
 PVCS, PVS, STORAGE_CLASSES = "persistentvolumeclaims", "persistentvolumes", "storageclasses"
 WATCHED = (
     "pods",
@@ -59,17 +69,46 @@ WATCHED = (
     "resourcequotas",
     VOLCANO_PODGROUPS,
     COSCHEDULING_PODGROUPS,
+    WORKLOAD_PODGROUPS,
+    WORKLOADS,
     PVCS,
     PVS,
     STORAGE_CLASSES,
 )
 #: Kinds that live in no namespace.
-CLUSTER_SCOPED = ("nodes", PVS, STORAGE_CLASSES)
+CLUSTER_SCOPED = ("nodes", PVS, STORAGE_CLASSES, "namespaces")
 #: The custom resources a stand-in can serve: kind -> (api group, version), when `serve()`d.
 CUSTOM = {
     VOLCANO_PODGROUPS: ("scheduling.volcano.sh", "v1beta1"),
     COSCHEDULING_PODGROUPS: ("scheduling.x-k8s.io", "v1alpha1"),
+    WORKLOAD_PODGROUPS: ("scheduling.k8s.io", "v1beta1"),
+    WORKLOADS: ("scheduling.k8s.io", "v1beta1"),
 }
+#: The owners of pods (kube/owners.py) a test may `put`, by plural: (api group, version, kind).
+#: apps and batch are built in, always served; the operators' CRDs only once `serve()`d.
+OWNERS = {
+    "replicasets": ("apps", "v1", "ReplicaSet"),
+    "deployments": ("apps", "v1", "Deployment"),
+    "statefulsets": ("apps", "v1", "StatefulSet"),
+    "jobs": ("batch", "v1", "Job"),
+    "jobsets": ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+    "leaderworkersets": ("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
+    "rayclusters": ("ray.io", "v1", "RayCluster"),
+    "rayjobs": ("ray.io", "v1", "RayJob"),
+    "pytorchjobs": ("kubeflow.org", "v1", "PyTorchJob"),
+    "tfjobs": ("kubeflow.org", "v1", "TFJob"),
+    "mpijobs": ("kubeflow.org", "v2beta1", "MPIJob"),
+}
+BUILT_IN_GROUPS = ("apps", "batch")
+#: A discovered resource's kind.
+KIND_OF = {
+    "podgroups": "PodGroup",
+    "podgroups/status": "PodGroup",
+    "workloads": "Workload",
+    **{plural: kind for plural, (_, _, kind) in OWNERS.items()},
+}
+#: metav1.Condition's reason, as the API server validates it.
+CONDITION_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
 
 ROUTES = [
     # (method, pattern, handler name, (group, resource, verb) or None for list/watch)
@@ -160,6 +199,44 @@ ROUTES = [
         "patch_coscheduling_podgroup_status",
         ("scheduling.x-k8s.io", "podgroups/status", "patch"),
     ),
+    (
+        "GET",
+        r"^/apis/scheduling\.k8s\.io/v1beta1/podgroups$",
+        "list_or_watch_workload_podgroups",
+        ("scheduling.k8s.io", "podgroups", None),
+    ),
+    (
+        "GET",
+        r"^/apis/scheduling\.k8s\.io/v1beta1/namespaces/([^/]+)/podgroups/([^/]+)$",
+        "get_workload_podgroup",
+        ("scheduling.k8s.io", "podgroups", "get"),
+    ),
+    (
+        "PATCH",
+        r"^/apis/scheduling\.k8s\.io/v1beta1/namespaces/([^/]+)/podgroups/([^/]+)/status$",
+        "patch_workload_podgroup_status",
+        ("scheduling.k8s.io", "podgroups/status", "patch"),
+    ),
+    (
+        "GET",
+        r"^/apis/scheduling\.k8s\.io/v1beta1/workloads$",
+        "list_or_watch_workloads",
+        ("scheduling.k8s.io", "workloads", None),
+    ),
+    (
+        "GET",
+        r"^/apis/scheduling\.k8s\.io/v1beta1/namespaces/([^/]+)/workloads/([^/]+)$",
+        "get_workload",
+        ("scheduling.k8s.io", "workloads", "get"),
+    ),
+    ("GET", r"^/api/v1/namespaces/([^/]+)$", "get_namespace", ("", "namespaces", "get")),
+    (
+        "GET",
+        r"^/apis/(apps|batch|jobset\.x-k8s\.io|leaderworkerset\.x-k8s\.io|ray\.io|kubeflow\.org)"
+        r"/([^/]+)/namespaces/([^/]+)/([^/]+)/([^/]+)$",
+        "get_owner",
+        "owner",  # (group, plural, get): from the path
+    ),
     # Discovery of one group/version: a non-resource URL (no grant: `system:discovery`), so
     # it is kept in `nonresource`, not in `requests`.
     ("GET", r"^/apis/([^/]+)/([^/]+)/?$", "discover", None),
@@ -227,9 +304,13 @@ class StandInApiServer:
             "poddisruptionbudgets": {},
             VOLCANO_PODGROUPS: {},
             COSCHEDULING_PODGROUPS: {},
+            WORKLOAD_PODGROUPS: {},
+            WORKLOADS: {},
             PVCS: {},
             PVS: {},
             STORAGE_CLASSES: {},
+            "namespaces": {},
+            **{plural: {} for plural in OWNERS},
         }
         self.served: dict[str, set[str]] = {}  # custom kind -> resources served (`serve`)
         self.nonresource: list[tuple[str, str]] = []  # method, path: discovery
@@ -380,9 +461,18 @@ class StandInApiServer:
 
     def serve(self, kind: str, status_subresource: bool | None = None) -> None:
         """Serve a custom resource (`VOLCANO_PODGROUPS`, `COSCHEDULING_PODGROUPS`), as if its
-        CRD were installed; with a status subresource as the CRD ships unless told."""
+        CRD were installed; with a status subresource as the CRD ships unless told. The Workload
+        API's kinds (`WORKLOAD_PODGROUPS`, `WORKLOADS`) as a 1.37 server with the API enabled."""
+        if kind == WORKLOADS:
+            with self.lock:
+                self.served[kind] = {"workloads"}
+            return
+        if kind in OWNERS:  # an operator's CRD installed
+            with self.lock:
+                self.served[kind] = {kind}
+            return
         if status_subresource is None:
-            status_subresource = kind == COSCHEDULING_PODGROUPS
+            status_subresource = kind in (COSCHEDULING_PODGROUPS, WORKLOAD_PODGROUPS)
         with self.lock:
             self.served[kind] = {"podgroups", "podgroups/status"} if status_subresource else {"podgroups"}
 
@@ -412,7 +502,9 @@ class StandInApiServer:
                 with self.lock:
                     self.nonresource.append((method, handler.path))
                 return getattr(self, name)(handler, query, body, *found.groups())
-            group, resource, verb = rule
+            group, resource, verb = (
+                (str(found.group(1)), str(found.group(4)), "get") if rule == "owner" else rule
+            )
             if verb is None:
                 verb = "watch" if query.get("watch") in ("true", "1") else "list"
             with self.lock:
@@ -448,6 +540,14 @@ class StandInApiServer:
     def list_or_watch_coscheduling_podgroups(self, handler, query, body):
         self._served(COSCHEDULING_PODGROUPS)
         return self._list_or_watch(handler, COSCHEDULING_PODGROUPS, query)
+
+    def list_or_watch_workload_podgroups(self, handler, query, body):
+        self._served(WORKLOAD_PODGROUPS)
+        return self._list_or_watch(handler, WORKLOAD_PODGROUPS, query)
+
+    def list_or_watch_workloads(self, handler, query, body):
+        self._served(WORKLOADS, "workloads")
+        return self._list_or_watch(handler, WORKLOADS, query)
 
     def list_or_watch_claims(self, handler, query, body):
         return self._list_or_watch(handler, PVCS, query)
@@ -704,14 +804,18 @@ class StandInApiServer:
 
     def discover(self, handler, query, body, group, version):
         with self.lock:
-            resources = next(
-                (
-                    sorted(self.served.get(kind, ()))
-                    for kind, served_as in CUSTOM.items()
-                    if served_as == (group, version) and kind in self.served
-                ),
-                None,
-            )
+            found = [
+                self.served[kind]
+                for kind, served_as in CUSTOM.items()
+                if served_as == (group, version) and kind in self.served
+            ]
+            found += [
+                {plural}
+                for plural, (owner_group, owner_version, _) in OWNERS.items()
+                if (owner_group, owner_version) == (group, version)
+                and (owner_group in BUILT_IN_GROUPS or plural in self.served)
+            ]
+            resources = sorted(set().union(*found)) if found else None
         if resources is None:
             raise Failure(404, "NotFound", "the server could not find the requested resource")
         handler.send_json(
@@ -721,7 +825,12 @@ class StandInApiServer:
                 "apiVersion": "v1",
                 "groupVersion": f"{group}/{version}",
                 "resources": [
-                    {"name": name, "namespaced": True, "kind": "PodGroup", "verbs": ["get", "list", "watch"]}
+                    {
+                        "name": name,
+                        "namespaced": True,
+                        "kind": KIND_OF[name],
+                        "verbs": ["get", "list", "watch"],
+                    }
                     for name in resources
                 ],
             },
@@ -751,6 +860,62 @@ class StandInApiServer:
     def patch_coscheduling_podgroup_status(self, handler, query, body, namespace, name):
         self._served(COSCHEDULING_PODGROUPS, "podgroups/status")
         return self._patch_custom(handler, body, COSCHEDULING_PODGROUPS, namespace, name, status_only=True)
+
+    def get_workload_podgroup(self, handler, query, body, namespace, name):
+        self._served(WORKLOAD_PODGROUPS)
+        with self.lock:
+            obj = copy.deepcopy(self._existing(WORKLOAD_PODGROUPS, namespace, name))
+        handler.send_json(200, obj)
+
+    def get_workload(self, handler, query, body, namespace, name):
+        self._served(WORKLOADS, "workloads")
+        with self.lock:
+            obj = copy.deepcopy(self._existing(WORKLOADS, namespace, name))
+        handler.send_json(200, obj)
+
+    def patch_workload_podgroup_status(self, handler, query, body, namespace, name):
+        """The status subresource: only `status` changes; its conditions validated as
+        metav1.Condition is (422 Invalid naming the field, as the real server answers)."""
+        self._served(WORKLOAD_PODGROUPS, "podgroups/status")
+        status = body.get("status") if isinstance(body.get("status"), dict) else {}
+        for i, condition in enumerate(status.get("conditions") or []):
+            where = f"status.conditions[{i}]"
+            if condition.get("status") not in ("True", "False", "Unknown"):
+                raise Failure(
+                    422, "Invalid", f"{where}.status: Unsupported value: {condition.get('status')!r}"
+                )
+            if not CONDITION_REASON.match(str(condition.get("reason") or "")):
+                raise Failure(422, "Invalid", f"{where}.reason: Invalid value: {condition.get('reason')!r}")
+            if not condition.get("type") or not condition.get("lastTransitionTime"):
+                raise Failure(422, "Invalid", f"{where}: type and lastTransitionTime are required")
+            if len(condition.get("message") or "") > 32768:
+                raise Failure(422, "Invalid", f"{where}.message: Too long")
+        return self._patch_custom(handler, body, WORKLOAD_PODGROUPS, namespace, name, status_only=True)
+
+    # owners of pods (kube/owners.py) and namespaces
+
+    def get_owner(self, handler, query, body, group, version, namespace, plural, name):
+        """404 as a real server answers: the group/version or resource not served (a CRD not
+        installed), or no such object."""
+        served_as = OWNERS.get(plural)
+        if served_as is None or served_as[:2] != (group, version):
+            raise Failure(404, "NotFound", "the server could not find the requested resource")
+        if group not in BUILT_IN_GROUPS:
+            self._served(plural, plural)
+        with self.lock:
+            obj = self.objects[plural].get((namespace, name))
+            if obj is None:
+                raise Failure(404, "NotFound", f'{plural}.{group} "{name}" not found')
+            obj = copy.deepcopy(obj)
+        obj.setdefault("apiVersion", f"{group}/{version}")
+        obj.setdefault("kind", served_as[2])
+        handler.send_json(200, obj)
+
+    def get_namespace(self, handler, query, body, name):
+        """A namespace a test `put`, else a bare one: a pod's namespace always exists."""
+        with self.lock:
+            obj = copy.deepcopy(self.objects["namespaces"].get(("", name)))
+        handler.send_json(200, obj or {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     # events
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone, KubeApi
 
-from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
+from .apiserver import COSCHEDULING_PODGROUPS, OWNERS, VOLCANO_PODGROUPS, WORKLOAD_PODGROUPS, WORKLOADS
 from .conftest import node_object, pod_object
 
 
@@ -17,9 +19,13 @@ def every_call(kube, apiserver):
     for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
         apiserver.serve(kind)
         apiserver.put(kind, {"metadata": {"name": "g1", "namespace": "default"}, "spec": {"minMember": 2}})
+    for kind in (WORKLOAD_PODGROUPS, WORKLOADS):
+        apiserver.serve(kind)
+        apiserver.put(kind, {"metadata": {"name": "g1", "namespace": "default"}, "spec": {}})
     apiserver.put("persistentvolumeclaims", {"metadata": {"name": "c1", "namespace": "default"}, "spec": {}})
     apiserver.put("persistentvolumes", {"metadata": {"name": "v1"}, "spec": {}})
     found = {}
+    condition = {"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable"}
     return [
         (
             KubeApi.list_pods,
@@ -105,6 +111,27 @@ def every_call(kube, apiserver):
                 "default", "g1", {"status": {"phase": "Pending"}}
             ),
         ),
+        (KubeApi.list_workload_podgroups, lambda: found.update(workload=kube.list_workload_podgroups()[1])),
+        (
+            KubeApi.watch_workload_podgroups,
+            lambda: list(kube.watch_workload_podgroups(found["workload"], timeout_seconds=1)),
+        ),
+        (
+            KubeApi.patch_workload_podgroup_status,
+            lambda: kube.patch_workload_podgroup_status(
+                "default",
+                "g1",
+                {
+                    "status": {
+                        "conditions": [
+                            {**condition, "message": "", "lastTransitionTime": "2026-01-02T03:04:05Z"}
+                        ]
+                    }
+                },
+            ),
+        ),
+        (KubeApi.list_workloads, lambda: found.update(workloads=kube.list_workloads()[1])),
+        (KubeApi.watch_workloads, lambda: list(kube.watch_workloads(found["workloads"], timeout_seconds=1))),
         (
             KubeApi.list_persistent_volume_claims,
             lambda: found.update(claims=kube.list_persistent_volume_claims()[1]),
@@ -137,7 +164,19 @@ def every_call(kube, apiserver):
             KubeApi.watch_storage_classes,
             lambda: list(kube.watch_storage_classes(found["classes"], timeout_seconds=1)),
         ),
+        *owner_calls(kube, apiserver),
     ]
+
+
+def owner_calls(kube, apiserver):
+    """The owners of pods (kube/owners.py): each kind served and one object of it; a namespace."""
+    calls = [(KubeApi.get_namespace, lambda: kube.get_namespace("default"))]
+    for plural, (group, version, _) in OWNERS.items():
+        apiserver.serve(plural)
+        apiserver.put(plural, {"metadata": {"name": "o1", "namespace": "default"}, "spec": {}})
+        method = getattr(KubeApi, f"get_{plural}")
+        calls.append((method, partial(getattr(kube, method.__name__), group, version, "default", "o1")))
+    return calls
 
 
 def test_each_call_sends_exactly_the_request_its_declared_grant_allows(kube, apiserver):
@@ -161,6 +200,31 @@ def test_discovery_says_whether_a_crd_is_served(kube, apiserver):
     apiserver.serve(COSCHEDULING_PODGROUPS)
     assert kube.served_resources("scheduling.volcano.sh", "v1beta1") == {"podgroups"}
     assert kube.served_resources("scheduling.x-k8s.io", "v1alpha1") == {"podgroups", "podgroups/status"}
+    assert kube.served_resources("scheduling.k8s.io", "v1beta1") is None, "the Workload API is not enabled"
+    apiserver.serve(WORKLOAD_PODGROUPS)
+    apiserver.serve(WORKLOADS)
+    assert kube.served_resources("scheduling.k8s.io", "v1beta1") == {
+        "podgroups",
+        "podgroups/status",
+        "workloads",
+    }
+
+
+def test_a_workload_podgroups_condition_the_server_refuses_is_an_api_error(kube, apiserver):
+    """The stand-in validates conditions as metav1.Condition is: a reason with a space is 422."""
+    apiserver.serve(WORKLOAD_PODGROUPS)
+    apiserver.put(WORKLOAD_PODGROUPS, {"metadata": {"name": "g1", "namespace": "default"}, "spec": {}})
+    bad = {"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "not valid", "message": ""}
+    with pytest.raises(ApiError) as caught:
+        kube.patch_workload_podgroup_status(
+            "default",
+            "g1",
+            {"status": {"conditions": [{**bad, "lastTransitionTime": "2026-01-02T03:04:05Z"}]}},
+        )
+    assert caught.value.status == 422
+    with pytest.raises(ApiError) as caught:
+        kube.patch_workload_podgroup_status("default", "gone", {"status": {}})
+    assert caught.value.status == 404
 
 
 def test_every_call_is_covered_by_the_rbac_rules_and_every_rule_is_used(kube, apiserver):

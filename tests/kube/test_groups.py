@@ -39,11 +39,12 @@ def group_row(name: str) -> PodGroup | None:
 # -- reading the objects (pure) -------------------------------------------------------
 
 
-def test_a_volcano_podgroup_gives_min_member_min_resources_and_queue():
+def test_a_volcano_podgroup_gives_min_member_min_resources_queue_and_task_minimums():
     fields = group_fields(
         podgroup(
             "job",
             minMember=4,
+            minTaskMember={"master": 1, "worker": 3},
             minResources={"nvidia.com/gpu": "4", "nvidia.com/gpumem": "16k", "cpu": "8"},
             queue="research",
             priorityClassName="high",
@@ -59,6 +60,7 @@ def test_a_volcano_podgroup_gives_min_member_min_resources_and_queue():
         "min_gpumem": 16000,
         "min_gpucores": None,
         "queue": "research",
+        "subgroups": [{"name": "master", "min_member": 1}, {"name": "worker", "min_member": 3}],
     }
 
 
@@ -77,6 +79,8 @@ def test_a_coscheduling_podgroup_gives_its_timeout_and_no_queue():
         ({"minMember": -1}, "spec.minMember"),
         ({"minResources": {"nvidia.com/gpumem": "16Gi"}}, "spec.minResources.nvidia.com/gpumem"),
         ({"minResources": ["nvidia.com/gpu"]}, "spec.minResources"),
+        ({"minTaskMember": {"worker": "3"}}, "spec.minTaskMember.worker"),
+        ({"minTaskMember": ["worker"]}, "spec.minTaskMember"),
     ],
 )
 def test_an_unreadable_podgroup_is_refused_naming_the_field(spec, where):

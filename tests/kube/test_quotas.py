@@ -132,3 +132,24 @@ def test_rows_of_quotas_gone_while_the_agent_was_away_are_dropped(kube, apiserve
     apiserver.put("resourcequotas", quota("gpu", "ml", hard={"nvidia.com/gpu": "2"}))
     with running(KubeAgent(kube, fast_options())):
         wait_until(lambda: rows() == {("ml", "gpu", "vgpus", 2)}, what="the stale row dropped")
+
+
+@pytestmark_db
+def test_the_agent_keeps_its_hands_off_the_quotas_made_through_the_api(kube, apiserver):
+    from scheduling import services
+
+    services.create_namespace_quota("ml", "gpu", {"vgpus": 4}, by="ops")  # the name a ResourceQuota takes too
+    services.create_namespace_quota("ml", "mine", {"gpumem": 8000}, by="ops")
+    apiserver.put("resourcequotas", quota("gpu", "ml", hard={"nvidia.com/gpu": "2"}))
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(
+            lambda: NamespaceQuota.objects.filter(source=NamespaceQuota.KUBERNETES).exists(),
+            what="the ResourceQuota read",
+        )
+        apiserver.delete("resourcequotas", "ml", "gpu")
+        wait_until(
+            lambda: not NamespaceQuota.objects.filter(source=NamespaceQuota.KUBERNETES).exists(),
+            what="the ResourceQuota's rows dropped",
+        )
+    kept = set(NamespaceQuota.objects.values_list("quota", "source", "resource", "hard"))
+    assert kept == {("gpu", "api", "vgpus", 4), ("mine", "api", "gpumem", 8000)}

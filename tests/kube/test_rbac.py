@@ -22,8 +22,9 @@ from scheduling import services
 from scheduling.models import Card, Eviction, Pod
 from scheduling.pipeline import run_cycle
 
-from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
+from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS, WORKLOAD_PODGROUPS, WORKLOADS
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+from .test_owners import every_owner_kind
 from .test_volumes import claim_object, class_object, volume_object
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,13 +43,27 @@ def elector(kube) -> LeaderElector:
 
 
 def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
-    """Lead, list and watch (pods, nodes, ResourceQuotas, both PodGroup CRDs, claims, volumes,
-    storage classes), bind one pod (get, patch, binding; its claim annotated and a volume
-    claimed first), report one that waits (event created, then refreshed: patched),
-    write both PodGroups' status, renew the Lease, evict the bound pod for another (eviction)."""
+    """Lead, list and watch (pods, nodes, ResourceQuotas, both PodGroup CRDs, the Workload
+    API's PodGroups and Workloads, claims, volumes, storage classes), bind one pod (get, patch,
+    binding; its claim annotated and a volume claimed first), report one that waits (event
+    created, then refreshed: patched), write the three PodGroups' status, renew the Lease,
+    evict the bound pod for another (eviction); read each owner kind of a pod and its
+    namespace (gangs from owners)."""
     for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
         apiserver.serve(kind)
         apiserver.put(kind, {"metadata": {"name": "job", "namespace": "default"}, "spec": {"minMember": 2}})
+    apiserver.serve(WORKLOAD_PODGROUPS)
+    apiserver.serve(WORKLOADS)
+    apiserver.put(
+        WORKLOAD_PODGROUPS,
+        {
+            "metadata": {"name": "gang", "namespace": "default"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        },
+    )
+    member = pod_object("gang-0", gpu=1)
+    member["spec"]["schedulingGroup"] = {"podGroupName": "gang"}
+    apiserver.put("pods", member)
     apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 1)))
     # its claims: one provisioned where it goes (the claim annotated), one a local volume (claimed)
     apiserver.put("storageclasses", class_object("ssd", "ebs.csi.aws.com"))
@@ -62,13 +77,18 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
     ]
     apiserver.put("pods", fits)
     apiserver.put("pods", pod_object("waits", gpu=5))
+    owned = every_owner_kind(apiserver)  # gangs from owners: each kind's owner read
     agent = KubeAgent(kube, fast_options(event_refresh_seconds=0.1), elector=elector(kube))
     with running(agent):
         wait_until(lambda: pod_row("fits") and pod_row("waits") and Card.objects.exists(), what="queued")
+        wait_until(lambda: all(pod_row(name) for name in owned), what="the owners' pods queued")
         assert [pod for pod, _, _ in run_cycle().placed] == ["default/fits"]
         wait_until(lambda: pod_row("fits").status == Pod.RUNNING, what="bound")
         wait_until(lambda: apiserver.calls("PATCH", "/events/"), what="the waiting pod's event refreshed")
         wait_until(lambda: len(apiserver.calls("PATCH", "/podgroups/job")) == 2, what="both statuses written")
+        wait_until(
+            lambda: apiserver.calls("PATCH", "/podgroups/gang/status"), what="the Workload API's condition"
+        )
         wait_until(lambda: apiserver.calls("GET", "resourcequotas?"), what="the quotas listed and watched")
         wait_until(lambda: LEASE in apiserver.grants_used(), what="a Lease renewal")
         apiserver.put("pods", pod_object("urgent", gpu=1, mem=15000, priority=100))

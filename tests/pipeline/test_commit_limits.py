@@ -107,3 +107,16 @@ def test_a_queue_deleted_since_planning_leaves_its_pods_pending_with_queue_not_f
         "QueueNotFound: its queue was deleted since the cycle planned; the next cycle looks again",
         None,
     )
+
+
+def test_a_placement_into_capacity_an_idle_guarantee_keeps_is_not_written(node):
+    services.create_queue("a")
+    services.create_queue("b", guarantee_gpumem=62000)  # of 64000 MiB: a may use 2000 of it
+    earlier, later = two_plans("a1", "a2", **{"hami.io/queue": "a"})
+    assert commit_plan(later).placed and not commit_plan(earlier).placed
+    first = Pod.objects.get(name="a1")
+    assert (first.status, first.reason) == (
+        Pod.PENDING,
+        "QueueLimitExceeded: queue a: cluster gpumem 2000 + 2000 > 64000 - 62000 MiB kept for idle guarantees (b 62000 MiB)",
+    )
+    assert Allocation.objects.filter(active=True).count() == 1

@@ -112,3 +112,18 @@ def test_a_gang_arriving_later_takes_back_the_first_gangs_extras_and_it_settles(
     ]
     assert set(PodGroup.objects.values_list("phase", flat=True)) == {PodGroup.RUNNING}
     assert_consistent()
+
+
+def test_a_queue_at_its_limit_on_a_full_cluster_says_so_first():
+    Queue.objects.create(name="capped", limit_vgpus=2)
+    Queue.objects.create(name="other")
+    four_cards()
+    for k in range(2):
+        submit(f"c{k}", gpu=1, mem=16000, annotations={"hami.io/queue": "capped"})
+        submit(f"o{k}", gpu=1, mem=16000, annotations={"hami.io/queue": "other"})
+    run_cycle()
+    assert scheduled_by("queue__name") == {"capped": 2, "other": 2}
+    more = submit("c-more", gpu=1, mem=16000, annotations={"hami.io/queue": "capped"})
+    run_cycle()
+    assert reload(more).reason == "QueueLimitExceeded: queue capped: vgpus 2 + 1 > limit 2"
+    assert not Eviction.objects.exists()

@@ -5,8 +5,10 @@ never committed)."""
 
 from __future__ import annotations
 
+import gc
 import random
 import threading
+import weakref
 
 import pytest
 from django.db.models import F
@@ -209,3 +211,26 @@ def test_turned_off_every_cycle_reads_the_cluster_whole(settings):
     with STANDING.use() as (second, _):
         pass
     assert first is not second and STANDING.rebuilds == 0
+
+
+def _tracked(obj) -> bool:
+    """Whether the garbage collector still sweeps `obj` (a frozen object is not listed)."""
+    return any(found is obj for found in gc.get_objects())
+
+
+def test_the_standing_snapshot_is_frozen_out_of_the_collector_and_a_rebuild_lets_it_go(settings):
+    gc.unfreeze()
+    start_cluster(random.Random(5))
+    assert_standing_is_fresh()  # read whole
+    assert not _tracked(STANDING.snapshot.cluster.nodes[0]), "the kept snapshot is frozen after its rebuild"
+    old = weakref.ref(STANDING.snapshot.cluster)
+    STANDING.spoil()
+    assert_standing_is_fresh()  # rebuilt: the old snapshot is unfrozen first, then collected
+    assert old() is None, "the replaced snapshot was collected"
+    assert not _tracked(STANDING.snapshot.cluster.nodes[0])
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "GC_FREEZE": False}
+    gc.unfreeze()
+    STANDING.spoil()
+    assert_standing_is_fresh()
+    assert _tracked(STANDING.snapshot.cluster.nodes[0]), "HAMI_GC_FREEZE=false leaves it to the collector"
+    gc.unfreeze()

@@ -9,6 +9,7 @@ from scheduling import services
 from scheduling.engine import PodInvalid
 from scheduling.models import Allocation, Card, Pod
 from scheduling.pipeline import run_cycle
+from scheduling.pipeline.wake import wake_movable
 from tests.pipeline.conftest import assert_consistent, card, reload, submit
 
 from .conftest import AFTER_COMMIT
@@ -110,7 +111,9 @@ def test_a_new_uid_on_a_placed_pod_releases_the_earlier_incarnations_cards():
     assert Card.objects.get(uuid="GPU-0").used_memory == 0
     (released,) = Allocation.objects.filter(pod=new)
     assert not released.active and released.released_at is not None
-    assert reload(waiting).next_attempt_at is None, "the freed card wakes the waiting pod"
+    assert wake_movable() == 1 and reload(waiting).next_attempt_at is None, (
+        "the freed card wakes the waiting pod"
+    )
     assert_consistent()
     run_cycle()
     assert reload(waiting).status == Pod.SCHEDULED
@@ -161,7 +164,8 @@ def test_a_placement_requeued_with_a_delay_keeps_its_attempts_and_place_in_the_q
     assert row.reason == "binding to node1 failed: 500"
     assert before + timedelta(seconds=29) < row.next_attempt_at <= timezone.now() + timedelta(seconds=30)
     assert Card.objects.get(uuid="GPU-0").used_memory == 0
-    assert reload(waiting).next_attempt_at is None, "the freed card wakes the others, not this pod"
+    assert wake_movable() == 1, "the freed card wakes the others, not this pod (held 30 s)"
+    assert reload(waiting).next_attempt_at is None and reload(pod).next_attempt_at is not None
     assert_consistent()
     assert [name for _, _, name, *_ in due_pods(10)] == ["w"]
     later = timezone.now() + timedelta(seconds=31)

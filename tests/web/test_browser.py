@@ -142,12 +142,20 @@ def test_pending_page_shows_why_the_mutex_pod_waits(page, viewer_user):
     t4_mutex_waits()
     sign_in(page, next_path="/pending/")
     row = page.locator("[data-testid=pending-row][data-pod='default/mutex-waits']")
-    text = row.inner_text()
-    assert "4 of 4 cards on t4-node already have tenants" in text
-    assert "ExclusiveDeviceAllocateConflict" in text
+    first = row.locator("[data-testid=decisive]")
+    assert first.get_attribute("data-verdict") == "capacity"  # the decisive reason comes first
+    assert "waits for capacity" in first.inner_text() and "t4-node" in first.inner_text()
+    assert first.get_attribute("data-code") == "ExclusiveDeviceAllocateConflict"
+    row.locator("[data-testid=reasons] > summary").click()  # the node reasons unfold
+    assert "4 of 4 cards on t4-node already have tenants" in row.inner_text()
     shot(page, "pending")
     row.locator("a", has_text="default/mutex-waits").click()
     page.wait_for_url(re.compile(r"/pods/default/mutex-waits/$"))
+    screen = page.locator("[data-testid=first-screen]")
+    assert screen.is_visible() and screen.get_attribute("data-verdict") == "capacity"
+    assert "tenants: default/t4-tenant-" in screen.inner_text()  # who must leave
+    assert not page.locator("[data-testid=pod-decision]").is_visible()  # the details are folded
+    page.locator("[data-testid=decision-details] > summary").click()
     assert "Why it waits" in page.inner_text("[data-testid=pod-decision]")
     shot(page, "pod-pending")
 

@@ -290,6 +290,25 @@ def test_simulator_says_where_a_scenario_is_bad(viewer_client, text, message):
     assert message in answer.content.decode()
 
 
+def test_simulator_names_every_misspelt_key_instead_of_asking_for_no_gpu(viewer_client):
+    text = (
+        '{"nodes": [{"name": "n1", "devices": [{"uuid": "A", "memory": 8000}]}],'
+        ' "pods": [{"name": "p", "tpye": "T4", "annotatons": {},'
+        ' "containers": [{"resources": {"limits": {"nvidia.com/gpumemory": 3000}}}]}]}'
+    )
+    answer = viewer_client.post(reverse("simulator"), {"scenario": text})
+    assert answer.status_code == 400
+    html = answer.content.decode()
+    problems = re.findall(r"<li><code>([^<]+)</code></li>", html)
+    assert [problem.split(":")[0] for problem in problems] == [
+        "pods[0].tpye",
+        "pods[0].annotatons",
+        "pods[0].containers[0].resources.limits.nvidia.com/gpumemory",
+    ]
+    assert "did you mean nvidia.com/gpumem?" in problems[2]
+    assert "asks for no GPU" not in html
+
+
 def test_simulator_page_refuses_more_work_than_a_request_may_do(viewer_client, settings):
     settings.HAMIADMIN = {**settings.HAMIADMIN, "SIMULATE_SYNC_MAX_WORK": 5}
     text = (

@@ -9,8 +9,11 @@ mean is checked by the engine, so there is one rule book.
 from .agents import AgentReportResultSerializer, AgentReportSerializer, CardListField, RefusedCardSerializer
 from .batch import (
     FiguresSerializer,
+    HardSerializer,
     MemberDecisionSerializer,
     MemberSerializer,
+    NamespaceQuotaSerializer,
+    NamespaceQuotaWriteSerializer,
     PodGroupSerializer,
     PodGroupWriteSerializer,
     QueueSerializer,
@@ -78,6 +81,9 @@ __all__ = [
     "MemberSerializer",
     "MemberDecisionSerializer",
     "FiguresSerializer",
+    "HardSerializer",
+    "NamespaceQuotaSerializer",
+    "NamespaceQuotaWriteSerializer",
     "AgentReportResultSerializer",
     "AgentReportSerializer",
     "AllocationSerializer",

@@ -10,8 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduling.engine.batch.queues import RESOURCES
-from scheduling.models import INT32_MAX, Pod, PodGroup, Queue
-from scheduling.services.batch import KINDS, QueueNode
+from scheduling.models import INT32_MAX, NamespaceQuota, Pod, PodGroup, Queue
+from scheduling.services.batch import KINDS, QueueNode, QuotaView
 
 from .fields import OutputModelSerializer, StrictCharField, StrictIntegerField, max_length
 from .history import DecisionSerializer
@@ -174,11 +174,23 @@ class MemberSerializer(OutputModelSerializer):
         return MemberDecisionSerializer(latest).data if latest else None
 
 
+class OwnerSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="JobSet, RayCluster, PyTorchJob, Job...")
+    name = serializers.CharField()
+
+
+class SubgroupSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="a replicated job, a replica type, an LWS leader or workers")
+    min_member = serializers.IntegerField(help_text="its own minimum: recorded, not enforced")
+
+
 class PodGroupSerializer(OutputModelSerializer):
     """A job (gang): its figures, phase and conditions, and its members with their last decision."""
 
     queue = serializers.SerializerMethodField()
     min_resources = serializers.SerializerMethodField()
+    owner = serializers.SerializerMethodField()
+    subgroups = SubgroupSerializer(many=True, read_only=True)
     members = serializers.SerializerMethodField()
 
     class Meta:
@@ -192,7 +204,11 @@ class PodGroupSerializer(OutputModelSerializer):
             "priority",
             "schedule_timeout_seconds",
             "on_timeout",
+            "max_evicted",
+            "topology_key",
             "source",
+            "owner",
+            "subgroups",
             "phase",
             "reason",
             "conditions",
@@ -207,6 +223,11 @@ class PodGroupSerializer(OutputModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True, help_text="null: the default queue"))
     def get_queue(self, group: PodGroup) -> str | None:
         return group.queue.name if group.queue else None
+
+    @extend_schema_field(OwnerSerializer(allow_null=True))
+    def get_owner(self, group: PodGroup) -> dict | None:
+        """The members' top controller, for a gang found from it (source `owner`); else null."""
+        return {"kind": group.owner_kind, "name": group.owner_name} if group.owner_kind else None
 
     @extend_schema_field(FiguresSerializer)
     def get_min_resources(self, group: PodGroup) -> dict:
@@ -238,6 +259,13 @@ class PodGroupWriteSerializer(serializers.Serializer):
         required=False, allow_null=True, min_value=1, max_value=INT32_MAX
     )
     on_timeout = serializers.ChoiceField(choices=PodGroup.ON_TIMEOUT, required=False)
+    max_evicted = StrictIntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=1_000_000,
+        help_text="disruption budget: at most this many members being evicted at once; null: no budget",
+    )
 
     def validate_namespace(self, value: str) -> str:
         if not DNS_LABEL.fullmatch(value):
@@ -251,3 +279,50 @@ class PodGroupWriteSerializer(serializers.Serializer):
         for resource, value in (data.pop("min_resources", None) or {}).items():
             data[f"min_{resource}"] = value
         return data
+
+
+class HardSerializer(FiguresSerializer):
+    """A namespace quota's hard limits by resource; null: no limit on that resource. A key that
+    is not a resource is refused by name, not dropped (a typo must not lift a quota)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in data if key not in RESOURCES)
+            if unknown:
+                raise serializers.ValidationError(
+                    {key: [f"not one of {', '.join(RESOURCES)}"] for key in unknown[:10]}
+                )
+        return super().to_internal_value(data)
+
+
+class NamespaceQuotaSerializer(serializers.Serializer):
+    """A namespace quota: hard limits per resource for the pods of one namespace, counted as
+    the cycle counts a queue limit (per vGPU, MiB granted). `source` says who keeps it: a
+    Kubernetes ResourceQuota (`kubernetes`, read-only here) or the API and admin (`api`)."""
+
+    namespace = serializers.CharField()
+    name = serializers.CharField(source="quota")
+    source = serializers.ChoiceField(choices=NamespaceQuota.SOURCES)  # type: ignore[assignment]  # a declared field, not DRF's Field.source
+    editable = serializers.SerializerMethodField()
+    hard = HardSerializer()
+    updated_at = serializers.DateTimeField()
+
+    @extend_schema_field(
+        serializers.BooleanField(help_text="false: a ResourceQuota's, changed in Kubernetes")
+    )
+    def get_editable(self, quota: QuotaView) -> bool:
+        return quota.source == NamespaceQuota.API
+
+
+class NamespaceQuotaWriteSerializer(serializers.Serializer):
+    """`POST namespacequotas/` and `PATCH namespacequotas/{namespace}/{name}/`. In `hard`, a
+    resource left out stays as it was (none on create), null removes it; at least one stays."""
+
+    namespace = StrictCharField(max_length=max_length(NamespaceQuota, "namespace"), help_text="create only")
+    name = StrictCharField(max_length=max_length(NamespaceQuota, "quota"), help_text="create only")
+    hard = HardSerializer()
+
+    def validate_namespace(self, value: str) -> str:
+        if not DNS_LABEL.fullmatch(value):
+            raise serializers.ValidationError("must be a Kubernetes namespace name")
+        return value

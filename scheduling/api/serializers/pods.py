@@ -11,8 +11,9 @@ from rest_framework import serializers
 
 from scheduling.engine import explain
 from scheduling.engine.annotations import GPU_POLICY, parse_chain
+from scheduling.engine.podschema import API_POD_KEYS, Problem, pod_problems
 from scheduling.models import INT32_MAX, Decision, Pod
-from scheduling.models.pods import SCHEDULING_GATED
+from scheduling.models.pods import SCHEDULING_GATED, decisive_reason, waiting_verdict
 
 from .fields import OutputModelSerializer, StrictCharField, StrictIntegerField, StringMapField, max_length
 from .history import DecisionSerializer
@@ -29,9 +30,25 @@ class ContainerListField(serializers.ListField):
     """Kubernetes containers, taken as sent: the engine reads their resources (SPEC 2)."""
 
 
+def with_problems(detail, problems: list[Problem]) -> dict:
+    """A serializer's errors (by field) with the pod schema's problems added, each by its path."""
+    keyed: dict = dict(detail) if isinstance(detail, dict) else {"non_field_errors": detail}
+    for field, message in problems:
+        messages = keyed.setdefault(field, [])
+        if message not in messages:
+            messages.append(message)
+    return keyed
+
+
 class PodSubmitSerializer(serializers.Serializer):
-    """`POST pods/`: the envelope. Resources and annotations are then checked by the engine,
-    whose errors name the field (`containers[0].resources.limits.nvidia.com/gpu`)."""
+    """`POST pods/`: the envelope. Its keys and containers are shaped as the engine's pod
+    schema says (`engine.podschema`, `API_POD_KEYS`: an unknown key or a GPU-like resource name
+    hamiadmin does not read is refused, every one at once with the envelope's errors);
+    resources and annotations are then checked by the engine, whose errors name the field
+    (`containers[0].resources.limits.nvidia.com/gpu`)."""
+
+    #: The keys this body takes: the pod schema's, which the fields below are.
+    pod_keys = API_POD_KEYS
 
     name = StrictCharField(max_length=max_length(Pod, "name"))
     namespace = StrictCharField(max_length=max_length(Pod, "namespace"), required=False, default="default")
@@ -58,6 +75,18 @@ class PodSubmitSerializer(serializers.Serializer):
     persistentVolumeClaims = serializers.JSONField(required=False)  # noqa: N815
     persistentVolumes = serializers.JSONField(required=False)  # noqa: N815
     storageClasses = serializers.JSONField(required=False)  # noqa: N815
+
+    def to_internal_value(self, data):
+        problems = pod_problems(data, keys=self.pod_keys)
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not problems:
+                raise
+            raise serializers.ValidationError(with_problems(exc.detail, problems)) from None
+        if problems:
+            raise serializers.ValidationError(with_problems({}, problems))
+        return value
 
     def validate_name(self, value: str) -> str:
         if not DNS_SUBDOMAIN.fullmatch(value):
@@ -87,6 +116,7 @@ class PodSerializer(OutputModelSerializer):
 
     node = serializers.CharField(source="node.name", read_only=True, allow_null=True)
     allocated = serializers.SerializerMethodField()
+    verdict = serializers.SerializerMethodField()
 
     class Meta:
         model = Pod
@@ -100,6 +130,7 @@ class PodSerializer(OutputModelSerializer):
             "priority",
             "allocated",
             "reason",
+            "verdict",
             "error",
             "error_field",
             "attempts",
@@ -113,6 +144,19 @@ class PodSerializer(OutputModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True, help_text="hami.io/vgpu-devices-allocated"))
     def get_allocated(self, pod: Pod) -> str | None:
         return pod.allocated or None
+
+    @extend_schema_field(
+        serializers.ChoiceField(
+            choices=[value for value, _ in Pod.VERDICTS],
+            allow_null=True,
+            help_text="a waiting pod's class: never, capacity, rule or invalid; null when placed, "
+            "finished or not tried yet",
+        )
+    )
+    def get_verdict(self, pod: Pod) -> str | None:
+        if pod.status not in (Pod.PENDING, Pod.REJECTED):
+            return None
+        return waiting_verdict(pod.verdict, pod.gated, pod.error) or None
 
 
 #: How many evictions a pod's detail lists each way (newest first); `GET evictions/` has them all.
@@ -235,12 +279,24 @@ class PodSubmittedSerializer(PodDetailSerializer):
         return {} if self._new() else super().held(pod)
 
 
+class DecisiveSerializer(serializers.Serializer):
+    """A waiting pod's decisive reason (`engine.triage.Triage`)."""
+
+    verdict = serializers.ChoiceField(choices=[value for value, _ in Pod.VERDICTS])
+    code = serializers.CharField(help_text="the reason code the Pending page's facet counts")
+    fact = serializers.CharField(help_text="the one fact that decides it")
+    actions = serializers.ListField(child=serializers.CharField(), help_text="what would make it fit")
+    node = serializers.CharField(allow_null=True, help_text="where the fact holds, when one node decides it")
+
+
 class PendingPodSerializer(OutputModelSerializer):
     """A waiting pod: how long, with which chain, and why (summed over nodes)."""
 
     age_seconds = serializers.SerializerMethodField()
     chain = serializers.SerializerMethodField()
     reasons = serializers.SerializerMethodField()
+    verdict = serializers.SerializerMethodField()
+    decisive = serializers.SerializerMethodField()
 
     class Meta:
         model = Pod
@@ -252,6 +308,8 @@ class PendingPodSerializer(OutputModelSerializer):
             "age_seconds",
             "attempts",
             "chain",
+            "verdict",
+            "decisive",
             "reason",
             "reasons",
             "error",
@@ -280,6 +338,30 @@ class PendingPodSerializer(OutputModelSerializer):
         if not isinstance(value, str):
             return []
         return list(parse_chain(value)[0])
+
+    @extend_schema_field(
+        serializers.ChoiceField(
+            choices=[value for value, _ in Pod.VERDICTS],
+            allow_null=True,
+            help_text="never, capacity, rule or invalid (engine.triage); null when not tried yet",
+        )
+    )
+    def get_verdict(self, pod: Pod) -> str | None:
+        return waiting_verdict(pod.verdict, pod.gated, pod.error) or None
+
+    @extend_schema_field(DecisiveSerializer(allow_null=True))
+    def get_decisive(self, pod: Pod) -> dict | None:
+        """The decisive reason: what the row's first line says, chosen by what would make it fit."""
+        found = decisive_reason(pod, self._latest(pod))
+        if found is None:
+            return None
+        return {
+            "verdict": found.verdict,
+            "code": found.code,
+            "fact": found.fact,
+            "actions": list(found.actions),
+            "node": found.node,
+        }
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
     def get_reasons(self, pod: Pod) -> dict[str, int]:

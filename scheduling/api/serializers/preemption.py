@@ -54,7 +54,7 @@ class NominationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Nomination
-        fields = ["card", "node", "memory", "cores", "created_at", "expires_at"]
+        fields = ["card", "node", "memory", "cores", "whole", "created_at", "expires_at"]
         read_only_fields = fields
 
 
@@ -98,3 +98,8 @@ class PreemptionSerializer(serializers.Serializer):
     alternatives = PreemptionAlternativeSerializer(many=True, required=False)
     dry_run = serializers.BooleanField(required=False, help_text="true: nothing is evicted, only said")
     message = serializers.CharField(required=False)
+    whole = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="card UUIDs held whole for the pod until it lands (an exclusive ask: mutex, or 100 cores)",
+    )

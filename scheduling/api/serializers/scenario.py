@@ -164,6 +164,9 @@ class ScenarioPodSerializer(serializers.Serializer):
     annotations = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
     containers = ContainerSpecSerializer(many=True, allow_empty=False, min_length=1)  # type: ignore[call-arg]  # many=True: ListSerializer's min_length, unknown to the stubs
     initContainers = ContainerSpecSerializer(many=True, required=False)  # noqa: N815 (Kubernetes name)
+    priority = serializers.IntegerField(
+        required=False, help_text="the pod's priority (a batch scenario: decided as the live cycle)"
+    )
 
 
 class ScenarioResourcesSerializer(serializers.Serializer):
@@ -209,10 +212,27 @@ class ScenarioSerializer(serializers.Serializer):
     queues = serializers.ListField(
         child=serializers.DictField(),
         required=False,
-        help_text="decide the pods as jobs from these queues (docs/simulate.md, Queues and gangs)",
+        help_text="decide the pods as one live cycle, from these queues (docs/simulate.md, Queues, gangs and preemption)",
     )
     groups = serializers.ListField(
         child=serializers.DictField(),
         required=False,
-        help_text="pod groups (gangs): name, namespace, min_member, queue, min_resources",
+        help_text="pod groups (gangs): name, namespace, min_member, queue, priority, min_resources",
+    )
+    running = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="pods already running: name, namespace, node, labels, affinity, containers, annotations; "
+        "a tenant of hamiadmin's (a possible victim) also names priority, queue, group, preemptible, "
+        "runtime_seconds or movable",
+    )
+    preemption = serializers.DictField(
+        required=False,
+        help_text="overrides of the server's preemption settings: enabled, reclaim, dry_run, "
+        "min_runtime_seconds, protect_priority, max_cards_per_cycle, consolidation",
+    )
+    namespace_quotas = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="namespace quotas: [{namespace, hard: {vgpus, gpumem, gpucores}}]",
     )

@@ -85,11 +85,38 @@ class WhatIfRequestSerializer(serializers.Serializer):
             "policies: {node_scheduler_policy, gpu_scheduler_policy}"
         ),
     )
+    job = serializers.DictField(
+        required=False,
+        help_text=(
+            "the pods as one job, decided as the next cycle would (gang, queue, priority, "
+            "preemption): name, namespace, queue, priority, min_member, each optional"
+        ),
+    )
+
+
+class WhatIfJobSerializer(serializers.Serializer):
+    """Whether the job would start now, and at what cost."""
+
+    name = serializers.CharField(help_text="namespace/name of the job")
+    queue = serializers.CharField(allow_null=True, help_text="the leaf queue it joins (null: not found)")
+    priority = serializers.IntegerField()
+    min_member = serializers.IntegerField()
+    members = serializers.IntegerField()
+    placed = serializers.IntegerField(help_text="members placed now, without evicting anybody")
+    starts = serializers.BooleanField(help_text="min_member placed now")
+    starts_after_evictions = serializers.BooleanField(
+        help_text="it would start once the evictions listed are done (its members nominated)"
+    )
+    verdict = serializers.CharField(allow_null=True, help_text="why it does not start now, in one line")
+    evictions = serializers.ListField(
+        child=serializers.DictField(), help_text="the tenants it would evict: by, pod, node, cards, kind, why"
+    )
 
 
 class WhatIfSerializer(serializers.Serializer):
     snapshot = serializers.DictField(help_text="nodes and cards decided against")
     pods = ExplainedDecisionSerializer(many=True)
+    job = WhatIfJobSerializer(required=False, help_text="only with a `job` in the request")
 
 
 class NodeCapacitySerializer(serializers.Serializer):

@@ -5,7 +5,14 @@ transaction, so a refused request writes nothing.
 
 from .agents import AgentReportView
 from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, Pages, RoleView
-from .batch import PodGroupDetail, PodGroupList, QueueDetail, QueueList
+from .batch import (
+    NamespaceQuotaDetail,
+    NamespaceQuotaList,
+    PodGroupDetail,
+    PodGroupList,
+    QueueDetail,
+    QueueList,
+)
 from .cluster import CardViewSet, NodeViewSet
 from .config import ConfigView
 from .history import AllocationViewSet, CycleViewSet, DecisionViewSet, EventList
@@ -19,6 +26,8 @@ __all__ = [
     "QueueDetail",
     "PodGroupList",
     "PodGroupDetail",
+    "NamespaceQuotaList",
+    "NamespaceQuotaDetail",
     "BAD_FILTER",
     "ERRORS",
     "REFUSED",

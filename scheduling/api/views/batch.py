@@ -1,20 +1,21 @@
-"""Queues (the tree with usage against guarantee, quota and limit) and pod groups (jobs, with
-their members' last decisions): read by viewers, written by operators through the services."""
+"""Queues (the tree with usage against guarantee, quota and limit), pod groups (jobs, with
+their members' last decisions) and namespace quotas: read by viewers, written by operators
+through the services."""
 
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from scheduling import filtersets, services
 from scheduling.api import serializers as s
-from scheduling.models import Pod, PodGroup, Queue
+from scheduling.models import NamespaceQuota, Pod, PodGroup, Queue
 from scheduling.roles import priority_refusal
 
-from .base import BAD_FILTER, ERRORS, REFUSED, RoleView
+from .base import BAD_FILTER, ERRORS, REFUSED, Conflict, RoleView, check_query_parameters
 
 
 def _node(name: str) -> services.QueueNode:
@@ -189,3 +190,122 @@ class PodGroupDetail(RoleView, generics.GenericAPIView):
         changes = group_changes(body, request.user)
         services.update_pod_group(namespace, name, by=request.user.get_username(), **changes)
         return Response(s.PodGroupSerializer(self._group(namespace, name)).data)
+
+
+QUOTA_FILTERS = [
+    OpenApiParameter("namespace", str, description="only this namespace's quotas"),
+    OpenApiParameter(
+        "source", str, enum=[s for s, _ in NamespaceQuota.SOURCES], description="who keeps them"
+    ),
+]
+
+
+def _quota_write(call, *args, **kwargs):
+    """A service write, with a Kubernetes-kept quota answered 409 naming the quota."""
+    try:
+        return call(*args, **kwargs)
+    except services.QuotaOwnedByKubernetes as exc:
+        raise Conflict({"name": [str(exc)]}) from None
+
+
+@extend_schema_view(
+    get=extend_schema(
+        operation_id="namespacequotas_list",
+        tags=["batch"],
+        parameters=QUOTA_FILTERS,
+        responses={200: s.NamespaceQuotaSerializer(many=True), **BAD_FILTER, **REFUSED},
+        description=(
+            "Namespace quotas of both sources: Kubernetes ResourceQuotas read by the agent (`kubernetes`, "
+            "read-only here) and those made through this API or the admin (`api`). Every quota of a "
+            "namespace holds; the tighter one wins."
+        ),
+    ),
+    post=extend_schema(
+        tags=["batch"],
+        request=s.NamespaceQuotaWriteSerializer,
+        responses={201: s.NamespaceQuotaSerializer, 400: ERRORS, 409: ERRORS, **REFUSED},
+        description=(
+            "Operators: create a namespace quota (hard limits per resource). 409 when a Kubernetes "
+            "ResourceQuota has that name in the namespace."
+        ),
+    ),
+)
+class NamespaceQuotaList(RoleView, generics.GenericAPIView):
+    """Namespace quotas, both sources; operators add their own."""
+
+    serializer_class = s.NamespaceQuotaSerializer
+    extra_query_parameters = ("namespace", "source")
+
+    def get_queryset(self):
+        return NamespaceQuota.objects.order_by("namespace", "quota", "source", "resource")
+
+    def get(self, request):
+        check_query_parameters(self, request)
+        namespace = request.query_params.get("namespace") or None
+        source = request.query_params.get("source") or None
+        sources = [name for name, _ in NamespaceQuota.SOURCES]
+        if source is not None and source not in sources:
+            raise ValidationError({"source": [f"one of {', '.join(sources)}"]})
+        rows = [q for q in services.namespace_quotas(namespace) if source is None or q.source == source]
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(s.NamespaceQuotaSerializer(page, many=True).data)
+
+    def post(self, request):
+        body = s.NamespaceQuotaWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        quota = _quota_write(
+            services.create_namespace_quota,
+            data["namespace"],
+            data["name"],
+            dict(data["hard"]),
+            by=request.user.get_username(),
+        )
+        return Response(s.NamespaceQuotaSerializer(quota).data, status=status.HTTP_201_CREATED)
+
+
+@extend_schema_view(
+    get=extend_schema(tags=["batch"], responses={200: s.NamespaceQuotaSerializer, 404: ERRORS, **REFUSED}),
+    patch=extend_schema(
+        tags=["batch"],
+        request=s.NamespaceQuotaWriteSerializer(partial=True),
+        responses={200: s.NamespaceQuotaSerializer, 400: ERRORS, 404: ERRORS, 409: ERRORS, **REFUSED},
+        description=(
+            "Operators: change an API-made quota's `hard` (a resource left out stays, null removes it). "
+            "409 for a Kubernetes ResourceQuota's: change the object instead."
+        ),
+    ),
+    delete=extend_schema(
+        tags=["batch"],
+        responses={204: None, 404: ERRORS, 409: ERRORS, **REFUSED},
+        description="Operators: delete an API-made quota. 409 for a Kubernetes ResourceQuota's.",
+    ),
+)
+class NamespaceQuotaDetail(RoleView, generics.GenericAPIView):
+    """One namespace quota (the API-made one when a ResourceQuota has the same name too)."""
+
+    serializer_class = s.NamespaceQuotaSerializer
+
+    def get(self, request, namespace, name):
+        return Response(s.NamespaceQuotaSerializer(services.namespace_quota(namespace, name)).data)
+
+    def patch(self, request, namespace, name):
+        body = s.NamespaceQuotaWriteSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        fixed = [field for field in ("namespace", "name") if field in body.validated_data]
+        if fixed:
+            raise ValidationError(
+                {field: ["create only: a quota is renamed by deleting it"] for field in fixed}
+            )
+        quota = _quota_write(
+            services.update_namespace_quota,
+            namespace,
+            name,
+            dict(body.validated_data.get("hard", {})),
+            by=request.user.get_username(),
+        )
+        return Response(s.NamespaceQuotaSerializer(quota).data)
+
+    def delete(self, request, namespace, name):
+        _quota_write(services.delete_namespace_quota, namespace, name, by=request.user.get_username())
+        return Response(status=status.HTTP_204_NO_CONTENT)

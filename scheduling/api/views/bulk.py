@@ -65,7 +65,11 @@ class PodBulkResultSerializer(serializers.Serializer):
         help_text=f"one of {', '.join(OUTCOMES)}"
     )  # not an enum: the name is taken by Decision.outcome
     pod = PodRefSerializer(allow_null=True, help_text="the row written; null when refused")
-    error = ItemErrorSerializer(allow_null=True)
+    error = ItemErrorSerializer(allow_null=True, help_text="the first of `errors`; null when not refused")
+    # the answer's key: DRF takes declared fields off the class, so `Serializer.errors` stays
+    errors = ItemErrorSerializer(  # type: ignore[assignment]
+        many=True, help_text="every problem of a refused item, at once; [] otherwise"
+    )
     warnings = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()),
         help_text="by field: values accepted but ignored (unknown chain names, unknown node policy)",
@@ -104,45 +108,60 @@ def checked_item(
 ) -> tuple[dict | None, tuple[str, str] | None]:
     """One item of a bulk body validated by `envelope` (one serializer for the whole batch, as
     a list serializer uses its child: building one per item costs more than the writes), or
-    why not as (field, message): a NUL character (which no name needs and PostgreSQL cannot
-    store), not an object (`shape` says what it must be), an unknown field, an invalid one, or
-    a pod an earlier item names (`again`)."""
+    why not as (field, message): the first of `item_problems`."""
+    pod, problems = item_problems(item, again, envelope, shape)
+    return pod, problems[0] if problems else None
+
+
+def item_problems(
+    item, again: PodInvalid | None, envelope: serializers.Serializer, shape: str
+) -> tuple[dict | None, list[tuple[str, str]]]:
+    """`checked_item` with every problem of the item, in order: a NUL character (which no
+    name needs and PostgreSQL cannot store), not an object (`shape` says what it must be), an
+    unknown field, an invalid one, or a pod an earlier item names (`again`). A pod's envelope
+    (`PodSubmitSerializer`) names its unknown fields itself, with its other problems, in the
+    pod schema's words (`engine.podschema`)."""
     where = nul_character_at(item)
     if where is not None:
-        return None, (where or "pod", NUL_REFUSED)
+        return None, [(where or "pod", NUL_REFUSED)]
     if not isinstance(item, dict):
-        return None, ("pod", f"must be an object: {shape}")
-    stray = sorted(str(key) for key in item if key not in envelope.fields)
-    if stray:
-        return None, (stray[0], f"unknown field; a pod takes {', '.join(envelope.fields)}")
+        return None, [("pod", f"must be an object: {shape}")]
+    if not isinstance(envelope, s.PodSubmitSerializer):
+        stray = sorted(str(key) for key in item if key not in envelope.fields)
+        if stray:
+            return None, [(stray[0], f"unknown field; a pod takes {', '.join(envelope.fields)}")]
     try:
         pod = envelope.run_validation(item)
     except ValidationError as exc:
-        return None, first_error(exc.detail)
+        return None, every_error(exc.detail)
     if again is not None:
-        return None, (again.field, again.message)
-    return pod, None
+        return None, [(again.field, again.message)]
+    return pod, []
 
 
-def first_error(detail, where: str = "") -> tuple[str, str]:
-    """The first of a serializer's errors as (field path, message): `annotations.team`,
+def every_error(detail, where: str = "") -> list[tuple[str, str]]:
+    """A serializer's errors as (field path, message), in order: `annotations.team`,
     `containers[0]`; DRF nests them by field, key and position."""
     if isinstance(detail, dict):
-        key, inner = next(iter(detail.items()))
-        if isinstance(key, int):
-            return first_error(inner, f"{where}[{key}]")
-        return first_error(inner, f"{where}.{key}" if where else str(key))
-    if isinstance(detail, list) and detail:
-        return first_error(detail[0], where)
-    return where or "pod", str(detail)
+        found = []
+        for key, inner in detail.items():
+            at = f"{where}[{key}]" if isinstance(key, int) else (f"{where}.{key}" if where else str(key))
+            found += every_error(inner, at)
+        return found
+    if isinstance(detail, list):
+        return [error for inner in detail for error in every_error(inner, where)]
+    return [(where or "pod", str(detail))]
 
 
-def _refused(index: int, field: str, message: str) -> dict:
+def _refused(index: int, problems: list[tuple[str, str]]) -> dict:
+    """A refused item's answer: `error` the first problem, `errors` every one."""
+    errors = [{"field": field, "message": message} for field, message in problems]
     return {
         "index": index,
         "outcome": WriteOutcome.REFUSED,
         "pod": None,
-        "error": {"field": field, "message": message},
+        "error": errors[0],
+        "errors": errors,
         "warnings": {},
     }
 
@@ -189,8 +208,8 @@ class PodBulkSubmitView(RoleView, APIView):
             f"Submit up to {MAX_PODS} pods in one request and one transaction. Each pod is the "
             "body of `POST pods/` plus `labels`, checked the same way, and answered on its own "
             "(200 whatever the outcomes): `created`, `updated`, `unchanged` or `refused` with "
-            "`error.field` naming the field in the item; a refused pod never keeps the others "
-            "out. A pod named by an earlier item is refused naming `name`; an unknown field of "
+            "`error.field` naming the field in the item (`errors`: every problem of the item at "
+            "once, `error` the first); a refused pod never keeps the others out. A pod named by an earlier item is refused naming `name`; an unknown field of "
             "an item is refused naming it, as is a NUL character in an item. The request counts once against the `pod-submit` "
             "rate. 400 names `pods` when it is not a list of 1 to 1000 pods."
         ),
@@ -204,9 +223,9 @@ class PodBulkSubmitView(RoleView, APIView):
         checked: list[tuple[int, dict]] = []
         envelope = PodBulkItemSerializer()
         for index, item in enumerate(raw):
-            submission, refusal = self._checked(item, again.get(index), envelope, request.user)
+            submission, problems = self._checked(item, again.get(index), envelope, request.user)
             if submission is None:
-                answers[index] = _refused(index, *refusal)
+                answers[index] = _refused(index, problems)
             else:
                 checked.append((index, submission))
         results = services.submit_pods([pod for _, pod in checked], origin=Pod.API)
@@ -219,29 +238,33 @@ class PodBulkSubmitView(RoleView, APIView):
     @staticmethod
     def _checked(
         item, again: PodInvalid | None, envelope: PodBulkItemSerializer, user
-    ) -> tuple[dict | None, tuple[str, str] | None]:
-        """The item as `submit_pods` takes it, or why not as (field, message): `POST pods/`'s
-        envelope rules (`envelope`, one serializer for the batch, as a list serializer uses
-        its child: building one per item costs more than the writes), no unknown field, not
+    ) -> tuple[dict | None, list[tuple[str, str]]]:
+        """The item as `submit_pods` takes it, or why not as every (field, message): `POST
+        pods/`'s envelope rules and pod schema (`envelope`, one serializer for the batch, as a
+        list serializer uses its child: building one per item costs more than the writes), not
         named by an earlier item, a priority the caller's role may set."""
-        pod, refusal = checked_item(item, again, envelope, "the body of POST pods/ plus labels")
+        pod, problems = item_problems(item, again, envelope, "the body of POST pods/ plus labels")
         if pod is None:
-            return None, refusal
+            return None, problems
         too_high = priority_refusal(user, pod["priority"])
         if too_high is not None:
-            return None, ("priority", too_high)
-        return submission_of(pod), None
+            return None, [("priority", too_high)]
+        return submission_of(pod), []
 
     @staticmethod
     def _answer(index: int, done) -> dict:
         if done.outcome == WriteOutcome.REFUSED:
-            return _refused(index, done.error.field, done.error.message)
+            error = done.error
+            answer = _refused(index, getattr(error, "problems", None) or [(error.field, error.message)])
+            answer["error"] = {"field": error.field, "message": error.message}
+            return answer
         pod = done.pod
         return {
             "index": index,
             "outcome": done.outcome,
             "pod": {"namespace": pod.namespace, "name": pod.name, "id": pod.pk},
             "error": None,
+            "errors": [],
             "warnings": done.warnings,
         }
 

@@ -44,8 +44,11 @@ from .bulk import submission_of
         description=(
             "Submit a pod. Resources and annotations are validated as SPEC 2, 3 and 5 say; an "
             "invalid pod is refused with errors keyed by the field, e.g. "
-            "`annotations.hami.io/device-scoring-weights`. Unknown chain names are accepted and "
-            "reported in `warnings`. The same pod again changes nothing (200); a new spec re-queues "
+            "`annotations.hami.io/device-scoring-weights`, every problem at once. An unknown key "
+            "(`annotatons`), container key or GPU-like resource name hamiadmin does not read "
+            "(`nvidia.com/gpumemory`: did you mean nvidia.com/gpumem?) is refused naming it. "
+            "Unknown chain names and `hami.io/` annotations hamiadmin does not read are accepted "
+            "and reported in `warnings`. The same pod again changes nothing (200); a new spec re-queues "
             "a waiting pod; a placed pod may change its annotations, not its containers. A "
             "`priority` above 1,000,000,000 (Kubernetes' system range) needs the admin role."
         ),

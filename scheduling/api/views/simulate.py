@@ -22,6 +22,7 @@ from scheduling.api import serializers as s
 from scheduling.api.parsers import ScenarioParser
 from scheduling.engine.errors import MAX_PROBLEMS, ScenarioProblems
 from scheduling.engine.scenario import parse_scenario, run_scenario
+from scheduling.pipeline.preemption import scenario_settings
 from scheduling.roles import VIEWER
 from scheduling.services import simulations
 
@@ -107,7 +108,7 @@ class SimulateView(RoleView, APIView):
             )
         try:
             if work.units <= simulations.option("SIMULATE_SYNC_MAX_WORK"):
-                return Response(run_scenario(request.data, top=top))
+                return Response(run_scenario(request.data, top=top, **scenario_settings()))
             parse_scenario(request.data)  # a malformed scenario is a 400 now, not a failed job later
         except ScenarioProblems as exc:
             raise every_problem(exc) from None

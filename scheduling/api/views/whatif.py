@@ -13,13 +13,15 @@ from rest_framework.views import APIView
 
 from scheduling.api.serializers import whatif as ws
 from scheduling.engine import explain
-from scheduling.engine.errors import ScenarioProblems
+from scheduling.engine.batch.whatif import parse_job
+from scheduling.engine.errors import Problems, ScenarioProblems
 from scheduling.engine.model import PodSpec
 from scheduling.engine.requests import GPU, GPUCORES, GPUMEM, GPUMEM_PERCENTAGE
 from scheduling.engine.whatif import MAX_CAPACITY, apply_edits, capacity, decide_all, parse_whatif
 from scheduling.models import Pod
 from scheduling.pipeline.options import option
 from scheduling.pipeline.snapshot import card_tenants, load_snapshot
+from scheduling.pipeline.whatif import job_whatif
 from scheduling.roles import VIEWER
 
 from .base import ERRORS, REFUSED, RoleView
@@ -83,15 +85,34 @@ class WhatIfView(RoleView, APIView):
             "cluster as the next cycle would see it, after the `edits`: `cordon` card UUIDs, "
             "`drain` nodes (they take no new pod), `empty` nodes (their tenants gone), `add` "
             "N nodes like an existing one, `policies` (the default node and GPU policies). "
-            "Nothing is stored and nothing is placed. A bad pod or edit is a 400 keyed by where "
-            "it is, e.g. `pods[0].containers` or `edits.cordon[1]`."
+            "Nothing is stored and nothing is placed. With a `job` (`name`, `namespace`, `queue`, "
+            "`priority`, `min_member`, each optional) the pods are one job, decided as the next "
+            "cycle would: all or nothing up to `min_member`, from its queue, with preemption and "
+            "reclaim over the running tenants; the answer's `job` says whether it starts now, "
+            "its verdict and the evictions it would cause. A bad pod, edit or job field is a 400 "
+            "keyed by where it is, e.g. `pods[0].containers`, `edits.cordon[1]` or `job.priority`."
         ),
     )
     def post(self, request):
+        found = Problems()
+        read = found.check(parse_whatif, request.data)
+        job = found.check(parse_job, request.data.get("job")) if isinstance(request.data, dict) else None
         try:
-            pods, edits = parse_whatif(request.data)
+            found.raise_any()
         except ScenarioProblems as exc:
             raise every_problem(exc) from None
+        assert read is not None
+        pods, edits = read
+        if job is not None:
+            top = option("DECISION_TOP")
+            answer = job_whatif(pods, edits, job, top)
+            return Response(
+                {
+                    "snapshot": answer["snapshot"],
+                    "pods": [explain_live(decision.as_dict(top=top)) for decision in answer["decisions"]],
+                    "job": answer["job"],
+                }
+            )
         snapshot = load_snapshot()
         cluster, config = apply_edits(snapshot.cluster, snapshot.config, edits)
         top = option("DECISION_TOP")

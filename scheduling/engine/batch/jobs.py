@@ -15,7 +15,8 @@ placed in a `Statement` until the ones already placed plus the ones placed now r
 rolled back. Members beyond `min_member` (extras, elastic) wait for a second round, after
 every job had its try at its minimum, and never evict: so two elastic gangs on a cluster too
 small for both whole each get their minimum, and a gang short of its minimum may take
-another gang's extras back (`Preemptor.plan`, `minimum`).
+another gang's extras back (`Preemptor.plan`, `minimum`). A gang with a topology key is kept
+within one value of that node label (`_place_in_domain`).
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..decision import PENDING, SCHEDULED, Decision, Hold, Preemption
+from ..annotations import group_ref, queue_ref
+from ..decision import PENDING, REJECTED, SCHEDULED, Decision, Hold, Preemption
+from ..errors import PodInvalid
 from ..model import PodSpec
 from ..pod import ParsedPod, describe_policy
+from ..requests import WHOLE_CARD_CORES
 from .consolidate import CONSOLIDATING, Consolidation, Consolidator
 from .preempt import NO_LOWER_PRIORITY, NO_TENANTS, NOMINATED, PREEMPTING, Plan, Preemptor, Tenant, grants_of
 from .queues import NamespaceBook, QueueBook, Usage, decision_usage, zero
-from .statement import Statement, hold_back
+from .statement import Fill, Statement, fill_cards, hold_back, unfill_cards
 
 #: Preemption misses too common to repeat on a pending pod's reason line.
 QUIET_MISSES = frozenset({NO_TENANTS, NO_LOWER_PRIORITY})
@@ -62,6 +66,11 @@ class Gang:
     known: int  # members neither finished nor rejected
     placed: int = 0  # members already holding cards
     min_resources: Usage = field(default_factory=dict)
+    #: A node label whose one value must hold every member (the Workload API's
+    #: `schedulingConstraints.topology[].key`), "" for none; `domain` is that value where
+    #: members are placed already ("" when none are, or it is not known: every value is tried).
+    topology_key: str = ""
+    domain: str = ""
 
 
 @dataclass
@@ -96,20 +105,52 @@ class Outcome:
 @dataclass
 class Nominated:
     """A pod that evicted tenants and holds their cards until they are gone: `grants` are the
-    (card uuid, MiB, cores) it will take on `node`; `waiting` the victims still holding cards."""
+    (card uuid, MiB, cores) it will take on `node`; `waiting` the victims still holding cards;
+    `whole` the cards it holds whole (an exclusive ask: `held_whole`), which no other pod may
+    share meanwhile, whatever it asks."""
 
     node: str
     grants: list[tuple[str, int, int]]
     waiting: int = 0
     since_seconds: float = 0.0
     grace_seconds: float = 0.0
+    whole: tuple[str, ...] = ()
+    #: what holding `whole` took on the snapshot's cards, given back with the grants
+    filled: Fill = ()
 
-    def message(self) -> str:
+    def message(self, key: str = "", why: str = "") -> str:
+        """The reason line of the nominated pod `key`; `why` its ask's exclusivity."""
         cards = ", ".join(sorted({uuid for uuid, _, _ in self.grants}))
         text = f"nominated to {self.node} ({cards})"
+        if self.whole:
+            text += "; " + whole_words(self.whole, key, why)
         if self.waiting:
             text += f"; waiting for {self.waiting} victim{'s' if self.waiting != 1 else ''} to release"
         return text + f" ({self.since_seconds:.0f} s of {self.grace_seconds:.0f} s grace)"
+
+
+def held_whole(parsed: ParsedPod | None, grants: list[tuple[str, int, int]]) -> tuple[tuple[str, ...], str]:
+    """(the cards a preemptor's nomination holds whole, why): an exclusive ask does not share
+    its cards, so its nomination keeps every other pod off them until it lands or gives up.
+    Exclusive: a chain with a filter that empties the card (`mutex`: all its cards), or a vGPU
+    granted all of a card's compute (`gpucores: 100`, the default of an ask for whole cards:
+    that vGPU's card). A whole-memory ask with fewer cores shares its card with 0 MiB pods at
+    placement, so its nomination holds only its grants, as every other one does."""
+    if parsed is None or not grants:
+        return (), ""
+    if any(f.empties_card for f in parsed.policy.active_filters):
+        return tuple(sorted({uuid for uuid, _, _ in grants})), "mutex"
+    whole = sorted({uuid for uuid, _, cores in grants if cores >= WHOLE_CARD_CORES})
+    return (tuple(whole), "whole card") if whole else ((), "")
+
+
+def whole_words(uuids, key: str, why: str) -> str:
+    """`card GPU-0 held whole for preemptor ns/p (mutex)`: what a nomination's whole cards say."""
+    cards = ", ".join(sorted(uuids))
+    text = f"card{'s' if len(uuids) != 1 else ''} {cards} held whole"
+    if key:
+        text += f" for preemptor {key}"
+    return text + (f" ({why})" if why else "")
 
 
 def ask_usage(parsed: ParsedPod | None) -> Usage:
@@ -140,6 +181,81 @@ def held_decision(
     )
 
 
+def invalid_decision(spec: PodSpec, config, exc: PodInvalid) -> Decision:
+    """A pod whose group or queue reference is malformed: rejected, naming the field."""
+    return Decision(
+        name=spec.name,
+        namespace=spec.namespace,
+        status=REJECTED,
+        policy=describe_policy(spec.annotations, config),
+        error=str(exc),
+        error_field=exc.field,
+        error_code=exc.code,
+    )
+
+
+@dataclass
+class GangTerms:
+    """What a pod group brings to its job: the gang itself, the queue it names (None: its
+    members' own), its priority and age (older first), how long it has waited."""
+
+    gang: Gang
+    queue: str | None = None
+    priority: int = 0
+    age: tuple = ()
+    waited_seconds: float = 0.0
+
+
+@dataclass
+class Pending:
+    """A due pod as `assemble_jobs` reads it, from the database (a cycle) or a scenario
+    (`simulate`): one reading for both, so they order and hold pods alike."""
+
+    member: Member
+    priority: int = 0
+    age: tuple = ()
+    waited_seconds: float = 0.0
+    group: GangTerms | None = None  # one object per gang, shared by its members
+
+
+def assemble_jobs(pending, book: QueueBook, config) -> tuple[list[Job], list[tuple[Member, Decision]]]:
+    """Jobs from due pods: one per single pod, one per gang (its priority the highest of its
+    group's and its members'); and (member, decision) for pods refused before any card is
+    looked at: a malformed group or queue reference (rejected), a queue that does not exist
+    or is a parent (`QueueNotFound`, pending)."""
+    jobs: list[Job] = []
+    by_gang: dict[int, Job] = {}
+    held: list[tuple[Member, Decision]] = []
+    for entry in pending:
+        spec = entry.member.spec
+        try:
+            group_ref(spec.annotations, spec.labels)
+            named = queue_ref(spec.annotations, spec.labels)
+        except PodInvalid as exc:
+            held.append((entry.member, invalid_decision(spec, config, exc)))
+            continue
+        terms = entry.group
+        if terms is not None and terms.queue:
+            queue, why = book.join(terms.queue, spec.namespace, f"pod group {terms.gang.key}")
+        else:
+            queue, why = book.join(named, spec.namespace)
+        if queue is None:
+            held.append((entry.member, held_decision(spec, config, QUEUE_NOT_FOUND, why)))
+            continue
+        if terms is None:
+            jobs.append(Job(queue, entry.priority, entry.age, [entry.member], None, entry.waited_seconds))
+            continue
+        job = by_gang.get(id(terms))
+        if job is None:
+            job = by_gang[id(terms)] = Job(
+                queue, terms.priority, terms.age, [], terms.gang, terms.waited_seconds
+            )
+            jobs.append(job)
+        job.priority = max(job.priority, entry.priority)
+        job.members.append(entry.member)
+    return jobs, held
+
+
 Decide = Callable[[PodSpec], tuple[Decision, "ParsedPod | None"]]
 
 
@@ -167,6 +283,7 @@ class JobRunner:
         self.preemptor = preemptor
         self.consolidator = consolidator
         self.nominations = nominations or {}
+        self._nominated_whole = any(n.whole for n in self.nominations.values())
         self._hold_nominations(1)
 
     def _hold_nominations(self, sign: int, only: str | None = None) -> None:
@@ -178,7 +295,12 @@ class JobRunner:
             node = self.scheduler.cluster.by_name.get(nominated.node)
             if node is None:
                 continue
+            if sign < 0:
+                unfill_cards(node, nominated.filled)
+                nominated.filled = ()
             node.shift(nominated.grants, sign)
+            if sign > 0 and nominated.whole:
+                nominated.filled = fill_cards(node, set(nominated.whole))
             node.touch()
 
     def run(self, jobs: list[Job]) -> list[Outcome]:
@@ -213,12 +335,99 @@ class JobRunner:
         return outcomes
 
     def release(self) -> None:
-        """Give back the nodes this runner holds (`_reserve`): a reservation lasts one run.
-        `reserved` keeps saying which they were."""
+        """Give back the nodes this runner holds (`_reserve`) and the cards it held whole for
+        exclusive preemptors (`Statement.let_go_whole`): both last one run. `reserved` keeps
+        saying which nodes they were."""
         for name in self.reserved:
             self.scheduler.release(name)
+        self.statement.let_go_whole()
 
     def place(self, job: Job) -> tuple[list[Outcome], list[Member], int]:
+        """Decide a job up to its minimum (`_place`); a gang with a topology key within one
+        value of that node label (`_place_in_domain`), its extras in the value its placed
+        members hold when that is known."""
+        gang = job.gang
+        if gang is None or not gang.topology_key:
+            return self._place(job)
+        if gang.placed >= gang.min_member and gang.domain:
+            pinned, apart = self._pinned(job, gang.topology_key, gang.domain)
+            outcomes, rest, needed = self._place(pinned)
+            return [*outcomes, *apart], rest, needed
+        if gang.placed < gang.min_member and not self._gate(job, gang):
+            return self._place_in_domain(job, gang)
+        return self._place(job)
+
+    def _pinned(self, job: Job, key: str, value: str) -> tuple[Job, list[Outcome]]:
+        """The job with its members held to `key=value` as by a nodeSelector, and the members
+        whose own nodeSelector names another value, held back saying so."""
+        kept: list[Member] = []
+        apart: list[Outcome] = []
+        for m in job.members:
+            own = m.spec.node_selector.get(key, value)
+            if own == value:
+                kept.append(
+                    Member(replace(m.spec, node_selector={**m.spec.node_selector, key: value}), m.ref)
+                )
+                continue
+            why = f"gang {job.key} is in {key}={value}; this member's nodeSelector names {key}={own}"
+            decision = held_decision(m.spec, self.scheduler.config, GANG_UNSCHEDULABLE, why, group=job.key)
+            apart.append(Outcome(m, job, decision, None))
+        return replace(job, members=kept), apart
+
+    def _place_in_domain(self, job: Job, gang: Gang) -> tuple[list[Outcome], list[Member], int]:
+        """A gang whose members must share one value of the node label `topology_key` (rack,
+        zone, NVLink domain): the values are tried in order (the one its placed members hold,
+        when known), each member pinned to it as by a nodeSelector, and the first where
+        `min_member` fit is kept, extras pinned there too. When none does, the gang waits with
+        `GangUnschedulable` naming the key and what each value could hold."""
+        key = gang.topology_key
+        values = (
+            [gang.domain]
+            if gang.domain
+            else sorted({node.labels[key] for node in self.scheduler.cluster.nodes if key in node.labels})
+        )
+        tried: list[str] = []
+        first: tuple[list[Outcome], list[Member], int] | None = None
+        for value in values:
+            if any(m.spec.node_selector.get(key, value) != value for m in job.members):
+                tried.append(f"{value}: a member's nodeSelector names another {key}")
+                continue
+            decided = self._place(self._pinned(job, key, value)[0])
+            outcomes = decided[0]
+            if any(o.decision.status == SCHEDULED for o in outcomes) or not outcomes:
+                return decided
+            held = next((o.decision.batch for o in outcomes if o.decision.batch is not None), None)
+            text = held.message.removeprefix(f"gang {gang.key}: ") if held is not None else "not placeable"
+            tried.append(f"{value}: {text}")
+            first = first or decided
+        shown = "; ".join(tried[:3]) + (f"; +{len(tried) - 3} more" if len(tried) > 3 else "")
+        message = (
+            f"gang {gang.key}: no value of node label {key} holds {gang.min_member} members ({shown})"
+            if tried
+            else f"gang {gang.key}: no node has the label {key}"
+        )
+        if first is None:
+            config = self.scheduler.config
+            needed = gang.min_member - gang.placed
+            first = (
+                [
+                    Outcome(
+                        m,
+                        job,
+                        held_decision(m.spec, config, GANG_UNSCHEDULABLE, message, group=gang.key),
+                        None,
+                    )
+                    for m in job.members
+                ],
+                [],
+                needed,
+            )
+        for outcome in first[0]:
+            if outcome.decision.batch is not None and outcome.decision.batch.reason == GANG_UNSCHEDULABLE:
+                outcome.decision.batch = Hold(GANG_UNSCHEDULABLE, message, group=gang.key)
+        return first
+
+    def _place(self, job: Job) -> tuple[list[Outcome], list[Member], int]:
         """Decide a job up to its minimum: (outcomes, the members left for the extras round,
         how many placements of this cycle the gang needs). A gang's members are tried until
         `min_member` are placed, and kept only if they get there; a gang already at
@@ -314,15 +523,21 @@ class JobRunner:
                     assumed = replace(decision)
                     self.statement.assume(assumed, job.queue, gang_key)
                     assert self.preemptor is not None
+                    grants = grants_of(assumed)
                     if isinstance(plan, Consolidation):
                         assert self.consolidator is not None
-                        plan = self.consolidator.explain(decision, plan.moves, plan.node, grants_of(assumed))
+                        plan = self.consolidator.explain(decision, plan.moves, plan.node, grants)
                     else:
-                        self.preemptor.explain(decision, plan, grants_of(assumed))
+                        self.preemptor.explain(decision, plan, grants)
+                    whole, exclusive = held_whole(parsed, grants)
+                    if whole and not self.preemptor.rules.dry_run:
+                        self._say_whole(decision, whole, member.spec.key, exclusive)
                     if self.preemptor.rules.dry_run:
                         assert before is not None
                         self.statement.rollback(before)
                     else:
+                        if whole:  # rolled back with the preemption (a gang short of its minimum)
+                            self.statement.hold_whole(plan.node, whole, member.spec.key)
                         kept = assumed
                         victims = [victim.tenant for victim in plan.victims]
                 else:
@@ -330,6 +545,10 @@ class JobRunner:
                     kept = decision
         if self.reserved and decision.status in (SCHEDULED, PENDING):
             decision.warnings.append(self._reserved_warning())
+        if decision.status == PENDING and not victims:
+            held = self._held_whole_warning(decision)
+            if held:
+                decision.warnings.append(held)
         return Outcome(member, job, decision, parsed, victims=victims), kept
 
     def _decide_member(self, job: Job, member: Member, minimum: bool = False, preempt: bool = True):
@@ -348,8 +567,10 @@ class JobRunner:
             else:
                 self._hold_nominations(1, key)
                 if decision.batch is None:
-                    decision.batch = Hold(NOMINATED, nominated.message(), would_fit_on=nominated.node)
+                    why = held_whole(parsed, nominated.grants)[1] if nominated.whole else ""
+                    decision.batch = Hold(NOMINATED, nominated.message(key, why), would_fit_on=nominated.node)
             return decision, parsed, None, None
+        self._limit_first(job, member, decision, parsed)
         if not preempt or not self._may_preempt(decision, parsed):
             return decision, parsed, None, None
         assert self.preemptor is not None and parsed is not None
@@ -377,6 +598,16 @@ class JobRunner:
         again.warnings.extend(decision.warnings[len(again.warnings) :])
         return again, parsed_again, plan, before
 
+    @staticmethod
+    def _say_whole(decision: Decision, whole: tuple[str, ...], key: str, why: str) -> None:
+        """Write on an exclusive preemptor's decision that its nomination holds `whole`."""
+        preemption, batch = decision.preemption, decision.batch
+        if preemption is None or batch is None:
+            return
+        words = whole_words(whole, key, why)
+        decision.preemption = replace(preemption, whole=whole, message=f"{preemption.message}; {words}")
+        decision.batch = replace(batch, message=f"{batch.message}; {words}")
+
     def _consolidate(self, member: Member, decision: Decision, parsed: ParsedPod):
         """(decision, parsed, Consolidation, mark) when moving one or two tenants elsewhere lets
         the member fit where they were; None (nothing changed) otherwise."""
@@ -392,6 +623,22 @@ class JobRunner:
             return None
         again.warnings.extend(decision.warnings[len(again.warnings) :])
         return again, parsed_again, Consolidation(node, moves), before
+
+    def _limit_first(self, job: Job, member: Member, decision: Decision, parsed: ParsedPod | None) -> None:
+        """A pod that does not fit, whose queue (or namespace quota) could not take it even if
+        it did, says so first (`QueueLimitExceeded`, `NamespaceQuotaExceeded`): no card freeing
+        up would place it, so neither eviction nor the cards' reasons are the answer. A pod
+        that can never fit keeps that verdict."""
+        if decision.status != PENDING or decision.batch is not None or decision.never is not None:
+            return
+        if parsed is None:
+            return
+        ask = ask_usage(parsed)
+        why, code = self.book.over_limit(job.queue, ask), QUEUE_LIMIT
+        if why is None:
+            why, code = self.namespaces.over(member.spec.namespace, ask), NAMESPACE_QUOTA
+        if why is not None:
+            decision.batch = Hold(code, why, queue=job.queue)
 
     def _may_preempt(self, decision: Decision, parsed: ParsedPod | None) -> bool:
         return (
@@ -434,6 +681,22 @@ class JobRunner:
                 continue
             if self.scheduler.cluster.node(name).ready and self.scheduler.reserve(name, job.key):
                 self.reserved[name] = job.key
+
+    def _held_whole_warning(self, decision: Decision) -> str:
+        """`nomination: ...` for a pending pod refused on a node where an exclusive preemptor
+        holds cards whole (its nomination, or its preemption in this cycle): why a card that
+        looks free beside the preemptor's own ask takes nobody. "" when none is."""
+        if not (self._nominated_whole or self.statement.whole):
+            return ""
+        held = {key: (n.node, n.whole) for key, n in self.nominations.items() if n.whole}
+        held.update(self.statement.whole)
+        failed = {name for name, _ in decision.node_failures}
+        parts = [
+            f"{node} ({', '.join(sorted(uuids))}) for preemptor {key}"
+            for key, (node, uuids) in sorted(held.items())
+            if node in failed and key != f"{decision.namespace}/{decision.name}"
+        ]
+        return f"nomination: cards held whole: {'; '.join(parts)}" if parts else ""
 
     def _reserved_warning(self) -> str:
         held = ", ".join(f"{node} (job {who})" for node, who in sorted(self.reserved.items()))

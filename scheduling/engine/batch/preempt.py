@@ -23,6 +23,9 @@ Who may be a victim (`Rules`):
 - never a tenant marked non-preemptible (`hami.io/preemptible: "false"`) or at or above
   `protect_priority`; never one younger than `min_runtime_seconds`; never one already being
   evicted, nor one whose eviction a disruption budget refused lately (`refused`);
+- a gang member only within its gang's disruption budget (`Tenants.gang_budget`, the pod
+  group's `max_evicted`): the members being evicted already and the ones this cycle evicts
+  together never exceed it, so a set that would is not kept (`BUDGET_USED`);
 - preempt: a tenant of the same leaf queue with lower priority than the job; or, for a gang
   member needed for its `min_member` (`minimum`), another gang's extra (a member beyond that
   gang's `min_member`) of equal or lower priority, never taking that gang below its minimum;
@@ -80,6 +83,9 @@ NO_LOWER_PRIORITY = "no victims of lower priority"
 NON_PREEMPTIBLE = "victims non-preemptible"
 MIN_RUNTIME = "victims protected by min runtime"
 PDB_REFUSED = "PDB refused"
+#: A gang member whose pod group's disruption budget (`max_evicted`) is used up: the API
+#: path's PodDisruptionBudget refusal, judged here before any eviction is asked.
+BUDGET_USED = "gang disruption budget (max_evicted) used up"
 GANG_PROTECTED = "gang members protected"
 NOT_ENOUGH = "evicting every candidate would not free enough"
 CAP_REACHED = "cap of evicted cards per cycle reached"
@@ -149,12 +155,23 @@ class Rules:
 
 
 class Tenants:
-    """Running tenants by node and by gang, with each gang's `min_member`."""
+    """Running tenants by node and by gang, with each gang's `min_member` and disruption
+    budget: `gang_budget`, per gang with one, how many more members may be evicted (its
+    `max_evicted` less those being evicted already). Each eviction the cycle applies
+    (`remove`) uses one, and a rollback (`add`) gives it back."""
 
-    def __init__(self, tenants: list[Tenant], gang_min: dict[str, int] | None = None):
+    def __init__(
+        self,
+        tenants: list[Tenant],
+        gang_min: dict[str, int] | None = None,
+        gang_budget: dict[str, int] | None = None,
+    ):
         self.by_node: dict[str, list[Tenant]] = {}
         self.by_gang: dict[str, list[Tenant]] = {}
         self.gang_min = dict(gang_min or {})
+        self.gang_budget = dict(gang_budget or {})
+        #: per gang, how many members this cycle has evicted so far
+        self.evicting: dict[str, int] = {}
         #: per node, how often its tenants changed (what a cached `Bound` is checked against)
         self.changes: dict[str, int] = {}
         for tenant in tenants:
@@ -165,12 +182,34 @@ class Tenants:
         self.changes[tenant.node] = self.changes.get(tenant.node, 0) + 1
         if tenant.gang:
             self.by_gang.setdefault(tenant.gang, []).append(tenant)
+            if self.evicting.get(tenant.gang, 0) > 0:  # an eviction taken back
+                self.evicting[tenant.gang] -= 1
 
     def remove(self, tenant: Tenant) -> None:
         self.by_node[tenant.node].remove(tenant)
         self.changes[tenant.node] = self.changes.get(tenant.node, 0) + 1
         if tenant.gang:
             self.by_gang[tenant.gang].remove(tenant)
+            self.evicting[tenant.gang] = self.evicting.get(tenant.gang, 0) + 1
+
+    def budget_left(self, gang: str) -> int | None:
+        """How many more of `gang`'s members may be evicted now; None: no budget."""
+        budget = self.gang_budget.get(gang) if gang else None
+        if budget is None:
+            return None
+        return max(0, budget - self.evicting.get(gang, 0))
+
+    def over_budget(self, victims) -> str | None:
+        """The first gang whose budget `victims` (tenants) would exceed together, else None."""
+        count: dict[str, int] = {}
+        for tenant in victims:
+            if tenant.gang:
+                count[tenant.gang] = count.get(tenant.gang, 0) + 1
+        for gang, n in count.items():
+            left = self.budget_left(gang)
+            if left is not None and n > left:
+                return gang
+        return None
 
 
 @dataclass
@@ -405,6 +444,8 @@ class Preemptor:
             return None, NON_PREEMPTIBLE
         if tenant.refused:
             return None, PDB_REFUSED
+        if tenant.gang and self.tenants.budget_left(tenant.gang) == 0:
+            return None, BUDGET_USED
         if tenant.runtime_seconds < rules.min_runtime_seconds:
             return None, MIN_RUNTIME
         if tenant.queue == queue:
@@ -553,6 +594,9 @@ class Preemptor:
                     if blocked:
                         misses[GANG_PROTECTED] = misses.get(GANG_PROTECTED, 0) + 1
                         continue
+                    if self.tenants.over_budget(members) is not None:
+                        misses[BUDGET_USED] = misses.get(BUDGET_USED, 0) + 1
+                        continue
                     why += f"; gang {tenant.gang} goes whole ({len(members)} members, min_member {self.tenants.gang_min.get(tenant.gang, 1)})"
             seen.update(id(m) for m in members)
             units.append((members, kind, why))
@@ -668,8 +712,9 @@ class Preemptor:
         for unit in units:  # greedy in preference order, then drop what is not needed
             gang = unit[0][0].gang if len(unit[0]) == 1 else ""
             if gang and (spare := self._spare(gang)) > 0:
-                if alone.get(gang, 0) >= spare:
-                    continue  # never below its min_member
+                left = self.tenants.budget_left(gang)
+                if alone.get(gang, 0) >= (spare if left is None else min(spare, left)):
+                    continue  # never below its min_member, nor past its disruption budget
                 alone[gang] = alone.get(gang, 0) + 1
             chosen.append(unit)
             if here(chosen) >= need and self.fits_without(node, parsed, freed(chosen)):
@@ -814,10 +859,16 @@ class Preemptor:
             units = self._units(self.tenants.by_node[name], priority, queue, ask, misses, reclaim_ok, minimum)
             chosen = self._minimal(node, parsed, units, need) if units else None
             if chosen is None:
-                if units:
-                    misses[NOT_ENOUGH] = misses.get(NOT_ENOUGH, 0) + 1
+                if units:  # the budget, when the pod fits with every unit gone but it forbids that
+                    every = [t for u in units for t in u[0]]
+                    capped = self.tenants.over_budget(every) and self.fits_without(node, parsed, every)
+                    why = BUDGET_USED if capped else NOT_ENOUGH
+                    misses[why] = misses.get(why, 0) + 1
                 continue
             victims = [Victim(t, kind, why) for members, kind, why in chosen for t in members]
+            if self.tenants.over_budget(v.tenant for v in victims) is not None:
+                misses[BUDGET_USED] = misses.get(BUDGET_USED, 0) + 1
+                continue
             if not self._shares_hold(victims, ask, queue):
                 misses[VICTIM_QUEUE_AT_SHARE] = misses.get(VICTIM_QUEUE_AT_SHARE, 0) + 1
                 continue

@@ -7,7 +7,7 @@ into these, and the simulator from a scenario.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..decision import SCHEDULED, Decision
 
@@ -78,6 +78,11 @@ class QueueState:
     #: reclaim. By default (Volcano's) an idle guarantee is kept empty for the queue.
     lend_guarantee: bool = False
 
+    def fresh(self) -> QueueState:
+        """This queue's figures with nothing used: what a `QueueBook` starts from, before
+        `QueueBook.add` sums each queue's own usage into its ancestors."""
+        return replace(self, used=zero())
+
 
 class QueueBook:
     """The queue tree with its usage, kept current as a cycle places (and takes back) pods.
@@ -123,6 +128,18 @@ class QueueBook:
         if name and name in self.queues and name not in self.parents:
             return name
         return DEFAULT_QUEUE
+
+    def join(self, named: str | None, namespace: str, where: str = "the pod") -> tuple[str | None, str]:
+        """The leaf queue a pod joins, as the live cycle and `simulate` both decide it: the
+        queue it (or its group, `where`) names, else its namespace's, else `default`; (None,
+        why) when the named queue does not exist or is a parent (`QueueNotFound`)."""
+        if named is None:
+            return self.by_namespace.get(namespace, DEFAULT_QUEUE), ""
+        if named not in self.queues:
+            return None, f"{where} names queue {named!r}, which does not exist"
+        if named in self.parents:
+            return None, f"{where} names queue {named!r}, a parent queue: only leaf queues take pods"
+        return named, ""
 
     def chain(self, name: str) -> list[QueueState]:
         """The queue and its ancestors, leaf first (a loop in the tree stops at the repeat)."""

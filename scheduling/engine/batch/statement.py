@@ -9,6 +9,40 @@ from ..decision import PENDING, SCHEDULED, Decision, Hold
 from ..noderules import Footprint, accounting
 from .queues import NamespaceBook, QueueBook, decision_usage
 
+#: A card's usage taken up to its capacity, per card: (card uuid, slots, MiB, cores).
+Fill = tuple[tuple[str, int, int, int], ...]
+
+
+def fill_cards(node, uuids) -> Fill:
+    """Take up what is left of each card `uuids` on `node` (slots, MiB, cores), so no other
+    pod fits there, whatever it asks: a card held whole for an exclusive preemptor. What was
+    taken, for `unfill_cards`; the caller touches the node."""
+    taken = []
+    for card in node.cards:
+        if card.uuid in uuids:
+            slots = max(0, card.slots - card.used_slots)
+            memory = max(0, card.memory - card.used_memory)
+            cores = max(0, card.cores - card.used_cores)
+            card.used_slots += slots
+            card.used_memory += memory
+            card.used_cores += cores
+            taken.append((card.uuid, slots, memory, cores))
+    return tuple(taken)
+
+
+def unfill_cards(node, taken: Fill) -> None:
+    """Give back exactly what `fill_cards` took."""
+    by_uuid = {card.uuid: card for card in node.cards}
+    for uuid, slots, memory, cores in taken:
+        card = by_uuid[uuid]
+        card.used_slots -= slots
+        card.used_memory -= memory
+        card.used_cores -= cores
+
+
+#: The first item of a Statement's log entry for a card held whole (`hold_whole`).
+WHOLE = "whole"
+
 
 @dataclass(frozen=True, slots=True)
 class Mark:
@@ -30,11 +64,14 @@ class Statement:
         self.scheduler = scheduler
         self.book = book
         self.namespaces = namespaces
-        #: placements as (decision, queue, usage, gang); evictions as (None, preemptor, tenant, "")
+        #: placements as (decision, queue, usage, gang); evictions as (None, preemptor, tenant,
+        #: unmarked); cards held whole as (WHOLE, node, Fill, preemptor)
         self.log: list[tuple] = []
         #: what each evicted tenant held of its node beside its cards (cpu, memory, pod slot,
         #: ports: SPEC 10), by the tenant's id, given back with it on rollback
         self.lifted: dict[int, Footprint] = {}
+        #: the cards held whole (`hold_whole`) by preemptor (`ns/name`): (node, card uuids)
+        self.whole: dict[str, tuple[str, tuple[str, ...]]] = {}
 
     def mark(self) -> Mark:
         return Mark(len(self.log))
@@ -62,6 +99,11 @@ class Statement:
             if decision is None:
                 self._give_back(queue, used, gang)
                 continue
+            if decision is WHOLE:
+                unfill_cards(queue, used)
+                queue.touch()
+                self.whole.pop(gang, None)
+                continue
             if gang:
                 self._mark(decision, gang, -1)
             self.scheduler.unassume(decision)
@@ -86,6 +128,26 @@ class Statement:
         unmarked = self._holdings(tenant, -1, ())
         preemptor.tenants.remove(tenant)
         self.log.append((None, preemptor, tenant, unmarked))
+
+    def hold_whole(self, node_name: str, uuids, preemptor: str) -> None:
+        """Hold cards `uuids` of `node_name` whole (`fill_cards`) for `preemptor` until rolled
+        back: an exclusive preemptor's cards, which no later pod of the cycle may share."""
+        node = self.scheduler.cluster.node(node_name)
+        taken = fill_cards(node, set(uuids))
+        node.touch()
+        self.whole[preemptor] = (node_name, tuple(sorted(uuids)))
+        self.log.append((WHOLE, node, taken, preemptor))
+
+    def let_go_whole(self) -> None:
+        """Give back every card held whole (`hold_whole`) at the end of a run: the holds were
+        for this cycle's later pods; from the next cycle on the preemptors' nominations hold
+        the cards (`Nominated.whole`), and the snapshot must not keep them full meanwhile."""
+        for entry in self.log:
+            if entry[0] is WHOLE:
+                unfill_cards(entry[1], entry[2])
+                entry[1].touch()
+        self.log = [entry for entry in self.log if entry[0] is not WHOLE]
+        self.whole.clear()
 
     def evicted(self, since: Mark | None = None) -> list:
         """The tenants evicted (after `since`), oldest first."""

@@ -96,7 +96,8 @@ class Command(BaseCommand):
         from kube.reconcile import check_against
 
         try:
-            return check_against(api, settings.HAMIADMIN["SCHEDULER_NAME"])
+            names = settings.HAMIADMIN.get("SCHEDULER_NAMES") or (settings.HAMIADMIN["SCHEDULER_NAME"],)
+            return check_against(api, tuple(names))
         except (ApiError, ApiUnavailable) as exc:
             raise CommandError(f"--kubernetes: listing the pods failed: {exc}") from exc
 

@@ -26,7 +26,9 @@ from scheduling.engine.scenario import (
     read_scenario_text,
     schedule_in_order,
 )
+from scheduling.engine.triage import VERDICT_WORDS
 from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
+from scheduling.pipeline.preemption import scenario_settings
 from scheduling.pipeline.snapshot import load_snapshot
 
 
@@ -102,8 +104,8 @@ class Command(BaseCommand):
             else:
                 raw = read_scenario_file(options["file"])
                 cluster, config, pods = parse_scenario(raw)
-                if wants_batch(raw):  # queues or groups: decided as jobs, with their results
-                    extra = run_batch_scenario(raw, cluster, config, pods, top=top)
+                if wants_batch(raw):  # decided as one live cycle, with its results
+                    extra = run_batch_scenario(raw, cluster, config, pods, top=top, **scenario_settings())
                     decided = extra.pop("pods")
                 else:
                     decided = schedule_in_order(cluster, config, pods, top)
@@ -169,6 +171,9 @@ def why_cell(pod: dict) -> str:
     parts = [summary_of(pod)]
     if pod["status"] != "pending":
         return parts[0]
+    decisive = pod.get("verdict") or {}
+    if decisive.get("fact") and decisive["fact"] not in parts[0]:
+        parts.append(f"{VERDICT_WORDS.get(str(decisive.get('class')), '').capitalize()}: {decisive['fact']}")
     reasons = pod.get("reasons") or {}
     ranked = sorted(reasons, key=lambda code: (code in SELF_EXCLUDED, -reasons[code], code))[:TOP_REASONS]
     if ranked:
@@ -180,15 +185,16 @@ def why_cell(pod: dict) -> str:
 
 
 def table(pods: list[dict], extra: dict | None = None, colour: bool = False) -> str:
-    """One line per pod (pod, status, node, cards, why), the totals, then a batch scenario's
-    groups and queues; only the status is coloured."""
-    header = ("POD", "STATUS", "NODE", "CARDS", "WHY")
+    """One line per pod (pod, status, node, cards, verdict class, why), the totals, then a batch scenario's
+    groups, queues and evictions; only the status is coloured."""
+    header = ("POD", "STATUS", "NODE", "CARDS", "VERDICT", "WHY")
     rows = [
         (
             f"{pod['namespace']}/{pod['name']}",
             pod["status"],
             pod.get("node") or "-",
             cards_cell(pod) or "-",
+            (pod.get("verdict") or {}).get("class") or "-",
             why_cell(pod),
         )
         for pod in pods
@@ -211,6 +217,12 @@ def table(pods: list[dict], extra: dict | None = None, colour: bool = False) -> 
     for queue in (extra or {}).get("queues") or []:
         used = ", ".join(f"{k} {v}" for k, v in (queue.get("used") or {}).items())
         lines.append(f"queue {queue['name']}: used {used}")
+    for eviction in (extra or {}).get("evictions") or []:
+        cards = ", ".join(eviction.get("cards") or ())
+        lines.append(
+            f"evict {eviction.get('pod')} on {eviction.get('node') or '-'} ({cards}) for {eviction.get('by')}: "
+            f"{eviction.get('kind')}, {eviction.get('why')}"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -9,6 +9,7 @@ import random
 from scheduling.engine import Card, Cluster, Node, PodSpec, Scheduler
 from scheduling.engine.batch.jobs import Gang, Job, JobRunner, Member, Nominated
 from scheduling.engine.batch.preempt import (
+    BUDGET_USED,
     CAP_REACHED,
     GANG_PROTECTED,
     MIN_RUNTIME,
@@ -60,6 +61,7 @@ class World:
         self.scheduler = Scheduler(self.cluster)
         self.tenants: list[Tenant] = []
         self.gang_min: dict[str, int] = {}
+        self.gang_budget: dict[str, int] = {}
 
     def run(
         self,
@@ -110,7 +112,10 @@ class World:
     def runner(self, book=None, **rules) -> JobRunner:
         book = book or self.book()
         preemptor = Preemptor(
-            self.scheduler, book, lambda: Tenants(list(self.tenants), self.gang_min), Rules(**rules)
+            self.scheduler,
+            book,
+            lambda: Tenants(list(self.tenants), self.gang_min, self.gang_budget),
+            Rules(**rules),
         )
         return JobRunner(self.scheduler, book, preemptor=preemptor)
 
@@ -198,6 +203,41 @@ def test_a_gang_member_beyond_min_member_may_go_alone():
         w.run(f"g-{i}", name, {0: 8000}, gang="default/g")
     outcome = w.runner().run([job("p", mem=8000)])[0]
     assert len(outcome.victims) == 1
+
+
+def test_a_gang_budget_of_one_never_lets_two_members_go_at_once_and_two_does():
+    def world(budget: int | None) -> World:
+        w = World({"n1": [8000, 8000]})
+        w.gang_min["default/g"] = 2  # losing one member, the gang goes whole: both cards
+        if budget is not None:
+            w.gang_budget["default/g"] = budget
+        w.run("g-0", "n1", {0: 8000}, gang="default/g")
+        w.run("g-1", "n1", {1: 8000}, gang="default/g")
+        return w
+
+    for budget in (None, 2):
+        outcome = world(budget).runner().run([job("p", gpu=2, mem=8000)])[0]
+        assert sorted(t.key for t in outcome.victims) == ["default/g-0", "default/g-1"]
+    outcome = world(1).runner().run([job("p", gpu=2, mem=8000)])[0]
+    assert outcome.victims == []
+    assert BUDGET_USED in outcome.decision.preemption.why
+
+
+def test_a_gang_budget_counts_the_evictions_of_the_cycle_and_the_ones_under_way():
+    def world(left: int) -> World:
+        w = World({"n1": [8000], "n2": [8000], "n3": [8000]})
+        w.gang_min["default/g"] = 1
+        w.gang_budget["default/g"] = left
+        for i, name in enumerate(["n1", "n2", "n3"]):
+            w.run(f"g-{i}", name, {0: 8000}, gang="default/g")
+        return w
+
+    outcomes = world(1).runner().run([job("p1", mem=8000), job("p2", mem=8000)])
+    assert [len(o.victims) for o in outcomes] == [1, 0]  # each extra may go alone, but one at a time
+    assert BUDGET_USED in outcomes[1].decision.preemption.why
+    # max_evicted 1 with one member being evicted already: nothing left this cycle
+    outcome = world(0).runner().run([job("p3", mem=8000)])[0]
+    assert outcome.victims == [] and BUDGET_USED in outcome.decision.preemption.why
 
 
 def test_a_preempting_gang_that_cannot_reach_min_member_evicts_nothing():
