@@ -77,9 +77,12 @@ def fresh_shared_cache():
 
 @pytest.fixture(autouse=True)
 def no_standing_snapshot():
-    """Every test's first cycle reads the cluster whole: a snapshot kept from another test's
-    database (rolled back, its ids reused on SQLite) is not this test's cluster."""
+    """Every test's first cycle reads the cluster whole and looks at the capacity version: a
+    snapshot kept from another test's database (rolled back, its ids reused on SQLite) is not
+    this test's cluster, nor is the version it woke pods for."""
     from scheduling.pipeline.standing import STANDING
+    from scheduling.pipeline.wake import SEEN
 
     STANDING.clear()
+    SEEN.version = None  # another test's database had its own capacity versions
     yield
