@@ -38,13 +38,14 @@ chaos: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy scheduling/engine scheduling/pipeline scheduling/services kube scheduling/api
+	$(BIN)/mypy scheduling/engine scheduling/pipeline scheduling/services kube scheduling/api cli
 	$(BIN)/python manage.py check
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.wake
 	$(BIN)/python -m bench.batch
 	$(BIN)/python -m bench.preempt
 

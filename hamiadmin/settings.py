@@ -299,10 +299,9 @@ HAMIADMIN: dict[str, Any] = {
     # Admission webhook (kube/webhook, docs/kubernetes.md): `all` sets schedulerName on GPU pods
     # that name none, default-scheduler or hami-scheduler; `off` leaves it to the pods.
     "WEBHOOK_SCHEDULER_NAME": os.environ.get("HAMI_WEBHOOK_SCHEDULER_NAME", "all").strip().lower(),
-    # NVIDIA_VISIBLE_DEVICES=none on the containers of GPU pods that ask no GPU (HAMi's overwriteEnv).
-    "WEBHOOK_HIDE_GPUS": env_bool(
-        "HAMI_WEBHOOK_HIDE_GPUS", HAMI_CONFIG.overwrite_env if HAMI_CONFIG.overwrite_env is not None else True
-    ),
+    # NVIDIA_VISIBLE_DEVICES=none on the containers that ask no GPU (HAMi's overwriteEnv; off
+    # by default, as in HAMi's chart).
+    "WEBHOOK_HIDE_GPUS": env_bool("HAMI_WEBHOOK_HIDE_GPUS", bool(HAMI_CONFIG.overwrite_env)),
     "WEBHOOK_RUNTIME_CLASS": os.environ.get(
         "HAMI_WEBHOOK_RUNTIME_CLASS", HAMI_CONFIG.runtime_class_name or ""
     ),

@@ -1,8 +1,10 @@
-"""What the mutating webhook changes on a GPU pod, as HAMi's webhook does, as a JSON Patch.
+"""What the mutating webhook changes on a pod, as HAMi's webhook does, as a JSON Patch.
 
-For a pod being created that asks for SPEC 2 resources (as this cluster names them) and
-that hamiadmin will schedule (`review.takes`), in this order:
+For a pod being created that hamiadmin will schedule (`review.takes`) and that does not
+carry `hami.io/webhook: ignore`, in this order:
 
+0. a container whose count is 0 (`nvidia.com/gpu: 0`) loses its GPU resources: HAMi gives
+   it no device, and the scheduler reads the stored pod, so it must see no ask either;
 1. namespace default policies (`HAMI_WEBHOOK_NAMESPACE_POLICIES`): each policy annotation
    the pod does not carry itself;
 2. per container asking a GPU, what the engine would assume, written down so that HAMi's
@@ -10,19 +12,21 @@ that hamiadmin will schedule (`review.takes`), in this order:
    (`defaultGPUNum`, when only memory or cores are named), 100 cores (the cluster's
    exclusive default) when the container wants whole cards, HAMi's `defaultMem` and
    `defaultCores` when its configuration names them;
-3. `NVIDIA_VISIBLE_DEVICES=none` on the containers that ask for no GPU (HAMi's
-   `overwriteEnv`), so the NVIDIA runtime does not hand them every card of the node;
+3. `NVIDIA_VISIBLE_DEVICES=none` on the containers that ask for no GPU, in GPU pods and
+   CPU-only pods alike, when HAMi's `overwriteEnv` is on (off by default, as in HAMi's
+   chart), so the NVIDIA runtime does not hand them every card of the node;
 4. `runtimeClassName`, when configured and the pod names none;
 5. `schedulerName`: hamiadmin's (mode `all`), for pods naming none, `default-scheduler` or
    `hami-scheduler`; a pod naming another scheduler is not touched at all.
 
-A pod the engine refuses is not changed: the validating webhook refuses it, with the field.
+Steps 1, 2, 4 and 5 are for GPU pods only. A GPU pod the engine refuses is not changed: the
+validating webhook refuses it, with the field.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hamiadmin.hamiconfig import HamiConfig
 from scheduling.engine.annotations import parse_policy
@@ -30,7 +34,17 @@ from scheduling.engine.errors import PodInvalid
 from scheduling.engine.model import ClusterConfig
 
 from .. import pods as pod_objects
-from .review import Answer, Review, check, is_pod_create, takes
+from .review import (
+    CONTAINER_KEYS,
+    Answer,
+    Review,
+    check,
+    is_pod_create,
+    opted_out,
+    takes,
+    without_zero_counts,
+    zero_count_containers,
+)
 
 HIDE_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 #: Annotations a namespace default may set: the policy ones of SPEC 3 and the card mode.
@@ -53,7 +67,8 @@ class Mutation:
     #: Every name served (`HAMI_SCHEDULER_NAMES`): pods naming any of them are ours too.
     scheduler_names: tuple[str, ...] = ()
     mode: str = "all"
-    hide_gpus: bool = True
+    #: HAMi's `overwriteEnv`; its chart's default is off.
+    hide_gpus: bool = False
     runtime_class: str = ""
     namespace_policies: dict[str, dict[str, str]] = field(default_factory=dict)
 
@@ -119,7 +134,8 @@ def _named(container: dict, resource: str) -> object | None:
 
 
 def _wants_whole_cards(container: dict, hami: HamiConfig) -> bool:
-    """The engine's rule (SPEC 2): no memory named, and no percentage or 0 or 100."""
+    """The engine's rule (SPEC 2): no memory named, and no percentage or 100 (a percentage of
+    0 is memory left to the defaults, and cores too: HAMi books it 0 cores, not 100)."""
     names = hami.resources
     if _named(container, names.memory) is not None:
         return False
@@ -127,7 +143,7 @@ def _wants_whole_cards(container: dict, hami: HamiConfig) -> bool:
     if percentage is None:
         return True
     value = pod_objects.resource_quantity(percentage) if isinstance(percentage, str) else percentage
-    return value in (0, 100)
+    return value == 100
 
 
 def _resource_additions(container: dict, cluster: ClusterConfig, hami: HamiConfig) -> dict[str, str]:
@@ -193,24 +209,53 @@ def _annotation_changes(pod: dict, namespace: str, setup: Mutation) -> list[dict
     ]
 
 
+def _zero_count_removals(pod: dict, hami: HamiConfig) -> list[dict]:
+    """Step 0: the GPU resources of the containers whose count is 0, removed."""
+    names = hami.resources.canonical()
+    ops = []
+    for key, position in zero_count_containers(pod, hami):
+        resources = pod_objects.spec(pod)[key][position]["resources"]
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if isinstance(values, dict):
+                ops += [
+                    {"op": "remove", "path": pointer("spec", key, position, "resources", section, name)}
+                    for name in values
+                    if name in names
+                ]
+    return ops
+
+
+def _hiding_changes(pod: dict, hami: HamiConfig, visible: set[tuple[str, int]]) -> list[dict]:
+    """Step 3 on every container that asks no GPU and is not in `visible`."""
+    ops = []
+    for key in CONTAINER_KEYS:
+        containers = pod_objects.spec(pod).get(key)
+        for position, container in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(container, dict) and (key, position) not in visible:
+                if not pod_objects.container_asks_gpu(container, hami):
+                    ops += _env_change(container, pointer("spec", key, position))
+    return ops
+
+
 def patch_for(
     pod: dict, namespace: str, cluster: ClusterConfig, hami: HamiConfig, setup: Mutation
 ) -> list[dict]:
-    """The JSON Patch of steps 1-5 for a valid GPU pod hamiadmin takes (module docstring)."""
-    ops = _annotation_changes(pod, namespace, setup)
+    """The JSON Patch of steps 0-5 for a valid GPU pod hamiadmin takes (module docstring)."""
+    zeroed = set(zero_count_containers(pod, hami))
+    ops = _zero_count_removals(pod, hami) + _annotation_changes(pod, namespace, setup)
+    pod = without_zero_counts(pod, hami)
     spec = pod_objects.spec(pod)
-    for key in ("initContainers", "containers"):
+    for key in CONTAINER_KEYS:
         containers = spec.get(key)
         for position, container in enumerate(containers if isinstance(containers, list) else []):
-            if not isinstance(container, dict):
-                continue
-            base = pointer("spec", key, position)
-            if pod_objects.container_asks_gpu(container, hami):
+            if isinstance(container, dict) and pod_objects.container_asks_gpu(container, hami):
                 added = _resource_additions(container, cluster, hami)
                 if added:
-                    ops += _limits_change(container, base, added)
-            elif setup.hide_gpus:
-                ops += _env_change(container, base)
+                    ops += _limits_change(container, pointer("spec", key, position), added)
+    if setup.hide_gpus:
+        # A container counting 0 cards is a GPU container to HAMi: it is not hidden.
+        ops += _hiding_changes(pod, hami, zeroed)
     if setup.runtime_class and not spec.get("runtimeClassName"):
         ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": setup.runtime_class})
     if setup.mode == "all" and (spec.get("schedulerName") or "") != setup.scheduler_name:
@@ -237,14 +282,20 @@ def _with_defaults(review: Review, setup: Mutation) -> Review:
 
 
 def mutate(review: Review, cluster: ClusterConfig, hami: HamiConfig, setup: Mutation) -> Answer:
-    """The mutating webhook's answer: a patch for a valid GPU pod hamiadmin takes; nothing
-    for anything else, nor for an invalid pod (the validating webhook refuses it)."""
+    """The mutating webhook's answer: a patch for a valid GPU pod hamiadmin takes, the hiding
+    of cards (step 3) for a CPU-only one; nothing for anything else, nor for an invalid pod
+    (the validating webhook refuses it)."""
     pod = review.pod or {}
-    if not is_pod_create(review) or not pod_objects.asks_gpu(pod, hami):
+    if not is_pod_create(review) or opted_out(pod) or not takes(pod, setup.served, setup.mode):
         return Answer(True, "skipped")
-    if not takes(pod, setup.served, setup.mode):
-        return Answer(True, "skipped")
-    parsed, _ = check(_with_defaults(review, setup), cluster, hami)
+    as_read = without_zero_counts(pod, hami)
+    if not pod_objects.asks_gpu(as_read, hami):
+        zeroed = set(zero_count_containers(pod, hami))
+        ops = _zero_count_removals(pod, hami)
+        if setup.hide_gpus:
+            ops += _hiding_changes(as_read, hami, zeroed)
+        return Answer(True, "patched" if ops else "skipped", patch=ops or None)
+    parsed, _ = check(_with_defaults(replace(review, pod=as_read), setup), cluster, hami)
     if parsed is None:
         return Answer(True, "unchanged")
     ops = patch_for(pod, _namespace(review), cluster, hami, setup)

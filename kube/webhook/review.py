@@ -11,6 +11,12 @@ and message (`containers[0].resources.limits.nvidia.com/gpumem: container 'train
 a non-negative integer (MiB), got '16Gi': a plain number, without a unit`); what the engine
 reads but ignores or changes (an unknown chain name, `gpucores` above 100) is allowed with
 an admission warning saying so, in the same words the decision will carry.
+
+Three rules are HAMi's webhook's own (pkg/scheduler/webhook.go), kept for parity: a GPU pod
+with a privileged container is refused (it would see every card of the node, beyond its vGPU
+limits), so is a GPU pod that already names a node (nothing would book its cards); a
+container whose count is 0 (`nvidia.com/gpu: 0`) asks no GPU. A pod labelled
+`hami.io/webhook: ignore` is not looked at, as HAMi's chart's `objectSelector` skips it.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hamiadmin.hamiconfig import HamiConfig
 from scheduling.engine.errors import PodInvalid
@@ -33,6 +39,9 @@ API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 TAKEN_OVER = ("", "default-scheduler", "hami-scheduler")
 #: The API server shows at most this many characters of one warning.
 WARNING_LIMIT = 256
+#: HAMi's opt-out label: a pod carrying it with the value `ignore` is left alone.
+OPT_OUT_LABEL = "hami.io/webhook"
+CONTAINER_KEYS = ("initContainers", "containers")
 
 
 class Malformed(ValueError):
@@ -143,6 +152,74 @@ def takes(pod: dict, scheduler_name: str | tuple[str, ...], mode: str) -> bool:
     return named in names or (mode == "all" and named in TAKEN_OVER)
 
 
+def opted_out(pod: dict) -> bool:
+    """Whether the pod carries `hami.io/webhook: ignore` (HAMi's chart skips it by selector)."""
+    labels = pod_objects.meta(pod).get("labels")
+    return isinstance(labels, dict) and labels.get(OPT_OUT_LABEL) == "ignore"
+
+
+def _containers(pod: dict, key: str) -> list:
+    found = pod_objects.spec(pod).get(key)
+    return found if isinstance(found, list) else []
+
+
+def zero_count_containers(pod: dict, hami: HamiConfig) -> list[tuple[str, int]]:
+    """(key, position) of each container whose count is 0: HAMi gives it no device at all, so
+    it asks no GPU, whatever memory or cores it also names."""
+    zeroed = []
+    for key in CONTAINER_KEYS:
+        for position, container in enumerate(_containers(pod, key)):
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            for section in ("limits", "requests"):
+                values = resources.get(section)
+                if isinstance(values, dict) and hami.resources.count in values:
+                    value = values[hami.resources.count]
+                    if isinstance(value, str):
+                        value = pod_objects.resource_quantity(value)
+                    if value == 0 and not isinstance(value, bool):
+                        zeroed.append((key, position))
+                    break
+    return zeroed
+
+
+def without_zero_counts(pod: dict, hami: HamiConfig) -> dict:
+    """The pod as HAMi reads it: the containers counting 0 cards without their GPU resources."""
+    zeroed = zero_count_containers(pod, hami)
+    if not zeroed:
+        return pod
+    names = set(hami.resources.canonical())
+    pod = copy.deepcopy(pod)
+    for key, position in zeroed:
+        resources = pod["spec"][key][position]["resources"]
+        for section in ("limits", "requests"):
+            if isinstance(resources.get(section), dict):
+                resources[section] = {k: v for k, v in resources[section].items() if k not in names}
+    return pod
+
+
+def refused_as_hami(pod: dict) -> PodInvalid | None:
+    """HAMi's own refusals of a GPU pod, in its words: a privileged container, a node named."""
+    for key in CONTAINER_KEYS:
+        for position, container in enumerate(_containers(pod, key)):
+            context = container.get("securityContext") if isinstance(container, dict) else None
+            if isinstance(context, dict) and context.get("privileged") is True:
+                return PodInvalid(
+                    f"{key}[{position}].securityContext.privileged",
+                    f"container {container.get('name')!r} is privileged: it would see every card "
+                    "of the node, beyond its vGPU limits",
+                )
+    node = pod_objects.spec(pod).get("nodeName")
+    if node:
+        return PodInvalid(
+            "nodeName",
+            f"pod has node assigned ({node!r}): a GPU pod must be placed by the scheduler, "
+            "which books its cards",
+        )
+    return None
+
+
 def _as_admitted(review: Review) -> dict:
     """The pod with the name and namespace it will have: at creation a pod may carry only
     `generateName`, and its namespace only in the request."""
@@ -182,6 +259,9 @@ def check(review: Review, cluster: ClusterConfig, hami: HamiConfig) -> tuple[Par
         )
     except PodInvalid as exc:
         return None, Answer(False, "denied", refusal=_field_as_written(exc, hami))
+    refusal = refused_as_hami(pod)
+    if refusal is not None:
+        return None, Answer(False, "denied", refusal=refusal)
     warnings = [
         f"{_field_as_written(PodInvalid(where, ''), hami).field}: {message}"
         for where, messages in parsed.warnings().items()
@@ -195,11 +275,9 @@ def validate(
 ) -> Answer:
     """The validating webhook: refuse what the scheduler would refuse, warn what it ignores;
     anything that is not the creation of a GPU pod hamiadmin schedules passes untouched."""
-    pod = review.pod or {}
-    if (
-        not is_pod_create(review)
-        or not pod_objects.asks_gpu(pod, hami)
-        or not takes(pod, scheduler_name, mode)
-    ):
+    if not is_pod_create(review) or opted_out(review.pod or {}):
         return Answer(True, "skipped")
-    return check(review, cluster, hami)[1]
+    pod = without_zero_counts(review.pod or {}, hami)
+    if not pod_objects.asks_gpu(pod, hami) or not takes(pod, scheduler_name, mode):
+        return Answer(True, "skipped")
+    return check(replace(review, pod=pod), cluster, hami)[1]

@@ -60,7 +60,7 @@ def mutation() -> Mutation:
         scheduler_name=conf.get("SCHEDULER_NAME", "hami-scheduler"),
         scheduler_names=tuple(conf.get("SCHEDULER_NAMES", ())),
         mode=mode,
-        hide_gpus=bool(conf.get("WEBHOOK_HIDE_GPUS", True)),
+        hide_gpus=bool(conf.get("WEBHOOK_HIDE_GPUS", False)),
         runtime_class=conf.get("WEBHOOK_RUNTIME_CLASS", "") or "",
         namespace_policies=_namespace_policies(conf.get("WEBHOOK_NAMESPACE_POLICIES", "") or ""),
     )

@@ -1,7 +1,8 @@
 """SPEC 2: what each container asks for, read from limits then requests, resource by resource.
 
 Two forms HAMi accepts are read as HAMi reads them, so its manifests keep working:
-`gpumem-percentage: 0` is the resource left out (the defaults apply), and `gpucores` above
+`gpumem-percentage: 0` is the memory left out (the memory default applies, but the container
+does not want whole cards: 0 cores by default, as HAMi books it), and `gpucores` above
 100 is 100, with a warning naming the container and the value given (`ContainerAsk.warnings`).
 """
 
@@ -111,8 +112,10 @@ def parse_container(container: dict, where: str, defaults: ResourceDefaults) -> 
     cores = read(GPUCORES, "a non-negative integer (percent of the card)", 0, None)
 
     warnings: tuple[tuple[str, str], ...] = ()
+    # Whole cards: no memory named, and no percentage or 100 (HAMi: a percentage of 0 shares).
+    whole_card = memory is None and percentage in (None, 100)
     if percentage == 0:
-        percentage = None  # HAMi's form of "not given": the defaults apply
+        percentage = None  # HAMi's form of "not given": the memory default applies
     if cores is not None and cores > WHOLE_CARD_CORES:
         warnings = (
             (
@@ -124,7 +127,6 @@ def parse_container(container: dict, where: str, defaults: ResourceDefaults) -> 
     if count is None:
         count = 1
     if cores is None:
-        whole_card = (memory is None and percentage is None) or (memory is None and percentage == 100)
         cores = defaults.exclusive_cores if whole_card else defaults.cores
     if memory is None and percentage is None:
         percentage = defaults.memory_percentage

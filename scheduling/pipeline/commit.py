@@ -121,6 +121,10 @@ class Held:
     #: The limited nodes' cpu, memory, pods and host ports, read under lock (`nodecheck`).
     nodes: NodeLedger | None = None
     whole: dict[int, tuple[int, str]] = field(default_factory=dict)  # card pk -> (pod id, ns/name)
+    #: card pk -> (slots, MiB, cores) the victims of preemptions kept by this commit hold: gone
+    #: for a later preemption's nomination (it lands once they leave, as the planner's Statement
+    #: saw), never for a placement (they keep their counters until they go).
+    gone: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> Held:
@@ -139,6 +143,7 @@ class Held:
             for uuid in preemption.whole if preemption is not None else ():
                 if uuid in cards:
                     self.whole[cards[uuid].pk] = (attempt.pod_id, attempt.key)
+            _add(self.gone, victims_freed(attempt, self) or {})
         else:
             for pk in [pk for pk, (holder, _) in self.whole.items() if holder == attempt.pod_id]:
                 del self.whole[pk]
@@ -181,22 +186,18 @@ def recheck_nomination(
     """A preemption's grants per card pk if they fit once its victims are gone, else (None, why).
     The victims must still hold, unevicted, what the plan saw on the cards it saw."""
     preemption = attempt.decision.preemption
-    freed: dict[int, list[int]] = {}
     for victim_id, _kind, _why, _node, planned in attempt.victims:
         holdings = held.victims.get(victim_id)
         if not holdings:
             return None, f"victim {victim_id} no longer holds cards, or is being evicted already"
         if {uuid for uuid, _, _, _ in holdings} != set(planned):
             return None, f"victim {victim_id} moved since the snapshot"
-        for _, pk, memory, cores in holdings:
-            total = freed.setdefault(pk, [0, 0, 0])
-            total[0], total[1], total[2] = total[0] + 1, total[1] + memory, total[2] + cores
+    freed = victims_freed(attempt, held) or {}
+    _add(freed, held.gone)  # earlier preemptions' victims: gone by the time this one lands
     node = preemption.node if preemption is not None else None
     mine, why = _fits(attempt, node, grants_held(attempt), cards, added, held, freed)
-    if mine is None:
+    if mine is None or not attempt.moves:
         return mine, why
-    if not attempt.moves:
-        return _net_of(mine, freed), why
     for victim_id, home in attempt.moves:  # each moved tenant's new home, held before it moves
         for uuid, memory, cores in home:
             card = cards.get(uuid)
@@ -218,18 +219,21 @@ def recheck_nomination(
             ):
                 return None, f"the new home of victim {victim_id} ({uuid}) is taken"
             own[0], own[1], own[2] = own[0] + 1, own[1] + memory, own[2] + cores
-    return _net_of(mine, freed), ""
+    return mine, ""
 
 
-def _net_of(mine: dict[int, list[int]], freed: dict[int, list[int]]) -> dict[int, list[int]]:
-    """What later attempts of this commit see of a kept preemption's cards: its nomination in
-    place of the victims it evicts (they keep their counters until they go), as the planner's
-    Statement saw it. Else a second preemptor on the card (a gang's next member) counts the
-    first one's victims and its nomination both, and loses a race with itself."""
-    for pk, (slots, memory, cores) in freed.items():
-        own = mine.setdefault(pk, [0, 0, 0])
-        own[0], own[1], own[2] = own[0] - slots, own[1] - memory, own[2] - cores
-    return mine
+def victims_freed(attempt: Attempt, held: Held) -> dict[int, list[int]] | None:
+    """(slots, MiB, cores) per card pk that a preemption's victims hold now (None when one of
+    them holds nothing any more)."""
+    freed: dict[int, list[int]] = {}
+    for victim_id, *_ in attempt.victims:
+        holdings = held.victims.get(victim_id)
+        if not holdings:
+            return None
+        for _, pk, memory, cores in holdings:
+            total = freed.setdefault(pk, [0, 0, 0])
+            total[0], total[1], total[2] = total[0] + 1, total[1] + memory, total[2] + cores
+    return freed
 
 
 def grants_held(attempt: Attempt) -> list[tuple[str, int, int]]:
@@ -585,6 +589,7 @@ def recheck_all(
             {pk: list(used) for pk, used in held.added.items()},
             held.nodes,
             dict(held.whole),
+            {pk: list(used) for pk, used in held.gone.items()},
         )
         kept, missed = [], []
         for member in members:
@@ -607,6 +612,8 @@ def recheck_all(
             held.added.update(trial_held.added)
             held.whole.clear()
             held.whole.update(trial_held.whole)
+            held.gone.clear()
+            held.gone.update(trial_held.gone)
             verdicts.update({id(m): _kept(m) for m in kept})
             for m, why in missed:
                 hold = refused.get(id(m))

@@ -121,9 +121,11 @@ def test_cores_taken_as_100_share_the_shape_of_100_and_keep_their_warning():
     assert whole.warnings() == {}
 
 
-def test_a_percentage_of_zero_has_the_shape_of_no_percentage():
+def test_a_percentage_of_zero_has_the_shape_of_no_percentage_and_default_cores():
+    """Memory as if not given, but not an ask for whole cards: the default cores, 0 (HAMi)."""
     zero = parsed(containers=[container("main", ask(gpu=1, pct=0))])
-    assert zero.shape == parsed(containers=[container("main", ask(gpu=1))]).shape
+    assert zero.shape == parsed(containers=[container("main", ask(gpu=1, cores=0))]).shape
+    assert zero.shape != parsed(containers=[container("main", ask(gpu=1))]).shape
     assert zero.shape != parsed(containers=[container("main", ask(gpu=1, pct=50))]).shape
 
 

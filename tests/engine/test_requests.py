@@ -114,16 +114,17 @@ def test_sixteen_cards_is_valid_but_pending():
 @pytest.mark.parametrize(
     "limits, expected",
     [
-        (ask(gpu=1, pct=0), ("G0", 16000, 100)),
+        (ask(gpu=1, pct=0), ("G0", 16000, 0)),
         (ask(gpu=1, pct=0, mem=1000), ("G0", 1000, 0)),
         (ask(gpu=1, pct=0, cores=30), ("G0", 16000, 30)),
-        (ask(pct=0), ("G0", 16000, 100)),
+        (ask(pct=0), ("G0", 16000, 0)),
     ],
     ids=["alone", "beside-gpumem", "beside-gpucores", "without-a-count"],
 )
-def test_a_percentage_of_zero_is_the_resource_left_out(limits, expected):
-    """SPEC 2: `gpumem-percentage: 0` is read as absent, so the defaults apply (alone: the
-    whole card, exclusively); it still names a GPU resource, so the container asks one vGPU."""
+def test_a_percentage_of_zero_is_the_memory_left_out_and_books_no_cores(limits, expected):
+    """SPEC 2: `gpumem-percentage: 0` is memory not given, so the memory default applies (the
+    whole card's MiB), but it is not an ask for whole cards: the default cores, 0, as HAMi
+    books it; it still names a GPU resource, so the container asks one vGPU."""
     out = scheduled(container("main", limits))
     assert grants(out) == [expected]
     assert out["warnings"] == []

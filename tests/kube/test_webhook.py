@@ -6,8 +6,8 @@ reference, reading the test database.
 
 Every invalid form of SPEC 2, 3 and 5 is refused with the field and message the engine gives;
 what the engine ignores is allowed with an admission warning; a valid pod's JSON Patch is
-decoded, applied, and the result checked (and validated again); pods asking no GPU and pods
-of other schedulers are not touched; malformed bodies get a clear answer, never a 500.
+decoded, applied, and the result checked (and validated again); pods asking no GPU only get
+the cards hidden, pods of other schedulers are not touched; malformed bodies get a clear answer, never a 500.
 """
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ def webhook(django_db_setup, django_db_blocker, tmp_path_factory):
         HAMIADMIN_URLCONF="kube.webhook.urls",
         HAMI_SCHEDULER_NAME=SCHEDULER,
         HAMI_WEBHOOK_RUNTIME_CLASS=RUNTIME_CLASS,
+        HAMI_WEBHOOK_HIDE_GPUS="true",  # HAMi's overwriteEnv: off by default, on here
         HAMI_WEBHOOK_NAMESPACE_POLICIES=json.dumps(NAMESPACE_POLICIES),
         HAMI_WEBHOOK_MAX_BODY_BYTES=str(MAX_BODY),
         WEB_CONCURRENCY="1",
@@ -315,11 +316,7 @@ def test_an_invalid_annotation_is_refused_with_the_engines_field_and_message(
 
 LIMITS = "containers[0].resources.limits"
 INVALID_RESOURCES = [
-    (
-        {"nvidia.com/gpu": "0"},
-        f"{LIMITS}.nvidia.com/gpu",
-        "container 'main': must be a positive integer, got 0",
-    ),
+    # `nvidia.com/gpu: 0` is no GPU asked, as in HAMi (test_webhook_parity.py).
     (
         {"nvidia.com/gpu": "1.5"},
         f"{LIMITS}.nvidia.com/gpu",
@@ -529,9 +526,13 @@ def cpu_pod() -> dict:
     }
 
 
-@pytest.mark.parametrize("verb", ["mutate", "validate"])
-def test_a_pod_asking_no_gpu_is_untouched(webhook, verb):
-    assert webhook.review(verb, cpu_pod()) == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+def test_a_pod_asking_no_gpu_is_not_checked_and_only_has_the_cards_hidden(webhook):
+    """overwriteEnv (on here) hides the cards from CPU-only pods too, as HAMi's does."""
+    response = webhook.review("validate", cpu_pod())
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    patched = apply_patch(cpu_pod(), decoded(webhook.review("mutate", cpu_pod())))
+    assert patched["spec"]["containers"][0]["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]
+    assert patched["metadata"] == cpu_pod()["metadata"] and "schedulerName" not in patched["spec"]
 
 
 @pytest.mark.parametrize("verb", ["mutate", "validate"])

@@ -6,6 +6,7 @@ and leaves it pending with the queue's verdict."""
 from __future__ import annotations
 
 import pytest
+from django.db import models
 
 from scheduling import services
 from scheduling.models import Allocation, Decision, Pod, PodGroup, Queue
@@ -120,3 +121,29 @@ def test_a_placement_into_capacity_an_idle_guarantee_keeps_is_not_written(node):
         "QueueLimitExceeded: queue a: cluster gpumem 2000 + 2000 > 64000 - 62000 MiB kept for idle guarantees (b 62000 MiB)",
     )
     assert Allocation.objects.filter(active=True).count() == 1
+
+
+def test_a_placement_in_the_commit_of_a_preemption_never_takes_its_victims_cards_before_they_go():
+    """The planner's Statement takes the victims off at once, so a later pod of the cycle may
+    be planned into what they hold; they keep their counters until they leave, so the commit
+    refuses that placement (an over-commit otherwise), while the preemption is kept."""
+    services.report_inventory("node1", {}, {}, [card("GPU-0", 0, memory=16000, slots=10)])
+    tenant = pod_of("tenant", mem=16000)
+    assert commit_plan(plan_cycle(trigger="test")).placed
+    pod_of("urgent", mem=8000, priority=100)
+    pod_of("other", mem=8000, priority=50)
+    plan = plan_cycle(trigger="test")
+    planned = {a.key: a.decision.status for a in plan.attempts}
+    assert planned["default/other"] == "scheduled"  # planned into the victim's freed card
+    commit_plan(plan)
+    other = Pod.objects.get(name="other")
+    assert other.status == Pod.PENDING and "lost a race" in other.reason
+    held = Allocation.objects.filter(active=True, card__uuid="GPU-0").aggregate(models.Sum("memory"))
+    assert held["memory__sum"] <= 16000
+    assert Pod.objects.get(name="tenant").pk == tenant.pk
+
+
+def pod_of(name: str, mem: int, priority: int = 0) -> Pod:
+    return services.submit_pod(
+        "default", name, {}, [{"name": "main", "resources": limits(gpu=1, mem=mem)}], priority=priority
+    )

@@ -186,7 +186,10 @@ def test_four_workers_never_commit_a_partial_gang():
     assert sum(result["cycles"] > 0 for result in results) >= 2, results
     waiting = Pod.objects.filter(status=Pod.PENDING, group__name__in=set(sizes) - set(placed))
     reasons = set(waiting.values_list("reason", flat=True))
-    assert all(r.startswith(("GangUnschedulable", "placement on")) or "lost a race" in r for r in reasons), (
-        reasons
-    )
+    # a gang's extra (beyond min_member) that fit nowhere says so with the cards' reason; when
+    # the commit then finds the gang's minimum gone (another worker took the cards), the gang
+    # keeps nothing and the extra's own verdict stays
+    assert all(
+        r.startswith(("GangUnschedulable", "placement on", "0/")) or "lost a race" in r for r in reasons
+    ), reasons
     print(f"gangs placed {len(placed)}/100, partial 0; per worker {results}")
