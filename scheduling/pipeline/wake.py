@@ -9,10 +9,8 @@ namespace with the same spec digest (`Pod.spec_hash`: annotations, containers, p
 labels, scheduling fields) are decided alike, so one of each is decided on the worker's
 standing snapshot (`pipeline.standing`), where the engine's per-shape verdicts are kept and
 only the nodes that changed are looked at again: a shape whose inputs did not change costs
-a lookup. Of every spec that now fits somewhere, as many pods are made due as the nodes it
-fits on could take (`WAKE_PER_NODE` per node), first in queue order; while some stay asleep
-the next cycle looks again. The others sleep on until their back-off ends (the safety net,
-as before).
+a lookup. The pods of every spec that now fits somewhere are made due; the others sleep on
+until their back-off ends (the safety net, as before).
 
 A pod given back with a hold (`Pod.held_until`: a bind that failed retries after its
 time) is not woken before it. Pods whose claims are named after themselves (ephemeral
@@ -28,7 +26,7 @@ import logging
 import threading
 
 from django.db import transaction
-from django.db.models import Min
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from scheduling.engine.decision import SCHEDULED
@@ -61,18 +59,9 @@ def backed_off(now):
     )
 
 
-#: Pods of one spec woken per node its pod fits on (a node takes several: cards and slots);
-#: and the most woken by one look. Beyond them the next cycle looks again.
-WAKE_PER_NODE = 8
-WAKE_MAX = 5000
-
-
 def wake_movable(now=None) -> int:
     """Make due the backed-off pods whose spec fits somewhere now, if the capacity version
-    moved since this process last looked; how many were woken. Of a spec that fits on N
-    nodes at most `WAKE_PER_NODE` x N pods wake, first in queue order: a freed card does not
-    bring back every pod of its shape; when some stay asleep the next cycle looks again, so
-    those the placements leave room for wake then."""
+    moved since this process last looked; how many were woken."""
     now = now or timezone.now()
     version = CapacityVersion.read()
     with SEEN.lock:
@@ -84,7 +73,7 @@ def wake_movable(now=None) -> int:
         .annotate(first=Min("pk"))
         .order_by("namespace", "spec_hash")
     )
-    wake: list[tuple[str, str, int | None]] = []
+    wake: list[tuple[str, str]] = []
     if groups:
         firsts = Pod.objects.in_bulk([group["first"] for group in groups])
         with STANDING.use() as (_, scheduler):
@@ -92,58 +81,39 @@ def wake_movable(now=None) -> int:
                 pod = firsts.get(group["first"])
                 if pod is None:
                     continue
-                fits, cap = _moves(pod, scheduler)
-                if fits:
-                    wake.append((group["namespace"], group["spec_hash"], cap))
-    woken, more = _wake(wake, now) if wake else (0, False)
-    if not more:
-        with SEEN.lock:
-            SEEN.version = version
+                if _moves(pod, scheduler):
+                    wake.append((group["namespace"], group["spec_hash"]))
+    woken = _wake(wake, now) if wake else 0
+    with SEEN.lock:
+        SEEN.version = version
     if woken:
         log.debug("capacity version %s: %d backed-off pods of %d specs woken", version, woken, len(wake))
     return woken
 
 
-def _moves(pod: Pod, scheduler) -> tuple[bool, int | None]:
-    """Whether pods of `pod`'s spec may be placed now (or cannot be judged by one of them),
-    and how many of them to wake at most (None: every one)."""
+def _moves(pod: Pod, scheduler) -> bool:
+    """Whether pods of `pod`'s spec may be placed now (or cannot be judged by one of them)."""
     if not pod.spec_hash:
-        return True, None  # no digest: it stands for nobody else
+        return True  # no digest: it stands for nobody else
     spec = pod.as_spec()
     if spec.volumes:
-        return True, None  # its claims may be named after itself
+        return True  # its claims may be named after itself
     try:
-        decision = scheduler.decide(spec, keep=1)
+        return scheduler.decide(spec, keep=1).status == SCHEDULED
     except Exception:  # noqa: BLE001 - the cycle itself will say what is wrong with it
         log.exception("judging %s for a wake failed", pod.key)
-        return True, None
-    if decision.status != SCHEDULED:
-        return False, 0
-    return True, WAKE_PER_NODE * max(1, decision.nodes_fit)
+        return True
 
 
-def _wake(specs: list[tuple[str, str, int | None]], now) -> tuple[int, bool]:
-    """Make due the first backed-off pods (queue order) of these (namespace, digest, at most):
-    (how many, whether some of them stay asleep). Locked in one query in primary-key order
-    first, as the commit locks pods, so a wake and a commit wait for each other at worst."""
-    chosen: list[int] = []
-    more = False
-    for namespace, digest, cap in specs:
-        room = WAKE_MAX - len(chosen)
-        if room <= 0:
-            more = True
-            break
-        limit = room if cap is None else min(cap, room)
-        rows = (
-            backed_off(now)
-            .filter(namespace=namespace, spec_hash=digest)
-            .order_by("-priority", "submitted_at", "id")
-        )
-        pks = list(rows.values_list("pk", flat=True)[: limit + 1])
-        more = more or len(pks) > limit
-        chosen += pks[:limit]
-    if not chosen:
-        return 0, more
+def _wake(specs: list[tuple[str, str]], now) -> int:
+    """Make the backed-off pods of these (namespace, digest) due: all locked in one query in
+    primary-key order first, as the commit locks pods, so a wake and a commit wait for each
+    other at worst."""
+    which = Q()
+    for namespace, digest in specs:
+        which |= Q(namespace=namespace, spec_hash=digest)
     with transaction.atomic():
-        locked = list(lock_pods(backed_off(now).filter(pk__in=sorted(chosen))).values_list("pk", flat=True))
-        return (Pod.objects.filter(pk__in=locked).update(next_attempt_at=None) if locked else 0), more
+        rows = backed_off(now).filter(which)
+        if not list(lock_pods(rows).values_list("pk", flat=True)):
+            return 0
+        return rows.update(next_attempt_at=None)
