@@ -12,9 +12,10 @@ from pathlib import Path
 from hamiadmin.hamiconfig import DEFAULT
 from kube import pods as pod_objects
 from kube.webhook.mutate import Mutation, mutate
-from kube.webhook.review import read_review, validate
+from kube.webhook.review import validate
 from scheduling.engine import ClusterConfig
 
+from .test_hami_config import review_of
 from .test_webhook import apply_patch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,21 +35,6 @@ def gpu(name: str = "main", **limits) -> dict:
 
 def cpu(name: str = "side", **extra) -> dict:
     return {"name": name, "image": "busybox", **extra}
-
-
-def review_of(pod: dict):
-    body = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "u-1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE",
-            "namespace": "ml",
-            "object": pod,
-        },
-    }
-    return read_review(json.dumps(body).encode())
 
 
 def validated(pod: dict):
