@@ -76,6 +76,15 @@ def why(client: Client, args) -> tuple[Any, str | None]:
     return answer, None
 
 
+#: The verdict classes as the dashboard words them (`scheduling.engine.triage.VERDICT_WORDS`).
+VERDICT_WORDS = {
+    "never": "never fits here",
+    "capacity": "waits for capacity",
+    "rule": "held by a rule",
+    "invalid": "invalid",
+}
+
+
 def why_text(answer: dict) -> str:
     """The pod page's first screen: status, the one-line reason, why it can never fit, what
     would make it fit, the closest nodes with their hints and cards, every node's reasons."""
@@ -85,6 +94,13 @@ def why_text(answer: dict) -> str:
         return "\n".join(lines)
     lines.append(f"Decision: #{answer['decision']} {answer.get('outcome')} at {answer.get('created_at')}")
     lines.append(f"Reason:   {answer.get('summary')}")
+    verdict = (answer.get("payload") or {}).get("verdict") or {}
+    if verdict.get("class"):
+        words = VERDICT_WORDS.get(verdict["class"], verdict["class"])
+        lines.append(f"Verdict:  {words}: {verdict.get('fact') or ''}".rstrip(": "))
+        if verdict.get("actions") and not answer.get("would_fit"):
+            lines.append("What helps:")
+            lines += [f"  - {action}" for action in verdict["actions"]]
     if answer.get("unschedulable"):
         lines.append(f"Never fits: {answer.get('unschedulable_words') or 'no node could ever take it'}")
     hints = [hint for hint in answer.get("would_fit") or [] if hint != answer.get("unschedulable_words")]

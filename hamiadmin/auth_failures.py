@@ -43,7 +43,7 @@ from scheduling.ops import metrics
 log = logging.getLogger("hamiadmin.auth")
 
 _PREFIX = "auth-failures:"
-_cache_trouble_logged = 0.0
+_cache_trouble_logged = float("-inf")  # monotonic time starts near 0 on a fresh machine
 
 
 def _limits() -> tuple[int, int]:

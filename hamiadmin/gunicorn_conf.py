@@ -10,7 +10,8 @@ loads this module, so:
 - **A slow request does not hold a whole worker.** Threaded workers (`gthread`, WEB_THREADS
   threads each, default 4) keep agent reports and extender calls answered while another
   thread runs a simulation; what a request may cost is bounded in the API itself
-  (HAMI_SIMULATE_SYNC_MAX_WORK, docs/deploy.md).
+  (HAMI_SIMULATE_SYNC_MAX_WORK, HAMI_SIMULATE_SYNC_SECONDS, and HAMI_SIMULATE_SYNC_CONCURRENCY
+  simulations at once per process; docs/deploy.md).
 
 Workers: WEB_CONCURRENCY (gunicorn reads it itself). WEB_TIMEOUT (default 60) is how long a
 worker may go silent before the arbiter restarts it.

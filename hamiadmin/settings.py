@@ -91,6 +91,7 @@ MIDDLEWARE = [
     "hamiadmin.path_secrets.RedactPathSecretsInAnswers",
     "django.middleware.security.SecurityMiddleware",
     "hamiadmin.auth_failures.FailedCredentialsThrottle",
+    "hamiadmin.dbtimeouts.BoundedLockWaits",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -132,11 +133,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A session left idle inside a transaction (a process stopped, a pipe full) is ended by the
     # server after this long, so the row and cycle locks it holds come free (issue 29); 0: off.
     _idle = env_int("HAMI_DB_IDLE_IN_TRANSACTION_SECONDS", "60")
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
     if _idle > 0:
-        _options = DATABASES["default"].setdefault("OPTIONS", {})
         _options["options"] = (
             _options.get("options", "") + f" -c idle_in_transaction_session_timeout={_idle * 1000}"
         ).strip()
+    # Every session waits at most this long for a row lock (workers, the Kubernetes agent);
+    # web requests wait less (DB_WEB_LOCK_TIMEOUT_MS, hamiadmin.dbtimeouts), a cycle's commit
+    # its own (HAMI_COMMIT_LOCK_TIMEOUT_MS); 0: no bound.
+    _lock_wait = env_int("HAMI_DB_LOCK_TIMEOUT_MS", "5000")
+    if _lock_wait > 0:
+        _options["options"] = (_options.get("options", "") + f" -c lock_timeout={_lock_wait}").strip()
+#: How long a web request waits for a row lock before answering 503 (PostgreSQL; 0: the
+#: session default above). Well under a second: a stalled commit must not hold web threads.
+DB_WEB_LOCK_TIMEOUT_MS = env_int("HAMI_DB_WEB_LOCK_TIMEOUT_MS", "500")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several writers (web, scheduler thread, agents) share one file: wait for the lock
     # instead of failing, and take the write lock at BEGIN so a cycle's re-check is atomic.
@@ -234,6 +244,8 @@ HAMIADMIN: dict[str, Any] = {
     # Redis lease (renewed by its holder every third of the timeout), else process-local.
     "CYCLE_LOCK": os.environ.get("HAMI_CYCLE_LOCK", "auto"),
     "CYCLE_LOCK_TIMEOUT_SECONDS": env_float("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "3"),
+    "CYCLE_LOCK_LEASE_SECONDS": env_float("HAMI_CYCLE_LOCK_LEASE_SECONDS", "15"),
+    "COMMIT_LOCK_TIMEOUT_MS": env_int("HAMI_COMMIT_LOCK_TIMEOUT_MS", "2000"),
     "SCHEDULER_NAME": os.environ.get("HAMI_SCHEDULER_NAME", "hami-scheduler"),
     # Every spec.schedulerName hamiadmin serves (docs/kubernetes.md, *Routing operators*), e.g.
     # `hami-scheduler,volcano`; SCHEDULER_NAME is always among them (the one the webhook writes).
@@ -296,6 +308,17 @@ HAMIADMIN: dict[str, Any] = {
     # HAMi's node lock (hami.io/mutex.lock, kube/nodelock.py) around each bind: how long a lock
     # whose pod still waits is honoured before it is taken over; 0 turns the lock off.
     "NODE_LOCK_SECONDS": env_float("HAMI_NODE_LOCK_SECONDS", "15"),
+    # Dynamic Resource Allocation (kube/dra.py): the drivers whose ResourceSlices are cards.
+    "DRA_DRIVERS": env_list("HAMI_DRA_DRIVERS", "hami-core-gpu.project-hami.io,gpu.nvidia.com"),
+    # The agent runs the DRA pass (watcher mode): off until a cluster's drivers are HAMi's.
+    "DRA": env_bool("HAMI_DRA", False),
+    # HAMi's vGPU monitor read for measured usage on HAMi's nodes (kube/vgpumonitor.py): `off`,
+    # `proxy` (the API server's pod proxy) or a URL template (`http://{pod_ip}:9394/metrics`).
+    "VGPU_MONITOR": os.environ.get("HAMI_VGPU_MONITOR", "off").strip(),
+    "VGPU_MONITOR_SECONDS": max(1.0, env_float("HAMI_VGPU_MONITOR_SECONDS", "15")),
+    "VGPU_MONITOR_SELECTOR": os.environ.get(
+        "HAMI_VGPU_MONITOR_SELECTOR", "app.kubernetes.io/component=hami-device-plugin"
+    ),
     # Admission webhook (kube/webhook, docs/kubernetes.md): `all` sets schedulerName on GPU pods
     # that name none, default-scheduler or hami-scheduler; `off` leaves it to the pods.
     "WEBHOOK_SCHEDULER_NAME": os.environ.get("HAMI_WEBHOOK_SCHEDULER_NAME", "all").strip().lower(),
@@ -307,18 +330,31 @@ HAMIADMIN: dict[str, Any] = {
     ),
     # JSON: {"namespace": {"hami.io/gpu-scheduler-policy": "binpack", ...}}, added where a pod has none.
     "WEBHOOK_NAMESPACE_POLICIES": os.environ.get("HAMI_WEBHOOK_NAMESPACE_POLICIES", ""),
+    # Where the webhook routes pods of device families hamiadmin does not schedule (Ascend,
+    # Hygon...: kube/webhook/families.py): HAMi's scheduler kept running for them. Empty, or
+    # one of hamiadmin's own names, routes nothing (docs/migrating-from-hami.md).
+    "WEBHOOK_OTHER_FAMILIES_SCHEDULER": os.environ.get(
+        "HAMI_OTHER_FAMILIES_SCHEDULER", "hami-scheduler"
+    ).strip(),
     "WEBHOOK_MAX_BODY_BYTES": env_int("HAMI_WEBHOOK_MAX_BODY_BYTES", str(16 * 1024 * 1024)),
     # Observability (docs/deploy.md): a bearer token for /metrics; without one /metrics is open
     # in development and closed (403) in production.
     "METRICS_TOKEN": os.environ.get("HAMI_METRICS_TOKEN", ""),
-    # POST simulate/ (docs/api.md): work = pods x (nodes + cards). Up to SYNC_MAX_WORK it runs in
-    # the request; up to MAX_WORK in a Celery worker (202 and a result URL); above, 413.
+    # HAMi's pre-2.9 metric names beside its current ones, as its `--legacy-metrics` (off in
+    # v2.10): scheduling/ops/hami_metrics.py.
+    "LEGACY_METRICS": env_bool("HAMI_LEGACY_METRICS", False),
+    # POST simulate/ (docs/api.md): work = pods x (nodes + cards) + topology-aware's combination
+    # steps. Up to SYNC_MAX_WORK it runs in the request (stopped after SYNC_SECONDS, at most
+    # SYNC_CONCURRENCY at once per process); up to MAX_WORK in a Celery worker on SIMULATE_QUEUE
+    # (202 and a result URL); above, 413.
     "SIMULATE_MAX_BODY_BYTES": env_int("HAMI_SIMULATE_MAX_BODY_BYTES", str(2 * 1024 * 1024)),
     "SIMULATE_SYNC_MAX_WORK": env_int("HAMI_SIMULATE_SYNC_MAX_WORK", "500000"),
     "SIMULATE_MAX_WORK": env_int("HAMI_SIMULATE_MAX_WORK", "25000000"),
+    "SIMULATE_SYNC_SECONDS": env_float("HAMI_SIMULATE_SYNC_SECONDS", "5"),
+    "SIMULATE_SYNC_CONCURRENCY": env_int("HAMI_SIMULATE_SYNC_CONCURRENCY", "1"),
     "SIMULATE_TIME_LIMIT_SECONDS": env_float("HAMI_SIMULATE_TIME_LIMIT_SECONDS", "300"),
     "SIMULATE_RESULT_SECONDS": env_int("HAMI_SIMULATE_RESULT_SECONDS", "3600"),
-    "SIMULATE_QUEUE": os.environ.get("HAMI_SIMULATE_QUEUE", "celery"),
+    "SIMULATE_QUEUE": os.environ.get("HAMI_SIMULATE_QUEUE", "simulations"),
     # Failed credentials per client address (hamiadmin/auth_failures.py): 0 switches it off.
     "AUTH_FAILURE_LIMIT": env_int("HAMI_AUTH_FAILURE_LIMIT", "10"),
     "AUTH_FAILURE_WINDOW_SECONDS": env_int("HAMI_AUTH_FAILURE_WINDOW_SECONDS", "300"),

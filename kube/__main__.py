@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     from .agent import AgentOptions, KubeAgent
     from .api import api_from_config
     from .leader import LeaderElector
+    from .vgpumonitor import SELECTOR, MonitorSettingInvalid, parse_setting
 
     args = build_parser(settings.HAMIADMIN.get("SCHEDULER_NAME", "hami-scheduler")).parse_args(argv)
     configure(args.log_level, settings.LOG_FORMAT)  # JSON lines in production, like the web
@@ -103,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     if gangs not in ("all", "none"):
         print(f"HAMI_GANGS_FROM_OWNERS: must be all or none, got {gangs!r}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        parse_setting(settings.HAMIADMIN.get("VGPU_MONITOR", "off"))
+    except MonitorSettingInvalid as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
     options = AgentOptions(
         scheduler_name=args.scheduler_name,
         other_scheduler_names=tuple(settings.HAMIADMIN.get("SCHEDULER_NAMES", ())),
@@ -111,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         watch_timeout=args.watch_timeout,
         resync_seconds=max(1.0, settings.HAMIADMIN.get("HEARTBEAT_TIMEOUT_SECONDS", 60.0) / 3),
         complete_bind_phase=settings.HAMIADMIN.get("BIND_PHASE_SUCCESS", True),
+        dra=settings.HAMIADMIN.get("DRA", False),
+        vgpu_monitor=settings.HAMIADMIN.get("VGPU_MONITOR", "off"),
+        vgpu_monitor_seconds=settings.HAMIADMIN.get("VGPU_MONITOR_SECONDS", 15.0),
+        vgpu_monitor_selector=settings.HAMIADMIN.get("VGPU_MONITOR_SELECTOR", SELECTOR),
     )
     agent = KubeAgent(api, options, elector, identity)
     serve_metrics_from_env("kube agent")  # bind failures, on HAMI_METRICS_PORT when set

@@ -20,6 +20,9 @@ known when its members are queued), and, in its own loop (watcher mode):
 - hands the informers' caches to their handlers every `resync_seconds` (node heartbeats,
   and a retry of anything a handler failed to write).
 
+With `HAMI_VGPU_MONITOR` set, a thread of its own also reads HAMi's vGPU monitor on each
+HAMi node for the cards' measured usage (`kube.vgpumonitor`).
+
 The scheduling cycles themselves run elsewhere (Celery worker or `manage.py schedule`);
 this loop only reads their results from the database.
 """
@@ -44,16 +47,19 @@ from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .binder import BIND_COMPLETED, Binder, BindOutcome, half_done, node_name
 from .bound import BoundPodSync
+from .dra import DraCycle
 from .events import MAX_MESSAGE, EventRecorder, PodRef
 from .evictor import Evictor
-from .groups import KINDS, GroupKind, GroupSync
+from .groups import KAI_KIND, KINDS, GroupKind, GroupSync, KaiGroupSync
 from .informer import Backoff, Handlers, Informer
 from .leader import LeaderElector
 from .owners import OwnerGangs
 from .quotas import QuotaSync
 from .reconcile import DriftWatch
+from .rescale import rescale_owner_gangs
 from .status import GATED_MESSAGE, SCHEDULER_ERROR, SCHEDULING_GATED, UNSCHEDULABLE, PodStatusWriter, Verdict
 from .sync import NodeSync, PodSync, Refusals
+from .vgpumonitor import SELECTOR, VgpuMonitorReader
 from .volumes import (
     StorageSync,
     Volumes,
@@ -68,7 +74,7 @@ from .workloads import WORKLOAD_KIND, WorkloadGroupSync, WorkloadSync
 log = logging.getLogger("hamiadmin.kube.agent")
 
 #: The PodGroup objects read when served: Volcano's, scheduler-plugins', the Workload API's.
-GROUP_KINDS = (*KINDS, WORKLOAD_KIND)
+GROUP_KINDS = (*KINDS, KAI_KIND, WORKLOAD_KIND)
 WORKLOADS = "workloads"
 
 
@@ -99,6 +105,15 @@ class AgentOptions:
     #: How often the pods are listed afresh to compare with the tables (kube/reconcile.py);
     #: in between, each resync compares the informer's cache.
     drift_list_seconds: float = 300.0
+    #: Run the DRA pass (`kube.dra`, `HAMI_DRA`; watcher mode), at most every `dra_seconds`
+    #: and only while a pod of ours with claims waits.
+    dra: bool = False
+    dra_seconds: float = 2.0
+    #: HAMi's vGPU monitor read for measured usage (`kube.vgpumonitor`, `HAMI_VGPU_MONITOR`):
+    #: `off`, `proxy` or a URL template; every `vgpu_monitor_seconds`, in its own thread.
+    vgpu_monitor: str = "off"
+    vgpu_monitor_seconds: float = 15.0
+    vgpu_monitor_selector: str = SELECTOR
 
 
 class KubeAgent:
@@ -145,10 +160,23 @@ class KubeAgent:
         self.status = PodStatusWriter(api, self.is_leader)
         self.quota_sync = QuotaSync(self.is_leader, Refusals())
         self.group_syncs = {kind.source: GroupSync(api, kind, self.is_leader, Refusals()) for kind in KINDS}
+        self.group_syncs[KAI_KIND.source] = KaiGroupSync(api, self.is_leader, Refusals())
         self.group_syncs[WORKLOAD_KIND.source] = self.workload_groups = WorkloadGroupSync(
             api, self.is_leader, Refusals(), workload_of=self._workload
         )
         self.drift = DriftWatch(api, self.scheduler_names, every_pod=self.options.extender)
+        self.dra = (
+            DraCycle(api, self.scheduler_names, events=self.events)
+            if self.options.dra and not self.options.extender
+            else None
+        )
+        self._dra_at = 0.0
+        self.monitor = VgpuMonitorReader(
+            api,
+            self.options.vgpu_monitor,
+            lambda: self.nodes.snapshot() if self.nodes is not None else [],
+            selector=self.options.vgpu_monitor_selector,
+        )
         self._drift_listed_at = clock()
         self.pods: Informer | None = None
         self.nodes: Informer | None = None
@@ -249,6 +277,8 @@ class KubeAgent:
             self.batch[kind.source] = started[-1]
             if kind is WORKLOAD_KIND:
                 self.workload_groups.podgroups = started[-1].snapshot
+            if kind is KAI_KIND:
+                self.pod_sync.kai_group = started[-1].get
         for informer in started:
             self._start(informer, stop)
         return started
@@ -409,8 +439,29 @@ class KubeAgent:
         for informer in (self.nodes, self.pods, self.all_pods):
             if informer is not None:
                 self._start(informer, stop)
+        if self.monitor.enabled:
+            thread = threading.Thread(
+                target=self._read_monitors, args=(stop,), name="kube-vgpu-monitor", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
         self._resynced_at = self.clock()
         return self._threads
+
+    def _read_monitors(self, stop: threading.Event) -> None:
+        """HAMi's vGPU monitors, read every `vgpu_monitor_seconds` once the nodes are listed;
+        apart from the binding loop, so a slow monitor delays no bind."""
+        try:
+            while not stop.is_set():
+                if self.nodes is not None and self.nodes.has_synced.is_set():
+                    try:
+                        self.monitor.run_once()
+                    except Exception:  # noqa: BLE001 - database down: the next round tries again
+                        log.exception("reading HAMi's vGPU monitors failed")
+                        close_old_connections()
+                stop.wait(self.options.vgpu_monitor_seconds)
+        finally:
+            connections.close_all()
 
     def _api_backoff(self) -> Backoff:
         return Backoff(self.options.api_backoff_base, self.options.api_backoff_cap)
@@ -475,6 +526,7 @@ class KubeAgent:
                     informer.resync()
             if self.pods is not None and self.pods.has_synced.is_set():
                 self.compare_with_tables(now)
+                self.rescale_owner_gangs()
         self.bound_sync.flush()
         if self.pods is None or not self.pods.has_synced.is_set():
             return
@@ -484,10 +536,24 @@ class KubeAgent:
             self._repair_due = not self.repair_binds()
         self.bind_placed()
         self.evictor.run_once()
+        self.run_dra(now)
         if now - self._events_at >= self.options.event_seconds:
             self._events_at = now
             self.report_waiting()
             self.write_group_statuses()
+
+    def run_dra(self, now: float) -> None:
+        """The DRA pass (`kube.dra.DraCycle`): it lists what it reads, so it runs only while a
+        pod of ours with claims waits in the informer's cache, at most every `dra_seconds`."""
+        if self.dra is None or now - self._dra_at < self.options.dra_seconds:
+            return
+        if not self.dra.pending(self.watched_pods.snapshot()):
+            return
+        self._dra_at = now
+        try:
+            self.dra.run_once()
+        except ApiError as exc:
+            log.warning("DRA pass: %s; trying again", exc)
 
     @property
     def watched_pods(self) -> Informer:
@@ -507,6 +573,16 @@ class KubeAgent:
                 self.drift.run(self.watched_pods.snapshot())
         except Exception:  # noqa: BLE001 - binds and evictions go on; the next resync checks again
             log.exception("comparing Kubernetes' pods with the tables failed")
+
+    def rescale_owner_gangs(self) -> None:
+        """Gangs from owners follow their owner's scale (kube/rescale.py)."""
+        owners = self.pod_sync.owners
+        if owners is None:
+            return
+        try:
+            rescale_owner_gangs(owners, self.watched_pods.get)
+        except Exception:  # noqa: BLE001 - the next resync tries again
+            log.exception("re-reading the owners of gangs failed")
 
     def write_group_statuses(self) -> None:
         """PodGroup objects' status from their rows (phase, verdict), where it differs."""

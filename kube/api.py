@@ -17,6 +17,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
+from typing import Any
 
 import urllib3
 from kubernetes import client
@@ -30,10 +31,14 @@ MERGE_PATCH = "application/merge-patch+json"
 #: subresource (its status is patched on the object); scheduler-plugins' does.
 VOLCANO = ("scheduling.volcano.sh", "v1beta1")
 COSCHEDULING = ("scheduling.x-k8s.io", "v1alpha1")
+#: KAI-scheduler's own PodGroup CRD (what its pod-grouper creates; status through `/status`).
+KAI = ("scheduling.run.ai", "v2alpha2")
 PODGROUPS = "podgroups"
 #: Kubernetes' own gang scheduling (1.37 beta): PodGroup and Workload objects, read when served.
 WORKLOAD_API = ("scheduling.k8s.io", "v1beta1")
 WORKLOADS = "workloads"
+#: Dynamic Resource Allocation's group (`kube.dra`).
+DRA_GROUP = "resource.k8s.io"
 
 
 class ApiUnavailable(Exception):
@@ -107,6 +112,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.storage = client.StorageV1Api(api_client)
         self.scheduling = client.SchedulingV1beta1Api(api_client)
+        self.resource = client.ResourceV1Api(api_client)
         self.request_timeout = request_timeout
 
     def _call(self, method, *args, **kwargs) -> dict:
@@ -119,9 +125,13 @@ class KubeApi:
     # -- pods ---------------------------------------------------------------------------
 
     @needs(("", "pods", "list"))
-    def list_pods(self, field_selector: str = "") -> tuple[list[dict], str]:
-        """Every pod (all namespaces) matching the selector, and the list's resourceVersion."""
-        body = self._call(self.core.list_pod_for_all_namespaces, field_selector=field_selector or None)
+    def list_pods(self, field_selector: str = "", label_selector: str = "") -> tuple[list[dict], str]:
+        """Every pod (all namespaces) matching the selectors, and the list's resourceVersion."""
+        body = self._call(
+            self.core.list_pod_for_all_namespaces,
+            field_selector=field_selector or None,
+            label_selector=label_selector or None,
+        )
         return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
 
     @needs(("", "pods", "watch"))
@@ -140,6 +150,23 @@ class KubeApi:
         """JSON merge patch; a `metadata.resourceVersion` in it makes the server refuse (409)
         if the pod changed since that version."""
         return self._call(self.core.patch_namespaced_pod, name, namespace, patch, _content_type=MERGE_PATCH)
+
+    @needs(("", "pods/proxy", "get"))
+    def get_pod_proxy(self, namespace: str, name: str, port: int, path: str) -> bytes:
+        """GET `path` on the pod's `port` through the API server's proxy (HAMi's vGPU monitor,
+        `kube.vgpumonitor`): the body as sent, whatever its type."""
+        with translated():
+            response: Any = self.core.connect_get_namespaced_pod_proxy_with_path(
+                f"{name}:{port}",
+                namespace,
+                path.lstrip("/"),
+                _preload_content=False,
+                _request_timeout=self.request_timeout,
+            )
+            try:
+                return response.data or b""
+            finally:
+                response.release_conn()
 
     @needs(("", "pods/status", "patch"))
     def patch_pod_status(self, namespace: str, name: str, patch: dict) -> dict:
@@ -297,6 +324,18 @@ class KubeApi:
         lister = partial(self.custom.list_cluster_custom_object, group, version, PODGROUPS)
         return self._watch(lister, resource_version, timeout_seconds)
 
+    def _patch_custom_status(self, kind: tuple[str, str], namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of a PodGroup CRD's status subresource (`kind`: group, version)."""
+        return self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            *kind,
+            namespace,
+            PODGROUPS,
+            name,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
     @needs((VOLCANO[0], PODGROUPS, "list"))
     def list_volcano_podgroups(self) -> tuple[list[dict], str]:
         return self._list_custom(*VOLCANO)
@@ -329,12 +368,52 @@ class KubeApi:
     @needs((COSCHEDULING[0], f"{PODGROUPS}/status", "patch"))
     def patch_coscheduling_podgroup_status(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of the status subresource."""
+        return self._patch_custom_status(COSCHEDULING, namespace, name, patch)
+
+    @needs((KAI[0], PODGROUPS, "list"))
+    def list_kai_podgroups(self) -> tuple[list[dict], str]:
+        return self._list_custom(*KAI)
+
+    @needs((KAI[0], PODGROUPS, "watch"))
+    def watch_kai_podgroups(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch_custom(*KAI, resource_version, timeout_seconds)
+
+    @needs((KAI[0], f"{PODGROUPS}/status", "patch"))
+    def patch_kai_podgroup_status(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of the status subresource (`status.schedulingConditions`)."""
+        return self._patch_custom_status(KAI, namespace, name, patch)
+
+    # -- Dynamic Resource Allocation (resource.k8s.io/v1, GA in 1.34): kube/dra.py ----
+
+    def _dra_list(self, method) -> tuple[list[dict], str]:
+        body = self._call(method)
+        return body.get("items") or [], (body.get("metadata") or {}).get("resourceVersion", "")
+
+    @needs((DRA_GROUP, "resourceslices", "list"))
+    def list_resource_slices(self) -> tuple[list[dict], str]:
+        return self._dra_list(self.resource.list_resource_slice)
+
+    @needs((DRA_GROUP, "resourceclaims", "list"))
+    def list_resource_claims(self) -> tuple[list[dict], str]:
+        return self._dra_list(self.resource.list_resource_claim_for_all_namespaces)
+
+    @needs((DRA_GROUP, "deviceclasses", "list"))
+    def list_device_classes(self) -> tuple[list[dict], str]:
+        return self._dra_list(self.resource.list_device_class)
+
+    @needs((DRA_GROUP, "devicetaintrules", "list"))
+    def list_device_taint_rules(self) -> tuple[list[dict], str]:
+        return self._dra_list(self.resource.list_device_taint_rule)
+
+    @needs((DRA_GROUP, "resourceclaims/status", "patch"))
+    def patch_resource_claim_status(self, namespace: str, name: str, patch: dict) -> dict:
+        """JSON merge patch of the status subresource; with `metadata.resourceVersion` the
+        server refuses it (409) if the claim changed since. Setting `allocation` or
+        `reservedFor` is also authorized against `resourceclaims/binding` (`claim_binding`)."""
         return self._call(
-            self.custom.patch_namespaced_custom_object_status,
-            *COSCHEDULING,
-            namespace,
-            PODGROUPS,
+            self.resource.patch_namespaced_resource_claim_status,
             name,
+            namespace,
             patch,
             _content_type=MERGE_PATCH,
         )
@@ -470,6 +549,25 @@ for _group, _plural in OWNER_RESOURCES:
     setattr(KubeApi, f"get_{_plural}", _owner_getter(_group, _plural))
 OWNER_CALLS = tuple(getattr(KubeApi, f"get_{plural}") for _, plural in OWNER_RESOURCES)
 
+
+@needs((DRA_GROUP, "resourceclaims/binding", "patch"))
+def claim_binding() -> None:
+    """No request of its own: from Kubernetes 1.36 (`DRAResourceClaimGranularStatusAuthorization`,
+    beta and on) a status write that sets a claim's `allocation` or `reservedFor`
+    (`KubeApi.patch_resource_claim_status`) is also authorized against this synthetic
+    subresource; older servers ignore the grant."""
+
+
+#: What the DRA pass (`kube.dra.DraCycle`, with `HAMI_DRA`) adds to the watcher's calls.
+DRA_CALLS = (
+    KubeApi.list_resource_slices,
+    KubeApi.list_resource_claims,
+    KubeApi.list_device_classes,
+    KubeApi.list_device_taint_rules,
+    KubeApi.patch_resource_claim_status,
+    claim_binding,
+)
+
 #: The calls each identity makes. Their grants are the RBAC rules deploy/k8s must give it,
 #: no more: tests/kube runs each identity's code against a stand-in API server and compares
 #: what it requested with these; tests/deploy compares the rendered Roles with them.
@@ -499,6 +597,9 @@ WATCHER_AGENT_CALLS = (
     KubeApi.list_coscheduling_podgroups,
     KubeApi.watch_coscheduling_podgroups,
     KubeApi.patch_coscheduling_podgroup_status,
+    KubeApi.list_kai_podgroups,
+    KubeApi.watch_kai_podgroups,
+    KubeApi.patch_kai_podgroup_status,
     KubeApi.list_workload_podgroups,
     KubeApi.watch_workload_podgroups,
     KubeApi.patch_workload_podgroup_status,
@@ -515,7 +616,9 @@ WATCHER_AGENT_CALLS = (
     KubeApi.list_storage_classes,
     KubeApi.watch_storage_classes,
     KubeApi.get_namespace,
+    KubeApi.get_pod_proxy,
     *OWNER_CALLS,
+    *DRA_CALLS,
 )
 #: `--extender`: kube-scheduler binds; the agent reports nodes, releases pods that end, and
 #: GETs the rows a relist misses.

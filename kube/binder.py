@@ -158,9 +158,14 @@ class Binder:
         self.node_lock: NodeLock | None = node_lock  # type: ignore[assignment]
 
     def annotations(self, row: Pod, phase: str) -> dict[str, str]:
-        """SPEC 8's six placement annotations for `row` (`encoding.placement_annotations`)."""
+        """SPEC 8's six placement annotations for `row` (`encoding.placement_annotations`), and
+        what its device family writes beside them (`Pod.extra_annotations`: NVIDIA's
+        `hami.io/vgpu-mig-allocations` for MIG instances)."""
         placed = row.scheduled_at.timestamp() if row.scheduled_at else None
-        return encoding.placement_annotations(node_name(row), row.allocated, placed, phase, self.clock())
+        written = encoding.placement_annotations(node_name(row), row.allocated, placed, phase, self.clock())
+        extra = row.extra_annotations if isinstance(row.extra_annotations, dict) else {}
+        written.update({key: value for key, value in extra.items() if isinstance(value, str)})
+        return written
 
     def annotate(self, row: Pod, annotations: dict[str, str], refuse_gated: bool = False) -> dict:
         """Merge-patch the annotations onto the pod we placed, re-reading on 409. `refuse_gated`:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from scheduling import services
 from scheduling.engine.encoding import ALLOCATED, TO_ALLOCATE
 from scheduling.engine.errors import PodInvalid
+from scheduling.engine.families import held_allocation, mig
 from scheduling.engine.quantity import CPU, effective_request
 from scheduling.models import BoundPod, Pod
 
@@ -78,7 +79,8 @@ class BoundView:
     """One bound, unfinished pod as the node rules read it. `requests`: the effective request
     (SPEC 10) as (resource, amount) pairs, cpu in millicores, the rest in bytes or counts;
     `ports`: (hostPort, protocol, hostIP) triples; `anti_affinity`: its required
-    `podAntiAffinity` terms as written; `allocated`: HAMi's placement of it, or ""."""
+    `podAntiAffinity` terms as written; `allocated`: HAMi's placement of it, or "";
+    `mig_allocations`: HAMi's MIG reservations of it (`hami.io/vgpu-mig-allocations`), or ""."""
 
     namespace: str
     name: str
@@ -90,6 +92,7 @@ class BoundView:
     ports: tuple[tuple[int, str, str], ...] = ()
     anti_affinity: list | None = None
     allocated: str = ""
+    mig_allocations: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -123,6 +126,7 @@ class BoundView:
             "containers": [container],
             "init_containers": [],
             "allocated": self.allocated,
+            "mig_allocations": self.mig_allocations,
             "phase": self.phase,
         }
 
@@ -134,7 +138,9 @@ class BoundPodSync(Handler):
 
     def __init__(self, may_write: Callable[[], bool], gpu_resources: Callable[[], set[str]] | None = None):
         self.may_write = may_write
-        self.gpu_resources = gpu_resources or (lambda: set(pod_objects.current().resources.canonical()))
+        self.gpu_resources = gpu_resources or (
+            lambda: set(pod_objects.current().resources.canonical()) | pod_objects.OTHER_FAMILIES
+        )
         self.lock = threading.Lock()
         #: (namespace, name) -> the pod to store, or the uid of the one to forget ("": whichever
         #: is stored); written by `flush`.
@@ -160,7 +166,8 @@ class BoundPodSync(Handler):
         phase = phase if isinstance(phase, str) else ""
         labels = pod_objects.meta(obj).get("labels")
         annotations = pod_objects.annotations_of(obj)
-        allocated = annotations.get(ALLOCATED) or annotations.get(TO_ALLOCATE) or ""
+        allocated = held_allocation(annotations, ALLOCATED, TO_ALLOCATE)
+        reserved = annotations.get(mig.ALLOCATIONS) or ""
         uid = pod_objects.uid_of(obj)
         return BoundView(
             namespace=sys.intern(namespace),
@@ -177,6 +184,7 @@ class BoundPodSync(Handler):
             ports=_ports(obj),
             anti_affinity=self._terms(_anti_affinity(obj)),
             allocated=allocated if isinstance(allocated, str) else "",
+            mig_allocations=reserved if isinstance(reserved, str) else "",
         )
 
     def _requests_of(self, obj: dict) -> tuple[tuple[str, int], ...]:

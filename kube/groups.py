@@ -15,9 +15,15 @@ their own `spec.priority`. A deleted object leaves its row (its pods may still n
 name whose row another kind of PodGroup holds (`OBJECT_SOURCES`: Volcano's, scheduler-plugins',
 the Workload API's, `kube.workloads`) is refused naming `metadata.name`: the first claim stays.
 
+KAI-scheduler's PodGroup (`scheduling.run.ai/v2alpha2`, `KAI_KIND`) is read the same way:
+`spec.minMember` (null: the sum of its subgroups' minimums; `minSubGroup` is not read),
+`spec.queue`, and the leaves of `spec.subGroups[]` as the row's `subgroups`, each with its
+own `minMember`; `spec.priorityClassName` is not read, as Volcano's is not.
+
 The row's phase and verdict go back into `status` when they differ from the object's (see
 `VOLCANO_KIND` and `COSCHEDULING_KIND` for the phase names). Volcano's PodGroup also gets one
-condition carrying our reason code and message; scheduler-plugins' status has no conditions.
+condition carrying our reason code and message; scheduler-plugins' status has no conditions;
+KAI's gets its scheduler's `UnschedulableOnNodePool` scheduling condition (`kai_status`).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from scheduling.models import PodGroup
 from scheduling.services.batch import READ_GROUP_FIELDS
 from scheduling.storable import printable, why_unstorable
 
-from .api import COSCHEDULING, VOLCANO, ApiError, ApiUnavailable, KubeApi
+from .api import COSCHEDULING, KAI, VOLCANO, ApiError, ApiUnavailable, KubeApi
 from .informer import Handler, cache_key
 from .quotas import whole_count
 from .sync import Refusals, always
@@ -74,9 +80,10 @@ class GroupKind:
     conditions: bool = False
     reads_queue: bool = False
     reads_timeout: bool = False
-    #: Volcano's `spec.minTaskMember` (task -> its own minimum): recorded as the row's
-    #: `subgroups`, not enforced.
+    #: Volcano's `spec.minTaskMember` (task -> its own minimum): the row's `subgroups`.
     reads_task_members: bool = False
+    #: KAI's `spec.subGroups[]` ({name, minMember, parent}): its leaves are the row's `subgroups`.
+    reads_subgroups: bool = False
     lister: str = ""  # KubeApi method names
     watcher: str = ""
     patcher: str = ""
@@ -119,6 +126,19 @@ COSCHEDULING_KIND = GroupKind(
     lister="list_coscheduling_podgroups",
     watcher="watch_coscheduling_podgroups",
     patcher="patch_coscheduling_podgroup_status",
+)
+#: KAI-scheduler's PodGroup: no phase is written (KAI's scheduler writes none); the verdict goes
+#: into `status.schedulingConditions` as KAI's scheduler writes it (`KaiGroupSync`).
+KAI_KIND = GroupKind(
+    source="kai",
+    group=KAI[0],
+    version=KAI[1],
+    status_resource="podgroups/status",
+    reads_queue=True,
+    reads_subgroups=True,
+    lister="list_kai_podgroups",
+    watcher="watch_kai_podgroups",
+    patcher="patch_kai_podgroup_status",
 )
 KINDS = (VOLCANO_KIND, COSCHEDULING_KIND)
 
@@ -163,7 +183,7 @@ def group_fields(obj: dict, kind: GroupKind) -> dict:
         "namespace": _name(metadata.get("namespace") or "default", "metadata.namespace", 63),
         "name": _name(metadata.get("name"), "metadata.name", 253),
         "source": kind.source,
-        "min_member": max(1, _whole(spec.get("minMember", 1), "spec.minMember", 0, MAX_MEMBERS)),
+        "min_member": max(1, _whole(_min_member(spec, kind), "spec.minMember", 0, MAX_MEMBERS)),
         "min_vgpus": None,
         "min_gpumem": None,
         "min_gpucores": None,
@@ -184,12 +204,22 @@ def group_fields(obj: dict, kind: GroupKind) -> dict:
         fields["queue"] = _name(spec.get("queue"), "spec.queue", 63)
     if kind.reads_task_members:
         fields["subgroups"] = task_members(spec.get("minTaskMember"))
+    if kind.reads_subgroups:
+        fields["subgroups"] = kai_subgroups(spec.get("subGroups"))
+        if spec.get("minMember") is None:  # KAI: minMember or minSubGroup; the leaves' sum then
+            fields["min_member"] = max(1, sum(part["min_member"] for part in fields["subgroups"]))
     if kind.reads_timeout:
         timeout = spec.get("scheduleTimeoutSeconds")
         fields["schedule_timeout_seconds"] = (
             None if timeout in (None, 0) else _whole(timeout, "spec.scheduleTimeoutSeconds", 1, 2**31 - 1)
         )
     return fields
+
+
+def _min_member(spec: dict, kind: GroupKind):
+    """`spec.minMember` (absent: 1); KAI's may be null (it gives `minSubGroup` instead)."""
+    found = spec.get("minMember", 1)
+    return 1 if found is None and kind.reads_subgroups else found
 
 
 def task_members(found) -> list[dict]:
@@ -206,6 +236,27 @@ def task_members(found) -> list[dict]:
         }
         for task, least in found.items()
     ]
+
+
+def kai_subgroups(found) -> list[dict]:
+    """KAI's `spec.subGroups[]` as the row's `subgroups`: the leaves (no other subgroup names
+    them as `parent`; pods are assigned to leaves, `kai.scheduler/subgroup-name`) with their
+    `minMember` (absent: 0). GroupInvalid naming the entry's field."""
+    if found is None:
+        return []
+    if not isinstance(found, list):
+        raise GroupInvalid("spec.subGroups", "must be a list of subgroups")
+    parts, parents = [], set()
+    for i, entry in enumerate(found):
+        where = f"spec.subGroups[{i}]"
+        if not isinstance(entry, dict):
+            raise GroupInvalid(where, "must be an object")
+        name = _name(entry.get("name"), f"{where}.name", 253)
+        least = entry.get("minMember")
+        parts.append((name, 0 if least is None else _whole(least, f"{where}.minMember", 0, MAX_MEMBERS)))
+        if entry.get("parent") is not None:
+            parents.add(_name(entry.get("parent"), f"{where}.parent", 253))
+    return [{"name": name, "min_member": least} for name, least in parts if name not in parents]
 
 
 def unchanged(row: PodGroup, fields: dict) -> bool:
@@ -231,7 +282,7 @@ def store_group(fields: dict) -> bool:
 
 
 #: The row sources read from PodGroup objects: one row, one object.
-OBJECT_SOURCES = ("volcano", "coscheduling", "workload")
+OBJECT_SOURCES = ("volcano", "coscheduling", "workload", "kai")
 
 
 def claimed_elsewhere(fields: dict) -> None:
@@ -398,3 +449,59 @@ class GroupSync(Handler):
             except ApiError as exc:
                 if exc.status != 404:
                     log.warning("pod group %s: status not written: %s", subject_of(obj), exc)
+
+
+#: KAI's scheduling condition type for a pod group its scheduler could not place.
+KAI_UNSCHEDULABLE = "UnschedulableOnNodePool"
+
+
+def kai_status(current, phase: str, reason: str, conditions: list) -> dict:
+    """KAI's `status.schedulingConditions` for a row: while the gang waits, one
+    `UnschedulableOnNodePool` condition (node pool `default`, reason `Unschedulable`, our
+    reason code in `reasons[]`, the verdict line as message), as KAI's scheduler writes it; once
+    running or completed none (KAI's pod-group assigner removes it likewise). Its
+    `transitionID` counts on from the object's last one."""
+    if phase in (PodGroup.RUNNING, PodGroup.COMPLETED) or not reason:
+        return {"schedulingConditions": []}
+    last = conditions[-1] if conditions and isinstance(conditions[-1], dict) else {}
+    code = str(last.get("reason") or "Unschedulable")
+    have = current.get("schedulingConditions") if isinstance(current, dict) else None
+    ids = [c.get("transitionID") for c in have or [] if isinstance(c, dict)]
+    numbers = [int(i) for i in ids if isinstance(i, str) and i.isdigit()]
+    condition = {
+        "type": KAI_UNSCHEDULABLE,
+        "nodePool": "default",
+        "status": "True",
+        "reason": "Unschedulable",
+        "message": reason[:1024],
+        "reasons": [{"reason": code, "message": reason[:1024]}],
+        "transitionID": str(max(numbers, default=-1) + 1),
+    }
+    at = _stamp(last.get("at"))
+    if at:
+        condition["lastTransitionTime"] = at
+    return {"schedulingConditions": [condition]}
+
+
+class KaiGroupSync(GroupSync):
+    """KAI's PodGroups (`KAI_KIND`): read as the others, the verdict written as KAI's own
+    scheduler writes it (`kai_status`)."""
+
+    def __init__(
+        self, api: KubeApi, may_write: Callable[[], bool] = always, refusals: Refusals | None = None
+    ):
+        super().__init__(api, KAI_KIND, may_write, refusals)
+
+    def wanted_for(self, obj: dict, phase: str, reason: str, conditions: list) -> dict | None:
+        return kai_status(obj.get("status"), phase, reason, conditions)
+
+    def differs(self, current, wanted: dict) -> bool:
+        def said(status) -> list:
+            found = status.get("schedulingConditions") if isinstance(status, dict) else None
+            return [
+                (c.get("type"), c.get("reason"), c.get("message"))
+                for c in found or []
+                if isinstance(c, dict) and c.get("type") == KAI_UNSCHEDULABLE
+            ]
+
+        return said(current) != said(wanted)

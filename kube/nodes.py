@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduling.engine.encoding import decode_node_register, decode_node_scores
+from scheduling.engine.encoding import decode_node_scores
 from scheduling.engine.errors import ScenarioError
+from scheduling.engine.families import ASCEND, NVIDIA
 from scheduling.engine.model import CORDON_ANNOTATION
 from scheduling.storable import printable, why_unstorable
 
-REGISTER = "hami.io/node-nvidia-register"
-SCORES = "hami.io/node-nvidia-score"
+REGISTER = NVIDIA.register
+SCORES = NVIDIA.scores
 #: `InventoryInvalid.where` of a node whose own name is at fault: it cannot even be marked not ready.
 NAME = "metadata.name"
 
@@ -146,6 +147,40 @@ def rule_fields(node: dict) -> dict:
     }
 
 
+def _ascend_devices(name: str, annotations: dict, after: int) -> list[dict]:
+    """The NPUs of each Ascend chip's register (`hami.io/node-register-<commonWord>`), typed
+    with the commonWord (what tells the engine their family, `families.family_of_type`), as
+    HAMi's GetNodeDevices gives them its vendor; indexed after the node's other cards."""
+    devices: list[dict] = []
+    for chip in ASCEND.values():
+        value = annotations.get(chip.register)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InventoryInvalid(name, chip.register, "must be a string")
+        _storable(name, chip.register, value)
+        try:
+            cards = chip.decode_register(value)
+        except ScenarioError as exc:
+            raise InventoryInvalid(name, exc.where, exc.message) from None
+        for position, card in enumerate(cards):
+            _storable(name, f"{chip.register}[{position}].id", card.uuid)
+            devices.append(
+                {
+                    "uuid": card.uuid,
+                    "index": after + len(devices),
+                    "type": chip.vendor,
+                    "slots": card.slots,
+                    "memory": card.memory,
+                    "cores": card.cores,
+                    "numa": card.numa,
+                    "health": card.health,
+                    "links": {},
+                }
+            )
+    return devices
+
+
 def inventory(node: dict) -> NodeInventory | None:
     """The node's cards from its HAMi annotations, or None when it has no register annotation.
 
@@ -165,29 +200,28 @@ def inventory(node: dict) -> NodeInventory | None:
     if not isinstance(annotations, dict):
         raise InventoryInvalid(name, "metadata.annotations", "must be an object of strings")
     register = annotations.get(REGISTER)
-    if register is None:
+    if register is None and not any(chip.register in annotations for chip in ASCEND.values()):
         return None
     if not isinstance(raw_name, str) or not raw_name.strip():
         raise InventoryInvalid(name, NAME, "required: a non-empty string")
     if len(raw_name) > 253:
         raise InventoryInvalid(name, NAME, "at most 253 characters")
     _storable(name, NAME, raw_name)
-    if not isinstance(register, str):
+    if register is not None and not isinstance(register, str):
         raise InventoryInvalid(name, REGISTER, "must be a string")
-    _storable(name, REGISTER, register)
+    _storable(name, REGISTER, register or "")
     scores = annotations.get(SCORES) or ""
     if not isinstance(scores, str):
         raise InventoryInvalid(name, SCORES, "must be a string")
     try:
-        cards = decode_node_register(register)
+        cards = NVIDIA.decode_register(register) if register else []
         pairs = decode_node_scores(scores)
     except ScenarioError as exc:
         raise InventoryInvalid(name, exc.where, exc.message) from None
     uuids = {card.uuid for card in cards}
     links: dict[str, dict[str, int]] = {uuid: {} for uuid in uuids}
-    for pair, score in pairs.items():
-        if len(pair) == 2 and pair <= uuids and score > 0:
-            first, second = sorted(pair)
+    for (first, second), score in pairs.items():
+        if first in uuids and second in uuids and score > 0:
             links[first][second] = score
             links[second][first] = score
     devices = []
@@ -207,7 +241,12 @@ def inventory(node: dict) -> NodeInventory | None:
         }
         if card.mode:
             device["mode"] = card.mode
+        if card.mig_profiles and NVIDIA.partition(card) is not None:
+            for k, profile in enumerate(card.mig_profiles):
+                _storable(name, f"{REGISTER}[{position}].migProfiles[{k}].name", profile.name)
+            device["migProfiles"] = [profile.as_wire() for profile in card.mig_profiles]
         devices.append(device)
+    devices += _ascend_devices(name, annotations, len(devices))
     labels = _strings(name, "metadata.labels", metadata.get("labels"))
     kept = {
         k: _storable(name, k, annotations[k]) for k in KEPT_ANNOTATIONS if isinstance(annotations.get(k), str)

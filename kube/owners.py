@@ -19,8 +19,9 @@ with a member counted that cannot be read. No answer from the API server: `Owner
 (the pod is tried again at the next resync).
 
 Subgroups (a JobSet's replicated jobs, an LWS group's leader and workers, a PyTorchJob's
-replica types) are recorded on the group with their own minimum; the engine enforces the
-gang's `min_member` only.
+replica types, a RayCluster's head and worker groups) are recorded on the group with their
+own minimum, and the engine holds each to it (`engine.batch.jobs.Gang.subgroups`; a pod's
+part is read from the labels its operator stamps, `engine.annotations.subgroup_of`).
 """
 
 from __future__ import annotations
@@ -186,8 +187,10 @@ def read_rayjob(job: dict, pod: dict) -> Count | None:
 
 
 def replica_specs(field: str) -> Reader:
-    """A Kubeflow training job: the sum of its replica specs' `replicas` (each a subgroup),
-    or `runPolicy.schedulingPolicy.minAvailable` when set."""
+    """A Kubeflow training job: the sum of its replica specs' `replicas`, each a subgroup
+    needing all of its own; or `runPolicy.schedulingPolicy.minAvailable` when set: then every
+    replica type but `Worker` (master, chief, launcher, PS) still needs all of its replicas,
+    and the workers the rest of minAvailable, so a job never starts without its master."""
 
     def read(job: dict, pod: dict) -> Count | None:
         specs = _field(job, f"spec.{field}", {})
@@ -198,7 +201,12 @@ def replica_specs(field: str) -> Reader:
             for role, replica in specs.items()
         ]
         if _field(job, "spec.runPolicy.schedulingPolicy.minAvailable") is not None:
-            return _gang(_whole(job, "spec.runPolicy.schedulingPolicy.minAvailable", None, 1), parts)
+            least = _whole(job, "spec.runPolicy.schedulingPolicy.minAvailable", None, 1)
+            others = sum(n for role, n in parts if role.lower() != "worker")
+            parts = [
+                (role, n if role.lower() != "worker" else min(n, max(0, least - others))) for role, n in parts
+            ]
+            return _gang(max(least, sum(n for _, n in parts)), parts)
         return _gang(sum(n for _, n in parts), parts)
 
     return read

@@ -25,14 +25,20 @@ from hamiadmin.hamiconfig import HamiConfig, current
 from scheduling.engine.annotations import GroupRef, group_ref
 from scheduling.engine.encoding import PLACEMENT_ANNOTATIONS
 from scheduling.engine.errors import PodInvalid
+from scheduling.engine.families import written_annotations
 from scheduling.engine.quantity import LARGEST_QUANTITY, quantity
-from scheduling.engine.requests import GPUMEM
+from scheduling.engine.requests import FAMILY_OF_RESOURCE, GPUMEM
 from scheduling.storable import printable, why_unstorable
 
 from .volumes import Volumes, pod_volumes
 
-#: What a submission drops from a pod's annotations: SPEC 8's outputs, and kubectl's copy.
-IGNORED_ANNOTATIONS = (*PLACEMENT_ANNOTATIONS, "kubectl.kubernetes.io/last-applied-configuration")
+#: What a submission drops from a pod's annotations: SPEC 8's outputs (and what a device
+#: family writes beside them: MIG reservations), and kubectl's copy.
+IGNORED_ANNOTATIONS = (
+    *PLACEMENT_ANNOTATIONS,
+    *written_annotations(),
+    "kubectl.kubernetes.io/last-applied-configuration",
+)
 
 FINAL_PHASES = {"Succeeded": "succeeded", "Failed": "failed"}
 
@@ -251,13 +257,22 @@ def _containers(pod: dict, key: str) -> list:
     return found if isinstance(found, list) else []
 
 
-def container_asks_gpu(container, config: HamiConfig | None = None) -> bool:
-    """Whether the container names a SPEC 2 resource (as this cluster names them)."""
+#: The resources of the device families the engine registers beside NVIDIA (Ascend's chips).
+OTHER_FAMILIES = frozenset(name for name, family in FAMILY_OF_RESOURCE.items() if family != "nvidia")
+
+
+def container_asks_gpu(container, config: HamiConfig | None = None, others: bool = True) -> bool:
+    """Whether the container names a SPEC 2 resource (as this cluster names them) or a
+    resource of another family the engine schedules (`huawei.com/Ascend910B3`); NVIDIA's
+    alone without `others` (what NVIDIA's own defaults and card hiding apply to)."""
     names = (config or current()).resources.canonical()
     resources = container.get("resources") if isinstance(container, dict) else None
     for section in ("limits", "requests"):
         values = resources.get(section) if isinstance(resources, dict) else None
-        if isinstance(values, dict) and any(name in values for name in names):
+        if isinstance(values, dict) and (
+            any(name in values for name in names)
+            or (others and any(name in OTHER_FAMILIES for name in values))
+        ):
             return True
     return False
 

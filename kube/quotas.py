@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from hamiadmin.hamiconfig import current
 from scheduling import services
 from scheduling.engine.batch.queues import quota_resource
 from scheduling.models import NamespaceQuota
@@ -70,9 +71,11 @@ def scoped(obj: dict) -> bool:
     return bool(spec.get("scopes") or spec.get("scopeSelector"))
 
 
-def quota_limits(obj: dict) -> tuple[dict[str, int], dict[str, str]]:
+def quota_limits(obj: dict, memory_factor: int = 1) -> tuple[dict[str, int], dict[str, str]]:
     """(limits, refused) of one ResourceQuota: `spec.hard` on HAMi's resources by queue resource
-    (`vgpus`, `gpumem`, `gpucores`), and the entries that cannot be read (field -> why)."""
+    (`vgpus`, `gpumem` in MiB, `gpucores`), and the entries that cannot be read (field -> why).
+    `gpumem` counts units of HAMi's `memoryFactor` MiB, as in pods: HAMi multiplies the limit
+    by it too (`FitQuota`)."""
     found = obj.get("spec")
     spec: dict = found if isinstance(found, dict) else {}
     found = spec.get("hard")
@@ -88,6 +91,8 @@ def quota_limits(obj: dict) -> tuple[dict[str, int], dict[str, str]]:
         except ValueError as exc:
             refused[f"spec.hard.{key}"] = str(exc)
             continue
+        if resource == "gpumem":
+            count = min(count * memory_factor, pod_objects.LARGEST_QUANTITY)
         limits[resource] = min(count, limits.get(resource, count))
     return limits, refused
 
@@ -145,7 +150,7 @@ class QuotaSync(Handler):
         if scoped(obj):
             limits, refused = {}, {}
         else:
-            limits, refused = quota_limits(obj)
+            limits, refused = quota_limits(obj, current().memory_factor)
         keep = {quota_resource(field.removeprefix("spec.hard.")) for field in refused}
         if refused:
             message = "; ".join(f"{field}: {why}" for field, why in sorted(refused.items()))

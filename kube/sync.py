@@ -107,6 +107,9 @@ class PodSync(Handler):
         self.scheduler_names = (scheduler_name,) if isinstance(scheduler_name, str) else tuple(scheduler_name)
         #: gangs from the pods' top controllers (watcher mode); None: not looked for
         self.owners: OwnerGangs | None = None
+        #: KAI's PodGroup objects by (namespace, name), once their CRD is read: a pod naming one
+        #: with `pod-group-name` takes the object's figures, not its owner's
+        self.kai_group: Callable[[str, str], dict | None] | None = None
         self.queue_pods = queue_pods
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
@@ -201,12 +204,14 @@ class PodSync(Handler):
         return row
 
     def to_queue(self, obj: dict) -> bool:
-        """Whether `apply` would queue the pod: not ended, no node yet, asking for our scheduler."""
+        """Whether `apply` would queue the pod: not ended, no node yet, asking for our scheduler,
+        and not a DRA pod with no device-plugin GPU (its claims are the DRA pass's: `kube.dra`)."""
         return (
             not pod_objects.final_status(obj)
             and not pod_objects.node_of(obj)
             and self.queue_pods
             and pod_objects.scheduler_of(obj) in self.scheduler_names
+            and not (pod_objects.spec(obj).get("resourceClaims") and not pod_objects.asks_gpu(obj))
         )
 
     def apply(self, obj: dict) -> None:
@@ -319,6 +324,10 @@ class PodSync(Handler):
             return asked  # stored as written: the cycle parks it naming the field
         if named is not None and not (named.source == "kai" and named.min_member is None):
             return asked
+        if named is not None and self.kai_group is not None:
+            namespace = pod_objects.meta(obj).get("namespace") or "default"
+            if self.kai_group(namespace, named.name) is not None:
+                return asked  # KAI's own PodGroup object sizes the gang (kube/groups.py)
         found = self.owners.gang_of(obj)
         if found is not None and named is not None:  # KAI names the gang, the owner sizes it
             found = replace(found, name=named.name, source=named.source)

@@ -43,6 +43,22 @@ def retryable_kind(error: BaseException) -> str | None:
     return None
 
 
+#: SQLSTATE 55P03, lock_not_available: a `lock_timeout` ran out (hamiadmin.dbtimeouts).
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def lock_wait_ran_out(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) is PostgreSQL giving up waiting for a lock."""
+    seen = 0
+    exc: BaseException | None = error
+    while exc is not None and seen < 5:
+        if (getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)) == LOCK_NOT_AVAILABLE:
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def _observe(kind: str) -> None:
     RETRIES[kind] += 1
     DB_RETRIES.labels(kind).inc()

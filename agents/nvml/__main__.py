@@ -14,7 +14,6 @@ configuration or node file, 3 NVML unavailable or unable to list the cards.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import os
@@ -22,13 +21,14 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from agents.nvml.config import ConfigError, load_config, with_flags
 from agents.nvml.inventory import InventoryError, NvmlInventory, NvmlUnavailable
 from agents.nvml.report import build_report, unmatched_exclusions
 from agents.nvml.reporter import ApiReporter, TokenError, report_forever, token_source
-from agents.nvml.simulation import load_node_file
+from agents.nvml.simulation import load_node_file, measured
 from hamiadmin.logging import configure
 
 PROGRAM = "hamiadmin-agent"
@@ -126,7 +126,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, library, sysf
             node = body["node"]
 
             def produce() -> dict:
-                return copy.deepcopy(body)
+                return measured(body, time.time())
         else:
             config = with_flags(
                 load_config(args.config),

@@ -4,17 +4,50 @@ The file is ``{"name", "labels", "annotations", "devices": [card, ...]}`` with
 cards in the SPEC 9 form (no ``used``) and SPEC 9 defaults. It is checked the
 way the simulator checks scenarios, so the demo fails early and names the
 field instead of sending the API something it would reject.
+
+A card may carry ``observed`` (the measurements a real agent reads from NVML:
+``memory``, ``utilization``, ``temperature``, ``power``, ``ecc_errors``, ``xid``).
+They are the centre of what the simulated agent reports: each report sways busy,
+temperature and power slowly with time (`measured`), so the dashboard's telemetry
+columns and history move as on a real node. A card without it reports no
+measurements ("not measured"), as a card whose NVML answers nothing.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from pathlib import Path
 
 import yaml
 
 from agents.nvml.config import ConfigError, parse_string_map
 
-CARD_KEYS = ("uuid", "index", "type", "slots", "memory", "cores", "numa", "health", "links", "mode")
+CARD_KEYS = (
+    "uuid",
+    "index",
+    "type",
+    "slots",
+    "memory",
+    "cores",
+    "numa",
+    "health",
+    "links",
+    "mode",
+    "observed",
+)
+#: A card's measurements: key -> (whole number?, least, most), as the report endpoint takes them.
+OBSERVED_KEYS = {
+    "memory": (True, 0, 2**31 - 1),
+    "utilization": (True, 0, 100),
+    "temperature": (True, 0, 200),
+    "power": (False, 0, 100000),
+    "ecc_errors": (True, 0, 2**31 - 1),
+    "xid": (True, 0, 2**31 - 1),
+}
+#: How far busy (percentage points), temperature (degrees) and power (share of the centre)
+#: sway around the file's values, and over how many seconds one sway lasts.
+SWAY_BUSY, SWAY_TEMPERATURE, SWAY_POWER, SWAY_PERIOD = 20, 6, 0.25, 300.0
 NODE_KEYS = ("name", "labels", "annotations", "devices")
 
 
@@ -95,7 +128,53 @@ def _card(position: int, raw: object) -> dict:
             raise NodeFileError(f"{where}.links.{other}: expected a whole number >= 0, got {score!r}")
     if "mode" in raw:
         card["mode"] = _text(where, "mode", raw["mode"])
+    if raw.get("observed") is not None:
+        card["observed"] = _observed(where, raw["observed"])
     return card
+
+
+def _observed(where: str, raw: object) -> dict:
+    if not isinstance(raw, dict):
+        raise NodeFileError(f"{where}.observed: expected a mapping of measurements")
+    unknown = sorted(str(key) for key in raw if key not in OBSERVED_KEYS)
+    if unknown:
+        raise NodeFileError(f"{where}.observed.{unknown[0]}: unknown (known: {', '.join(OBSERVED_KEYS)})")
+    values = {}
+    for key, value in raw.items():
+        whole, least, most = OBSERVED_KEYS[key]
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or (whole and value != int(value)) or not least <= value <= most:
+            kind = "a whole number" if whole else "a number"
+            raise NodeFileError(
+                f"{where}.observed.{key}: expected {kind} from {least} to {most}, got {value!r}"
+            )
+        values[key] = int(value) if whole else float(value)
+    return values
+
+
+def measured(body: dict, now: float) -> dict:
+    """The report of `body` at time `now` (seconds): each card's `observed` swayed around the
+    file's values, every card on its own phase, within the ranges the endpoint accepts.
+    Memory in use stays as written (a process holds its memory; the file says how much)."""
+    report = copy.deepcopy(body)
+    for card in report["devices"]:
+        centre = card.get("observed")
+        if not centre:
+            continue
+        wave = math.sin(2 * math.pi * now / SWAY_PERIOD + card["index"] * 1.3)
+        if "utilization" in centre:
+            card["observed"]["utilization"] = _clamp(round(centre["utilization"] + SWAY_BUSY * wave), 0, 100)
+        if "temperature" in centre:
+            card["observed"]["temperature"] = _clamp(
+                round(centre["temperature"] + SWAY_TEMPERATURE * wave), 0, 200
+            )
+        if "power" in centre:
+            card["observed"]["power"] = round(max(centre["power"] * (1 + SWAY_POWER * wave), 0.0), 1)
+    return report
+
+
+def _clamp(value: int, least: int, most: int) -> int:
+    return min(max(value, least), most)
 
 
 def _whole(where: str, name: str, value: object) -> int:

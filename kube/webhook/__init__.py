@@ -4,6 +4,9 @@
   Validation is the engine's own (`kube.pods.submission`, then `engine.pod.parse_pod`): a
   pod refused here is the pod the scheduler would refuse, with the same field and message.
 - `mutate`: what the mutating webhook changes, as HAMi's does, as an RFC 6902 JSON Patch.
+- `families`: which device family a resource is, which ones hamiadmin schedules, and the
+  routing of the others to HAMi's scheduler.
+- `quota`: the namespace quotas checked at admission, as HAMi's webhook checks them.
 - `views`, `urls`: the two endpoints, served by the web image's TLS server (the `webhook`
   container of the web pod, `HAMIADMIN_URLCONF=kube.webhook.urls`).
 

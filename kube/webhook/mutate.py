@@ -17,7 +17,10 @@ carry `hami.io/webhook: ignore`, in this order:
    chart), so the NVIDIA runtime does not hand them every card of the node;
 4. `runtimeClassName`, when configured and the pod names none;
 5. `schedulerName`: hamiadmin's (mode `all`), for pods naming none, `default-scheduler` or
-   `hami-scheduler`; a pod naming another scheduler is not touched at all.
+   `hami-scheduler`; a pod naming another scheduler is not touched at all. A pod asking only
+   device families hamiadmin does not schedule (families.py: Ascend, Hygon...) gets
+   `HAMI_OTHER_FAMILIES_SCHEDULER` instead (HAMi's scheduler kept running for them), and
+   one asking one of ours beside one of those is left to the validating webhook to refuse.
 
 Steps 1, 2, 4 and 5 are for GPU pods only. A GPU pod the engine refuses is not changed: the
 validating webhook refuses it, with the field.
@@ -34,6 +37,7 @@ from scheduling.engine.errors import PodInvalid
 from scheduling.engine.model import ClusterConfig
 
 from .. import pods as pod_objects
+from . import families
 from .review import (
     CONTAINER_KEYS,
     Answer,
@@ -71,10 +75,17 @@ class Mutation:
     hide_gpus: bool = False
     runtime_class: str = ""
     namespace_policies: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: `HAMI_OTHER_FAMILIES_SCHEDULER`: where pods of families hamiadmin does not schedule go
+    #: (HAMi's scheduler kept running for them); empty: they are not routed.
+    other_scheduler: str = ""
 
     @property
     def served(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((self.scheduler_name, *self.scheduler_names)))
+
+    @property
+    def routes(self) -> bool:
+        return families.routes(self.other_scheduler, self.served, self.mode)
 
 
 def pointer(*parts) -> str:
@@ -233,7 +244,7 @@ def _hiding_changes(pod: dict, hami: HamiConfig, visible: set[tuple[str, int]]) 
         containers = pod_objects.spec(pod).get(key)
         for position, container in enumerate(containers if isinstance(containers, list) else []):
             if isinstance(container, dict) and (key, position) not in visible:
-                if not pod_objects.container_asks_gpu(container, hami):
+                if not pod_objects.container_asks_gpu(container, hami, others=False):
                     ops += _env_change(container, pointer("spec", key, position))
     return ops
 
@@ -249,7 +260,7 @@ def patch_for(
     for key in CONTAINER_KEYS:
         containers = spec.get(key)
         for position, container in enumerate(containers if isinstance(containers, list) else []):
-            if isinstance(container, dict) and pod_objects.container_asks_gpu(container, hami):
+            if isinstance(container, dict) and pod_objects.container_asks_gpu(container, hami, others=False):
                 added = _resource_additions(container, cluster, hami)
                 if added:
                     ops += _limits_change(container, pointer("spec", key, position), added)
@@ -289,11 +300,16 @@ def mutate(review: Review, cluster: ClusterConfig, hami: HamiConfig, setup: Muta
     if not is_pod_create(review) or opted_out(pod) or not takes(pod, setup.served, setup.mode):
         return Answer(True, "skipped")
     as_read = without_zero_counts(pod, hami)
+    routed = setup.routes and families.unscheduled(families.asks(as_read, hami))
+    if routed and pod_objects.asks_gpu(as_read, hami):
+        return Answer(True, "unchanged")  # two families: the validating webhook refuses it
     if not pod_objects.asks_gpu(as_read, hami):
         zeroed = set(zero_count_containers(pod, hami))
         ops = _zero_count_removals(pod, hami)
         if setup.hide_gpus:
             ops += _hiding_changes(as_read, hami, zeroed)
+        if routed and (pod_objects.spec(pod).get("schedulerName") or "") != setup.other_scheduler:
+            ops.append({"op": "add", "path": "/spec/schedulerName", "value": setup.other_scheduler})
         return Answer(True, "patched" if ops else "skipped", patch=ops or None)
     parsed, _ = check(_with_defaults(replace(review, pod=as_read), setup), cluster, hami)
     if parsed is None:

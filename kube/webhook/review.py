@@ -17,6 +17,9 @@ with a privileged container is refused (it would see every card of the node, bey
 limits), so is a GPU pod that already names a node (nothing would book its cards); a
 container whose count is 0 (`nvidia.com/gpu: 0`) asks no GPU. A pod labelled
 `hami.io/webhook: ignore` is not looked at, as HAMi's chart's `objectSelector` skips it.
+Since HAMi v2.9 its webhook also refuses a pod that would pass its namespace's quota
+(quota.py), and hamiadmin's refuses a pod asking a device family it schedules beside one it
+routes to HAMi's scheduler (families.py).
 """
 
 from __future__ import annotations
@@ -24,14 +27,18 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from hamiadmin.hamiconfig import HamiConfig
+from scheduling.engine.batch.jobs import ask_usage
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.model import ClusterConfig, PodSpec
 from scheduling.engine.pod import ParsedPod, parse_pod
 
 from .. import pods as pod_objects
+from . import families
+from .quota import NamespaceQuotas, over_quota
 
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 #: Schedulers whose pods this webhook takes over (mode `all`): none named, Kubernetes'
@@ -270,14 +277,59 @@ def check(review: Review, cluster: ClusterConfig, hami: HamiConfig) -> tuple[Par
     return parsed, Answer(True, "warned" if warnings else "allowed", warnings=warnings)
 
 
+def mixed_families(pod: dict, hami: HamiConfig, other_scheduler: str) -> PodInvalid | None:
+    """The refusal of a pod asking a family hamiadmin schedules and one it routes to
+    `other_scheduler`: neither scheduler would place it whole (families.py)."""
+    found = families.asks(pod, hami)
+    ours, theirs = families.scheduled_asks(found), families.unscheduled(found)
+    if not ours or not theirs:
+        return None
+    return PodInvalid(
+        theirs[0].field,
+        f"pod asks {ours[0].resource} ({ours[0].family}, scheduled by hamiadmin) and "
+        f"{theirs[0].resource} ({theirs[0].family}, scheduled by {other_scheduler}): no one "
+        "scheduler places both families; split it into one pod per family",
+    )
+
+
 def validate(
-    review: Review, cluster: ClusterConfig, hami: HamiConfig, scheduler_name: str | tuple[str, ...], mode: str
+    review: Review,
+    cluster: ClusterConfig,
+    hami: HamiConfig,
+    scheduler_name: str | tuple[str, ...],
+    mode: str,
+    other_scheduler: str = "",
+    quotas: Callable[[str], NamespaceQuotas] | None = None,
 ) -> Answer:
     """The validating webhook: refuse what the scheduler would refuse, warn what it ignores;
-    anything that is not the creation of a GPU pod hamiadmin schedules passes untouched."""
+    anything that is not the creation of a GPU pod hamiadmin schedules passes untouched.
+
+    With `other_scheduler` (families routed: `families.routes`), a pod asking one of hamiadmin's
+    families and one of the others is refused naming both; a pod asking only others is
+    that scheduler's to check. With `quotas` (the namespace's, read by the caller), a pod
+    that would pass one of them is refused naming it (quota.py)."""
     if not is_pod_create(review) or opted_out(review.pod or {}):
         return Answer(True, "skipped")
     pod = without_zero_counts(review.pod or {}, hami)
+    served = (scheduler_name,) if isinstance(scheduler_name, str) else scheduler_name
+    if families.routes(other_scheduler, served, mode) and takes(pod, served, mode):
+        refusal = mixed_families(pod, hami, other_scheduler)
+        if refusal is not None:
+            return Answer(False, "denied", refusal=refusal)
     if not pod_objects.asks_gpu(pod, hami) or not takes(pod, scheduler_name, mode):
         return Answer(True, "skipped")
-    return check(replace(review, pod=pod), cluster, hami)[1]
+    parsed, answer = check(replace(review, pod=pod), cluster, hami)
+    if parsed is None or quotas is None:
+        return answer
+    try:
+        found = quotas(pod_objects.meta(_as_admitted(review)).get("namespace") or "default")
+    except Exception as exc:  # noqa: BLE001 - the cycle still enforces the quota
+        return replace(
+            answer,
+            outcome="warned",
+            warnings=[*answer.warnings, f"namespace quotas not checked ({type(exc).__name__})"],
+        )
+    refusal = over_quota(found, ask_usage(parsed), hami)
+    if refusal is not None:
+        return Answer(False, "denied", refusal=refusal)
+    return answer

@@ -26,6 +26,7 @@ from scheduling.models import SchedulerConfig
 from scheduling.ops import metrics
 
 from .mutate import Mutation, mutate, read_namespace_policies
+from .quota import read_namespace_quotas
 from .review import Answer, Malformed, answer_body, read_review, refused_review, validate
 
 log = logging.getLogger("hamiadmin.kube.webhook")
@@ -63,6 +64,7 @@ def mutation() -> Mutation:
         hide_gpus=bool(conf.get("WEBHOOK_HIDE_GPUS", False)),
         runtime_class=conf.get("WEBHOOK_RUNTIME_CLASS", "") or "",
         namespace_policies=_namespace_policies(conf.get("WEBHOOK_NAMESPACE_POLICIES", "") or ""),
+        other_scheduler=conf.get("WEBHOOK_OTHER_FAMILIES_SCHEDULER", "") or "",
     )
 
 
@@ -109,6 +111,8 @@ def admission_view(webhook: str, decide):
 
 validate_view = admission_view(
     "validate",
-    lambda review, cluster, hami, setup: validate(review, cluster, hami, setup.served, setup.mode),
+    lambda review, cluster, hami, setup: validate(
+        review, cluster, hami, setup.served, setup.mode, setup.other_scheduler, read_namespace_quotas
+    ),
 )
 mutate_view = admission_view("mutate", mutate)

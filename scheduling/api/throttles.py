@@ -22,6 +22,7 @@ import math
 from typing import cast
 
 from django.core.cache import BaseCache, caches
+from django.core.cache.backends.redis import RedisCache
 from django.utils.connection import ConnectionProxy
 from redis.exceptions import RedisError
 from rest_framework.authentication import TokenAuthentication
@@ -56,9 +57,7 @@ class SharedRateThrottle(SimpleRateThrottle):
         window, into = divmod(self.now, self.duration)
         current = f"{self.key}:{int(window)}"
         try:
-            self.cache.add(current, 0, timeout=2 * self.duration + 1)
-            self.count = self.cache.incr(current)
-            self.before = int(self.cache.get(f"{self.key}:{int(window) - 1}") or 0)
+            self.count, self.before = self.counted(current, f"{self.key}:{int(window) - 1}")
         except (OSError, RedisError, ValueError) as trouble:
             log.warning("rate limit %s not counted: the shared cache failed (%s)", self.scope, trouble)
             return True
@@ -70,6 +69,23 @@ class SharedRateThrottle(SimpleRateThrottle):
         except (OSError, RedisError, ValueError):
             pass
         return False
+
+    def counted(self, current: str, previous: str) -> tuple[int, int]:
+        """This window's count with this request added, and the previous window's count. On
+        Redis one pipelined round trip (SET NX with the expiry, INCR, GET) where the cache API
+        takes four (add, incr's EXISTS and INCRBY, get): it runs on every API write."""
+        cache = caches["shared"] if isinstance(self.cache, ConnectionProxy) else self.cache
+        timeout = 2 * self.duration + 1
+        if not isinstance(cache, RedisCache):
+            cache.add(current, 0, timeout=timeout)
+            return cache.incr(current), int(cache.get(previous) or 0)
+        key, before_key = cache.make_and_validate_key(current), cache.make_and_validate_key(previous)
+        pipe = cache._cache.get_client(key, write=True).pipeline(transaction=False)
+        pipe.set(key, 0, ex=timeout, nx=True)
+        pipe.incr(key)
+        pipe.get(before_key)
+        _, count, before = pipe.execute()
+        return int(count), int(before or 0)
 
     def wait(self) -> float | None:
         """Seconds until one more request fits: until this window ends when it alone is

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS, Filter, chain_names
 from .errors import PodInvalid
+from .families import ASCEND, NVIDIA
 from .model import ClusterConfig
 
 NODE_POLICY = "hami.io/node-scheduler-policy"
@@ -17,7 +18,12 @@ NOUSE_UUID = "nvidia.com/nouse-gpuuuid"
 USE_TYPE = "nvidia.com/use-gputype"
 NOUSE_TYPE = "nvidia.com/nouse-gputype"
 NUMA_BIND = "nvidia.com/numa-bind"
-VGPU_MODE = "nvidia.com/vgpu-mode"
+VGPU_MODE = NVIDIA.mode_annotation
+#: Each Ascend chip's own UUID lists (HAMi: `hami.io/use-<commonWord>-uuid`,
+#: `hami.io/no-use-<commonWord>-uuid`), read as `use-gpuuuid` / `nouse-gpuuuid` are: one
+#: pod-wide list, so on a pod asking two families a use list names the cards of both.
+FAMILY_USE_UUID = tuple(chip.use_uuid for chip in ASCEND.values())
+FAMILY_NOUSE_UUID = tuple(chip.nouse_uuid for chip in ASCEND.values())
 
 NODE_POLICIES = ("binpack", "spread")
 WEIGHT_KEYS = ("slot", "core", "memory")
@@ -209,8 +215,16 @@ def parse_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
         sort_keys=sort_keys,
         ignored=ignored,
         weights=weights,
-        use_uuids=frozenset(_entries(annotations, USE_UUID, _UUID, "a card UUID")),
-        nouse_uuids=frozenset(_entries(annotations, NOUSE_UUID, _UUID, "a card UUID")),
+        use_uuids=frozenset(
+            uuid
+            for key in (USE_UUID, *FAMILY_USE_UUID)
+            for uuid in _entries(annotations, key, _UUID, "a card UUID")
+        ),
+        nouse_uuids=frozenset(
+            uuid
+            for key in (NOUSE_UUID, *FAMILY_NOUSE_UUID)
+            for uuid in _entries(annotations, key, _UUID, "a card UUID")
+        ),
         use_types=tuple(t.lower() for t in _entries(annotations, USE_TYPE, None, "a card type")),
         nouse_types=tuple(t.lower() for t in _entries(annotations, NOUSE_TYPE, None, "a card type")),
         numa_bind=parse_numa_bind(annotations),
@@ -238,6 +252,44 @@ SOURCE_OF = {
 
 NAME_LIMIT = 253
 
+#: Where a pod says which part of its gang it is (`subgroup_of`), in the order read: KAI's
+#: label, Volcano's task annotation, then what the operators stamp on their pods (JobSet's
+#: replicated job, Kubeflow's replica type, Ray's head or worker group).
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+VOLCANO_TASK = "volcano.sh/task-spec"
+JOBSET_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+KUBEFLOW_REPLICA = "training.kubeflow.org/replica-type"
+RAY_NODE_TYPE = "ray.io/node-type"
+RAY_GROUP = "ray.io/group"
+#: An LWS pod's place in its group: "0" is the leader (`leader`), the rest `workers`.
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def subgroup_of(annotations: dict | None, labels: dict | None, parts) -> str:
+    """The part of its gang (one of `parts`, the group's subgroup names) a pod belongs to, from
+    the first of its labels and annotations above that names one (case aside: Kubeflow writes
+    `master` for the replica spec `Master`); "" when none does: such a pod counts toward the
+    gang's `min_member` only."""
+    if not parts:
+        return ""
+    annotations, labels = annotations or {}, labels or {}
+    by_case = {str(name).lower(): name for name in parts}
+    said = [labels.get(SUBGROUP_LABEL), annotations.get(VOLCANO_TASK), labels.get(JOBSET_JOB)]
+    said.append(labels.get(KUBEFLOW_REPLICA))
+    if str(labels.get(RAY_NODE_TYPE, "")).lower() == "head":
+        said.append("head")
+    said.append(labels.get(RAY_GROUP))
+    index = labels.get(LWS_WORKER_INDEX)
+    if isinstance(index, str) and index.strip():
+        said.append("leader" if index.strip() == "0" else "workers")
+    for value in said:
+        if isinstance(value, str) and value:
+            if value in parts:
+                return value
+            if value.lower() in by_case:
+                return by_case[value.lower()]
+    return ""
+
 
 def _name(value, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
@@ -262,7 +314,7 @@ def _count(value, where: str, least: int) -> int:
 class GroupRef:
     """The gang a pod's metadata names; `min_member`/`timeout` only when the pod says them.
     A gang found from the pod's top controller (`source` "owner") also names that owner and
-    its parts (`subgroups`: (name, min_member) pairs, recorded on the group, not enforced)."""
+    its parts (`subgroups`: (name, min_member) pairs, each enforced: `subgroup_of`)."""
 
     name: str
     source: str

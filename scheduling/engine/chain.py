@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import cmp_to_key
 from itertools import combinations
+from math import comb
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from . import budget
 from . import reasons as R
 
 if TYPE_CHECKING:
@@ -97,7 +99,9 @@ class Filter(Protocol):
     - `needs_gang`: it reads the pod's group (`PolicyView.gang`), which the pod and the
       cycle then look up;
     - `shows_choice`: the pages say so when its `select` took other cards than the chain's
-      first ones.
+      first ones;
+    - `choice_work(cards, count)`: the steps its `select` may take on a node of `cards`
+      fitting cards for a container asking `count` (what a simulation's work estimate adds).
     """
 
     name: str
@@ -125,6 +129,8 @@ class Filter(Protocol):
     def select(
         self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
     ) -> list[CandidateT]: ...
+
+    def choice_work(self, cards: int, count: int) -> int: ...
 
 
 class BaseFilter:
@@ -159,6 +165,9 @@ class BaseFilter:
         self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
     ) -> list[CandidateT]:
         return ranked
+
+    def choice_work(self, cards: int, count: int) -> int:
+        return 0
 
 
 class MutexFilter(BaseFilter):
@@ -251,11 +260,22 @@ class TopologyFilter(BaseFilter):
         for n, combo in enumerate(combinations(ranked, count)):
             if n >= self.max_combinations:
                 break
+            if not n & 0xFFF:
+                budget.check()
             total = sum(pair_score(a, b) for a, b in combinations(combo, 2))
             # combinations() yields in rank order, so the first maximum wins ties.
             if combo_sum is None or total > combo_sum:
                 best_combo, combo_sum = combo, total
         return list(best_combo)
+
+    def choice_work(self, cards: int, count: int) -> int:
+        """Pair scores `pick` reads: every pair once for one card; for n cards each
+        n-combination it weighs (at most `max_combinations`) sums its n(n-1)/2 pairs."""
+        if cards <= count:
+            return 0
+        if count == 1:
+            return cards * (cards - 1)
+        return min(comb(cards, count), self.max_combinations) * (comb(count, 2) + 1)
 
 
 class SortKey:

@@ -45,6 +45,8 @@ from .requests import ContainerAsk
 CAPACITY_STAGES = frozenset({"slots", "memory", "cores", "exclusive", "compute"})
 #: Stages that keep a card out whatever its tenants do (until someone changes the card).
 _EXCLUDED = frozenset({"health", "cordon", "type", "mode", "uuid"})
+#: Check 10a: a card cut into instances (MIG) whose free slices hold no profile big enough.
+PARTITION_STAGES = frozenset({"mig"})
 #: At most this many cards of one close node are kept in a payload (bounds its size).
 CARDS_KEPT = 32
 #: A large number standing for "cannot be freed" in the closeness key.
@@ -72,8 +74,9 @@ def restricts(policy: PodPolicy) -> bool:
 
 
 def statically_fits(card: Card, ask: ContainerAsk, policy: PodPolicy) -> bool:
-    """Whether `card` could take one vGPU of `ask` once empty, healthy and uncordoned."""
-    if not admitted(card, policy):
+    """Whether `card` could take one vGPU of `ask` once empty, healthy and uncordoned (and of
+    the ask's device family: an NPU never takes an NVIDIA ask)."""
+    if card.family != ask.family or not admitted(card, policy):
         return False
     return card.slots > 0 and card.memory >= ask.memory_on(card.memory) and card.cores >= ask.cores
 
@@ -222,7 +225,8 @@ class Stages:
     def now(cls) -> Stages:
         hooks = card_stages()
         emptying = frozenset(stage for stage, empties in hooks.items() if empties)
-        return cls(CAPACITY_STAGES | emptying, emptying, CAPACITY_STAGES | _EXCLUDED | frozenset(hooks))
+        checks = CAPACITY_STAGES | _EXCLUDED | PARTITION_STAGES | frozenset(hooks)
+        return cls(CAPACITY_STAGES | emptying, emptying, checks)
 
     def passed(self, reason: str | None, stage: str | None) -> bool:
         """The card passed SPEC 4 checks 1-10 (it fits alone; numa-bind may still refuse it)."""
@@ -569,6 +573,13 @@ def hints(closeness: NodeCloseness, rows: list[CardRow]) -> list[dict]:
                 ],
             }
         )
+    shortfalls = [
+        {"uuid": entry.card.uuid, **entry.card.partition.shortfall(entry.memory, ask.cores)}
+        for entry in sorted(failing.verdict.evals, key=lambda entry: entry.card.index)
+        if entry.stage in PARTITION_STAGES and entry.card.partition is not None
+    ]
+    if shortfalls:
+        hints.append({"kind": "mig", "node": name, "cards": shortfalls})
     excluded: dict[str, int] = {}
     for row in rows:
         if row.stage in _EXCLUDED:

@@ -92,6 +92,11 @@ class CardColumns:
         type_ids: dict[str, int] = {}
         self.type_id = np.array([type_ids.setdefault(c.type, len(type_ids)) for c in cards], dtype=np.int64)
         self.types = list(type_ids)
+        family_ids: dict[str, int] = {}
+        self.family_id = np.array(
+            [family_ids.setdefault(c.family, len(family_ids)) for c in cards], dtype=np.int64
+        )
+        self.families = list(family_ids)
         mode_ids: dict[str, int] = {}
         self.mode_id = np.array([mode_ids.setdefault(c.mode, len(mode_ids)) for c in cards], dtype=np.int64)
         self.modes = list(mode_ids)
@@ -111,6 +116,10 @@ class CardColumns:
         self.node_memory = np.array([sum(c.memory for c in node.cards) for node in nodes], dtype=np.float64)
         # nodes whose cards differ in MiB: a percentage ask's choice changes their score
         self.mixed_memory = np.array([len({c.memory for c in node.cards}) > 1 for node in nodes], dtype=bool)
+        # nodes with a card cut into instances (MIG): the instance decides what a vGPU takes
+        self.partitioned = np.array(
+            [any(c.partition is not None for c in node.cards) for node in nodes], dtype=bool
+        )
         self.card_memory = np.array(
             [node.cards[0].memory if node.cards else 0 for node in nodes], dtype=np.int64
         )
@@ -165,8 +174,10 @@ class CardColumns:
         part.width = int(sizes[0]) if len(rows) and bool((sizes == sizes[0]).all()) else None
         part.cards = [self.cards[i] for i in cards.tolist()]
         part.types, part.modes, part._by_uuid = self.types, self.modes, None
+        part.families = self.families
         for column in (
             "type_id",
+            "family_id",
             "mode_id",
             "slots",
             "memory",
@@ -184,6 +195,7 @@ class CardColumns:
             "node_cores",
             "node_memory",
             "mixed_memory",
+            "partitioned",
             "card_memory",
         ):
             setattr(part, column, getattr(self, column)[at])
@@ -204,7 +216,10 @@ class CardColumns:
 def _fixed(node: Node) -> tuple:
     """What of a node's cards `CardColumns` reads once (capacities, type, mode, UUID): a node
     whose cards change in any of it is read again whole (`refill`)."""
-    return tuple((c.slots, c.memory, c.cores, c.type, c.mode, c.uuid) for c in node.cards)
+    return tuple(
+        (c.slots, c.memory, c.cores, c.type, c.mode, c.uuid, c.partition is None, c.family)
+        for c in node.cards
+    )
 
 
 def sweepable(
@@ -282,6 +297,9 @@ def card_codes(
 
     mark(~c.health, 1)
     mark(c.cordoned, 2)
+    if c.families and c.families != [ask.family]:
+        # check 3: another family's cards (none to check where every card is the ask's family)
+        mark(np.array([family != ask.family for family in c.families], dtype=bool)[c.family_id], 3)
     excluded = type_excluded(c, policy)
     if excluded is not None:
         mark(excluded, 3)
@@ -412,7 +430,7 @@ def sweep(
     score = 10 * score
     fail_id, failures = _failures(counts, fits, c.ready, c.reserved, c.sizes, ask.count, reasons)
     swept = Swept(fits, score, fail_id, failures, c)
-    own = c.mixed_memory & (ask.memory is None)
+    own = (c.mixed_memory & (ask.memory is None)) | c.partitioned
     for i in np.flatnonzero(own).tolist():
         swept.put(i, evaluate_node(nodes[i], [], apps, policy))
     return swept

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .encoding import encode_allocation
 from .errors import NO_GPU
+from .families import FAMILIES, NVIDIA
 from .outcomes import CONFLICT, PENDING, REJECTED, SCHEDULED
 from .reasons import CODES, NODE_RULES, SCHEDULING_GATED
 
@@ -18,15 +18,26 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class DeviceGrant:
-    """One vGPU given to a container: which card, how many MiB and cores."""
+    """One vGPU given to a container: which card, how many MiB and cores; on a card cut into
+    instances (MIG), the instance (`families.mig.Instance`: profile and placement)."""
 
     uuid: str
     memory: int
     cores: int
     index: int = 0
+    instance: Any = None
+    #: The device family of the card (`families`): which annotations carry this grant.
+    family: str = "nvidia"
 
     def as_dict(self) -> dict:
-        return {"uuid": self.uuid, "memory": self.memory, "cores": self.cores}
+        found = {"uuid": self.uuid, "memory": self.memory, "cores": self.cores}
+        if self.family != "nvidia":
+            found["family"] = self.family
+        if self.instance is not None:
+            placement = self.instance.placement
+            found["profile"] = self.instance.profile
+            found["placement"] = {"start": placement.start, "size": placement.size}
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,12 +349,37 @@ class Decision:
         then the app containers; `;` alone for a container without GPU."""
         if self.status != SCHEDULED:
             return None
-        return encode_allocation(
-            [
-                [(d.uuid, d.memory, d.cores) for d in c.devices]
-                for c in (*self.init_containers, *self.containers)
-            ]
+        containers = (*self.init_containers, *self.containers)
+        if all(d.family == "nvidia" for c in containers for d in c.devices):
+            return NVIDIA.encode_allocation(
+                [[(d.uuid, d.memory, d.cores) for d in c.devices] for c in containers]
+            )
+        # cards of several families: each card with its own family's vendor word, as each
+        # family's own allocation string (`extra_annotations`) writes it
+        return "".join(
+            "".join(f"{d.uuid},{FAMILIES[d.family].vendor},{d.memory},{d.cores}:" for d in c.devices) + ";"
+            for c in containers
         )
+
+    @property
+    def extra_annotations(self) -> dict[str, str]:
+        """What the placement writes beside the allocation (`Family.extra_annotations`: NVIDIA's
+        `hami.io/vgpu-mig-allocations` when a vGPU is a MIG instance, an Ascend chip's
+        `hami.io/W-devices-*` and `huawei.com/W`, each family given only its own cards, every
+        container's place kept); {} when not scheduled."""
+        if self.status != SCHEDULED:
+            return {}
+        containers = [c.devices for c in (*self.init_containers, *self.containers)]
+        names = {d.family for devices in containers for d in devices}
+        if names <= {"nvidia"}:
+            return NVIDIA.extra_annotations(containers)
+        found: dict[str, str] = {}
+        for name in FAMILIES:
+            if name in names:
+                found.update(
+                    FAMILIES[name].extra_annotations([[d for d in c if d.family == name] for c in containers])
+                )
+        return found
 
     @property
     def node_score(self) -> float | None:
@@ -415,6 +451,9 @@ class Decision:
             "unschedulable_reason": self.never if self.unschedulable else None,
             "verdict": self.triage.as_dict() if self.triage is not None else None,
         }
+        extra = self.extra_annotations
+        if extra:  # only when a vGPU is a MIG instance: other payloads stay as they were
+            out["annotations"] = extra
         if self.batch is not None:
             out["batch"] = self.batch.as_dict()
         if self.preemption is not None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ScenarioError
 
-#: The vendor in the allocation strings, and the type of a card that names none (SPEC 1).
+#: The vendor in the allocation strings, and the type of a card that names none (SPEC 1):
+#: the NVIDIA family's (`families.nvidia`); other families pass their own to the codecs here.
 VENDOR = "NVIDIA"
 
 #: Pod annotations a placement writes (SPEC 8).
@@ -45,17 +47,37 @@ def placement_annotations(
     placement bound (or re-bound) later than it was scheduled must not look stale at once.
     Both devices annotations carry the allocation string (`encode_allocation`).
     """
-    return {
+    own = vendor_part(allocated, VENDOR)
+    found = {
         NODE: node,
         TIME: str(int(now if placed_at is None else placed_at)),
-        TO_ALLOCATE: allocated,
-        ALLOCATED: allocated,
+        TO_ALLOCATE: own,
+        ALLOCATED: own,
         BIND_PHASE: phase,
         BIND_TIME: str(int(now)),
     }
+    if own is None:  # no NVIDIA card: another family's annotations carry the placement
+        del found[TO_ALLOCATE], found[ALLOCATED]
+    return found  # type: ignore[return-value]
 
 
-def links_to_pairs(cards: Iterable[tuple[str, Mapping]]) -> dict[frozenset, int]:
+def vendor_part(allocated: str, vendor: str) -> str | None:
+    """The entries of one vendor in an allocation string of several (every container's `;`
+    kept), as that family's own annotation carries them: the string itself when every entry
+    is `vendor`'s, None when it holds cards but none of `vendor`'s."""
+    containers = [part.split(":") for part in allocated[:-1].split(";")] if allocated else []
+    entries = [entry for cards in containers for entry in cards if entry]
+    if all(entry.split(",")[1:2] == [vendor] for entry in entries):
+        return allocated
+    if not any(entry.split(",")[1:2] == [vendor] for entry in entries):
+        return None
+    return "".join(
+        "".join(f"{entry}:" for entry in cards if entry and entry.split(",")[1:2] == [vendor]) + ";"
+        for cards in containers
+    )
+
+
+def links_to_pairs(cards: Iterable[tuple[str, Mapping]]) -> dict[tuple[str, str], int]:
     """Per-card `{other uuid: score}` lists as one map from unordered UUID pair to score.
 
     A pair given on one side only counts for both; given on both sides with different values,
@@ -63,17 +85,24 @@ def links_to_pairs(cards: Iterable[tuple[str, Mapping]]) -> dict[frozenset, int]
     score to itself, booleans and anything not a number are left out; scores are whole numbers,
     and a pair never scores below 0.
     """
-    pairs: dict[frozenset, int] = {}
+    pairs: dict[tuple[str, str], int] = {}
     for uuid, row in cards:
         for other, score in (row or {}).items():
             if other == uuid or isinstance(score, bool) or not isinstance(score, int | float):
                 continue
-            pair = frozenset((uuid, other))
+            pair = pair_key(uuid, other)
             pairs[pair] = max(pairs.get(pair, 0), int(score))
     return pairs
 
 
-def pairs_to_links(uuids: Iterable[str], pairs: Mapping[frozenset, int]) -> dict[str, dict[str, int]]:
+def pair_key(a: str, b: str) -> tuple[str, str]:
+    """The key of an unordered card pair in `links_to_pairs`' map: the two UUIDs in order. A
+    tuple, not a frozenset: a node's 28 pairs at 50,000 nodes are 1.4 million keys, and a
+    frozenset is four times a pair tuple's size (issue 29: engine memory at 50,000 nodes)."""
+    return (a, b) if a <= b else (b, a)
+
+
+def pairs_to_links(uuids: Iterable[str], pairs: Mapping[tuple[str, str], int]) -> dict[str, dict[str, int]]:
     """The inverse of `links_to_pairs`: for each of `uuids`, `{other uuid: score}`, both ways.
 
     Pairs that name a card outside `uuids` (or only one card) are left out, so passing a
@@ -90,41 +119,40 @@ def pairs_to_links(uuids: Iterable[str], pairs: Mapping[frozenset, int]) -> dict
     return links
 
 
-def encode_allocation(containers: list[list[tuple[str, int, int]]]) -> str:
-    """`hami.io/vgpu-devices-allocated`: each card `UUID,NVIDIA,MEM,CORES:`, each container closed by `;`."""
+def encode_allocation(containers: Sequence[Sequence[tuple[str, int, int]]], vendor: str = VENDOR) -> str:
+    """`hami.io/vgpu-devices-allocated`: each card `UUID,VENDOR,MEM,CORES:` (`vendor`, NVIDIA
+    unless a family says otherwise), each container closed by `;`."""
     return "".join(
-        "".join(f"{uuid},{VENDOR},{mem},{cores}:" for uuid, mem, cores in cards) + ";" for cards in containers
+        "".join(f"{uuid},{vendor},{mem},{cores}:" for uuid, mem, cores in cards) + ";" for cards in containers
     )
 
 
-def decode_allocation(value: str) -> list[list[tuple[str, int, int]]]:
-    """Inverse of `encode_allocation`; raises ScenarioError naming the bad entry."""
+def decode_allocation(value: str, where: str = ALLOCATED) -> list[list[tuple[str, int, int]]]:
+    """Inverse of `encode_allocation` (any vendor); raises ScenarioError naming the bad entry
+    under `where`, the annotation it was read from."""
     if value == "":
         return []
     if not value.endswith(";"):
-        raise ScenarioError("hami.io/vgpu-devices-allocated", "must end with ';'")
+        raise ScenarioError(where, "must end with ';'")
     containers = []
     for ci, part in enumerate(value[:-1].split(";")):
         cards = []
         for entry in filter(None, part.split(":")):
             fields = entry.split(",")
             if len(fields) != 4:
-                raise ScenarioError(
-                    f"hami.io/vgpu-devices-allocated[{ci}]", f"{entry!r} is not UUID,VENDOR,MEM,CORES"
-                )
+                raise ScenarioError(f"{where}[{ci}]", f"{entry!r} is not UUID,VENDOR,MEM,CORES")
             try:
                 cards.append((fields[0], int(fields[2]), int(fields[3])))
             except ValueError:
-                raise ScenarioError(
-                    f"hami.io/vgpu-devices-allocated[{ci}]", f"{entry!r} has a non-integer MEM or CORES"
-                ) from None
+                raise ScenarioError(f"{where}[{ci}]", f"{entry!r} has a non-integer MEM or CORES") from None
         containers.append(cards)
     return containers
 
 
 @dataclass(frozen=True, slots=True)
 class RegisteredCard:
-    """One card of `hami.io/node-nvidia-register`."""
+    """One card of `hami.io/node-nvidia-register`; `mig_profiles` what a family's profile
+    reader made of its `migProfiles` (HAMi v2.10's MIG cards), () when it has none."""
 
     uuid: str
     slots: int
@@ -135,6 +163,7 @@ class RegisteredCard:
     health: bool
     index: int
     mode: str
+    mig_profiles: tuple[Any, ...] = ()
 
 
 REGISTER = "hami.io/node-nvidia-register"
@@ -159,19 +188,26 @@ def encode_node_register(cards: list[RegisteredCard]) -> str:
     )
 
 
-def decode_node_register(value: str) -> list[RegisteredCard]:
+#: Reads a card's `migProfiles` (the raw JSON value, None when left out, and where it is).
+ProfileReader = Callable[[object, str], tuple[Any, ...]]
+
+
+def decode_node_register(
+    value: str, key: str = REGISTER, read_profiles: ProfileReader | None = None
+) -> list[RegisteredCard]:
     """HAMi's node inventory in either form of SPEC 8, raising ScenarioError naming the card and
-    the field (`hami.io/node-nvidia-register[2].devmem`).
+    the field (`hami.io/node-nvidia-register[2].devmem`; `key` is the annotation's name).
 
     A value whose first character after whitespace is `[` is the JSON list HAMi 2.8 and later
     write: one object per card, a field Go leaves out being its zero value (0, "", false: a
     card without `health` is unhealthy), keys this scheduler does not use ignored. Anything
     else is the colon form, `UUID,COUNT,MEM,CORES,TYPE,NUMA,HEALTH,INDEX,MODE:` per card, or
     the older 7 fields without INDEX and MODE (the position in the list is the index).
+    With `read_profiles`, a JSON card's `migProfiles` is read by it (else ignored).
     """
     if value.lstrip().startswith("["):
-        return _register_json(value)
-    return _register_colons(value)
+        return _register_json(value, key, read_profiles)
+    return _register_colons(value, key)
 
 
 def _register_uuid(uuid: str, where: str) -> str:
@@ -200,10 +236,10 @@ def _register_number(value: object, where: str, low: int, from_text: bool = True
     return value
 
 
-def _register_colons(value: str) -> list[RegisteredCard]:
+def _register_colons(value: str, key: str) -> list[RegisteredCard]:
     cards = []
     for position, entry in enumerate(item for item in value.split(":") if item.strip()):
-        where = f"{REGISTER}[{position}]"
+        where = f"{key}[{position}]"
         fields = [f.strip() for f in entry.split(",")]
         if len(fields) not in (7, 9):
             raise ScenarioError(
@@ -233,19 +269,19 @@ def _register_colons(value: str) -> list[RegisteredCard]:
     return cards
 
 
-def _register_json(value: str) -> list[RegisteredCard]:
+def _register_json(value: str, key: str, read_profiles: ProfileReader | None) -> list[RegisteredCard]:
     try:
         raw = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise ScenarioError(REGISTER, f"not JSON: {exc.msg} at {exc.pos}") from None
+        raise ScenarioError(key, f"not JSON: {exc.msg} at {exc.pos}") from None
     except (ValueError, RecursionError) as exc:  # an integer of over 4300 digits; [[[[...]]]]
-        raise ScenarioError(REGISTER, f"not readable JSON: {type(exc).__name__}") from None
+        raise ScenarioError(key, f"not readable JSON: {type(exc).__name__}") from None
     if not isinstance(raw, list):
-        raise ScenarioError(REGISTER, "expected a JSON list of cards")
-    return [_json_card(entry, f"{REGISTER}[{position}]") for position, entry in enumerate(raw)]
+        raise ScenarioError(key, "expected a JSON list of cards")
+    return [_json_card(entry, f"{key}[{position}]", read_profiles) for position, entry in enumerate(raw)]
 
 
-def _json_card(entry: object, where: str) -> RegisteredCard:
+def _json_card(entry: object, where: str, read_profiles: ProfileReader | None = None) -> RegisteredCard:
     if not isinstance(entry, dict):
         raise ScenarioError(where, f"expected an object (one card), got {type(entry).__name__}")
     uuid = entry.get("id")
@@ -264,6 +300,7 @@ def _json_card(entry: object, where: str) -> RegisteredCard:
         health=bool(health),
         index=_json_number(entry, "index", where, 0),
         mode=_json_text(entry, "mode", where),
+        mig_profiles=read_profiles(entry.get("migProfiles"), f"{where}.migProfiles") if read_profiles else (),
     )
 
 
@@ -286,7 +323,7 @@ def _json_number(entry: dict, key: str, where: str, low: int) -> int:
     return _register_number(found, f"{where}.{key}", low, from_text=False)
 
 
-def decode_node_scores(value: str) -> dict[frozenset, int]:
+def decode_node_scores(value: str) -> dict[tuple[str, str], int]:
     """`hami.io/node-nvidia-score`: JSON pair scores, either `{uuid: {uuid: score}}` or
     a list of `{"uuid": ..., "score": {uuid: score}}` entries, as `links_to_pairs` keys them."""
     where = "hami.io/node-nvidia-score"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 from . import reasons as R
 from .annotations import PodPolicy
@@ -82,10 +83,12 @@ def evaluate_container(
     overlay: list[list[int]],
     explain: bool = False,
     need_choice: bool = True,
+    taken: dict[int, list] | None = None,
 ) -> ContainerVerdict:
     """Check every card (so the reason counts are complete), then let the chain pick `ask.count`.
 
-    `overlay` is, per card, (slots, MiB, cores) this pod's earlier containers took. With
+    `overlay` is, per card, (slots, MiB, cores) this pod's earlier containers took; `taken`,
+    by card position, the instances they took on cards cut into instances (MIG). With
     `explain`, every card's evaluation is kept and the ranking records which key decided
     between neighbours; without it only what the choice needs is built.
     """
@@ -101,7 +104,7 @@ def evaluate_container(
         extra = overlay[position]
         used = (card.used_slots + extra[0], card.used_memory + extra[1], card.used_cores + extra[2])
         memory = memory_on(card.memory)
-        failed = check_card(card, ask, memory, policy, used)
+        failed = check_card(card, ask, memory, policy, used, taken.get(position, ()) if taken else ())
         if failed is None:
             entry = CardEval(
                 card, position, card_score(card, memory, cores, used, weights), memory, None, None
@@ -154,12 +157,13 @@ class NodeVerdict:
     score: float = 0.0
     failure: NodeFailure | None = None
     # per app container: list of (position, memory, cores), or None (no GPU); only kept
-    # when the cards were really chosen (an explaining or multi-container evaluation)
-    grants: list[list[tuple[int, int, int]] | None] | None = None
+    # when the cards were really chosen (an explaining or multi-container evaluation); a
+    # grant on a card cut into instances (MIG) carries the instance fourth, its MiB and cores
+    grants: list[list[Grant] | None] | None = None
     # per app container: its ContainerVerdict (None without GPU), kept for explaining
     containers: list[ContainerVerdict | None] | None = None
     # per GPU init container: list of (position, memory, cores), kept for explaining
-    init_grants: list[list[tuple[int, int, int]]] | None = None
+    init_grants: list[list[Grant]] | None = None
     # the container that did not fit, kept for explaining a failure (`closeness`)
     failing: FailingContainer | None = None
 
@@ -190,35 +194,39 @@ def evaluate_node(
     if node.reserved_for:
         return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_RESERVED: examined}))
     empty = [[0, 0, 0] for _ in node.cards]
-    init_grants: list[list[tuple[int, int, int]]] = []
+    init_grants: list[list[Grant]] = []
     for init in inits:
         verdict = evaluate_container(node, init, policy, empty, explain, need_choice=explain)
         if not verdict.fits:
             failing = FailingContainer(init, verdict, empty, init=True) if explain else None
             return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts), failing=failing)
         if explain:
-            init_grants.append([(entry.position, entry.memory, init.cores) for entry in verdict.chosen])
+            init_grants.append([_grant(entry, init.cores, {}) for entry in verdict.chosen])
     overlay = [[0, 0, 0] for _ in node.cards]
-    grants: list[list[tuple[int, int, int]] | None] = []
+    grants: list[list[Grant] | None] = []
     containers: list[ContainerVerdict | None] = []
-    # With one GPU container, only its count and asks matter to the score, not its cards.
-    need_choice = explain or sum(ask is not None for ask in apps) > 1
+    # instances this pod's containers took, by card position (cards cut into instances only)
+    taken: dict[int, list] = {}
+    # With one GPU container, only its count and asks matter to the score, not its cards;
+    # on a card cut into instances the instance decides the MiB and cores it takes.
+    need_choice = explain or sum(ask is not None for ask in apps) > 1 or _partitioned(node)
     for ask in apps:
         if ask is None:
             grants.append(None)
             containers.append(None)
             continue
-        verdict = evaluate_container(node, ask, policy, overlay, explain, need_choice)
+        verdict = evaluate_container(node, ask, policy, overlay, explain, need_choice, taken)
         if not verdict.fits:
             failing = FailingContainer(ask, verdict, overlay) if explain else None
             return NodeVerdict(False, failure=NodeFailure(examined, verdict.counts), failing=failing)
         mine = []
         for entry in verdict.chosen:
+            grant = _grant(entry, ask.cores, taken)
             extra = overlay[entry.position]
             extra[0] += 1
-            extra[1] += entry.memory
-            extra[2] += ask.cores
-            mine.append((entry.position, entry.memory, ask.cores))
+            extra[1] += grant[1]
+            extra[2] += grant[2]
+            mine.append(grant)
         grants.append(mine)
         containers.append(verdict if explain else None)
     return NodeVerdict(
@@ -228,6 +236,28 @@ def evaluate_node(
         containers=containers if explain else None,
         init_grants=init_grants if explain else None,
     )
+
+
+#: What a vGPU takes on a card: (position, MiB, cores), with the instance fourth on a card cut
+#: into instances (MIG), whose MiB and cores are the instance profile's.
+Grant = tuple[int, int, int] | tuple[int, int, int, Any]
+
+
+def _partitioned(node: Node) -> bool:
+    return any(card.partition is not None for card in node.cards)
+
+
+def _grant(entry: CardEval, cores: int, taken: dict[int, list]) -> Grant:
+    """The grant of `entry`'s card for a vGPU of `cores`: the asked MiB and cores, or on a card
+    cut into instances the instance it gets (after those in `taken`, which it joins)."""
+    partition = entry.card.partition
+    if partition is None:
+        return (entry.position, entry.memory, cores)
+    mine = taken.setdefault(entry.position, [])
+    instance = partition.choose(entry.memory, cores, mine)
+    assert instance is not None  # check 10a passed for this card with these taken
+    mine.append(instance.placement)
+    return (entry.position, instance.memory, instance.cores, instance)
 
 
 def evaluate_unpinned(
@@ -274,7 +304,7 @@ def evaluate_alone(
     if examined < ask.count:
         return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_INSUFFICIENT_DEVICE: examined}))
     fixed = ask.memory
-    if fixed is None and len({card.memory for card in cards}) > 1:
+    if (fixed is None and len({card.memory for card in cards}) > 1) or _partitioned(node):
         return evaluate_node(node, [], apps, policy)
     counts: dict[str, int] = {}
     fitting = 0

@@ -18,6 +18,7 @@ from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS
 from .chain import reason_words as filter_reason_words
 from .chain import stage_words as filter_stage_words
 from .decision import Decision, verdict
+from .families.mig import shortfall_words
 from .triage import Triage, never_fact
 
 Payload = Mapping[str, Any]
@@ -46,6 +47,7 @@ STAGE_WORDS = {
     "cores": "not enough free cores",
     "exclusive": "has tenants and the container asks for the whole card",
     "compute": "all compute is taken",
+    "mig": "no free MIG slices hold a profile big enough",
     "numa": "no NUMA node holds all the cards asked (numa-bind)",
 }
 
@@ -65,6 +67,9 @@ EXPLANATIONS = {
     R.CARD_INSUFFICIENT_MEMORY: "{n} of {m} cards on {node} lack the free memory asked",
     R.CARD_INSUFFICIENT_CORE: "{n} of {m} cards on {node} lack the free cores asked",
     R.CARD_COMPUTE_EXHAUSTED: "{n} of {m} cards on {node} have all compute taken",
+    R.CARD_MIG_INFEASIBLE: (
+        "{n} of {m} cards on {node} are MIG cards whose free slices hold no instance big enough"
+    ),
     R.NUMA_NOT_FIT: "{n} of {m} cards on {node} fit, but no NUMA node holds all the cards asked (numa-bind)",
     R.NODE_INSUFFICIENT_DEVICE: "{node} has fewer cards ({m}) than a container asks for",
     R.ALLOCATED_INSUFFICIENT: "only {n} of {m} cards on {node} fit, fewer than asked",
@@ -403,6 +408,9 @@ def hint_words(hint: Payload, tenants: Tenants | None = None) -> str:
             for card in hint.get("cards") or []
         ]
         return f"{node}: fits if " + "; ".join(parts)
+    if kind == "mig":
+        parts = [f"{card.get('uuid')} {shortfall_words(card)}" for card in hint.get("cards") or []]
+        return f"{node}: " + "; ".join(parts)
     if kind == "blocked":
         stages = hint.get("stages") or {}
         unavailable = ", ".join(

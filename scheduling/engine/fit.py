@@ -3,7 +3,9 @@
      check                                         reason                            stage
   1  not healthy                                   CardNotHealth                     health
   2  cordoned                                      CardCordoned                      cordon
-  3  type excluded by use/nouse-gputype            CardTypeMismatch                  type
+  3  another device family's card (an Ascend NPU   CardTypeMismatch                  type
+     for an NVIDIA ask), or type excluded by
+     use/nouse-gputype
  3a  mode not in nvidia.com/vgpu-mode               CardModeMismatch                  mode
      (a card that registers no mode is not checked)
   4  UUID excluded by use/nouse-gpuuuid            CardUuidMismatch                  uuid
@@ -14,6 +16,8 @@
   8  free cores < asked cores                      CardInsufficientCore              cores
   9  asks 100 cores and the card has tenants       ExclusiveDeviceAllocateConflict   exclusive
  10  asks 0 cores, card has cores, all taken       CardComputeUnitsExhausted         compute
+ 10a a card cut into instances (MIG) has no free    CardMigTopologyInfeasible         mig
+     instance of a profile holding the ask
 
 Check 11 (`numa-bind`: NumaNotFit) looks at the cards that passed 1-10 together, so it is a
 filter's `rejects_fitting` hook that `evaluate` runs. A node's failure is the count of each
@@ -22,6 +26,7 @@ reason over its cards (`NodeFailure`), written `N/M Reason, ...` sorted by reaso
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import reasons as R
@@ -32,15 +37,23 @@ from .requests import ContainerAsk
 
 
 def check_card(
-    card: Card, ask: ContainerAsk, memory: int, policy: PodPolicy, used: tuple[int, int, int]
+    card: Card,
+    ask: ContainerAsk,
+    memory: int,
+    policy: PodPolicy,
+    used: tuple[int, int, int],
+    taken: Sequence = (),
 ) -> Rejection | None:
-    """Checks 1-10 (and 3a) for `ask` taking `memory` MiB on `card` that already holds `used`
-    (slots, MiB, cores): the first failure as (reason, stage), or None if the card fits."""
+    """Checks 1-10 (and 3a, 10a) for `ask` taking `memory` MiB on `card` that already holds
+    `used` (slots, MiB, cores), and, on a card cut into instances, the placements this pod
+    `taken` there already: the first failure as (reason, stage), or None if the card fits."""
     used_slots, used_memory, used_cores = used
     if not card.health:
         return R.CARD_NOT_HEALTH, "health"
     if card.cordoned:
         return R.CARD_CORDONED, "cordon"
+    if card.family != ask.family:
+        return R.CARD_TYPE_MISMATCH, "type"
     if policy.use_types or policy.nouse_types:
         card_type = card.type.lower()
         if policy.use_types and not any(t in card_type for t in policy.use_types):
@@ -65,6 +78,9 @@ def check_card(
         return R.EXCLUSIVE_CONFLICT, "exclusive"
     if ask.cores == 0 and card.cores > 0 and used_cores >= card.cores:
         return R.CARD_COMPUTE_EXHAUSTED, "compute"
+    partition = card.partition
+    if partition is not None and partition.choose(memory, ask.cores, taken) is None:
+        return partition.reason, partition.stage
     return None
 
 

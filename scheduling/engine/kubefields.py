@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 
 from . import quantity
-from .requests import RESOURCES as GPU_RESOURCES
+from .requests import FAMILY_OF_RESOURCE as GPU_RESOURCES
 
 #: A problem: the field path and what is wrong with it.
 Problem = tuple[str, str]

@@ -9,9 +9,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .encoding import VENDOR, pairs_to_links
+from .encoding import VENDOR, pair_key, pairs_to_links
+
+if TYPE_CHECKING:
+    from .families import Partition
 
 CORDON_ANNOTATION = "hami.io/device-cordon"
 
@@ -67,7 +70,10 @@ TOUCHES = TouchLog()
 
 @dataclass(slots=True)
 class Card:
-    """One physical GPU. Capacities are fixed; `used_*` is what its tenants hold now."""
+    """One physical GPU. Capacities are fixed; `used_*` is what its tenants hold now.
+
+    `partition`: how a card cut into fixed instances is cut, and the instances its tenants
+    hold (NVIDIA MIG, `families.mig.Geometry`); None for a card shared by vGPU shares."""
 
     uuid: str
     index: int
@@ -84,6 +90,9 @@ class Card:
     used_cores: int = 0
     #: The pod groups (`namespace/name`) of its tenants, once per vGPU: what `gang-spread` reads.
     gangs: tuple[str, ...] = ()
+    partition: Partition | None = None
+    #: The device family it belongs to (`families`): only an ask of that family takes it.
+    family: str = "nvidia"
 
 
 #: What a card that names none of these gets (SPEC 1, SPEC 9), read off `Card` itself.
@@ -115,7 +124,7 @@ class Node:
     annotations: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     ready: bool = True
-    links: dict[frozenset, int] = field(default_factory=dict)
+    links: dict[tuple[str, str], int] = field(default_factory=dict)
     version: int = 0
     pair_matrix: Sequence[Sequence[int]] = field(default_factory=list, repr=False)
     #: Kubernetes node fields (SPEC 10), in the API's own forms: `taints` as
@@ -147,25 +156,55 @@ class Node:
         self.pair_matrix = [[rows[a].get(b, 0) for b in uuids] for a in uuids]
 
     def pair_score(self, a: str, b: str) -> int:
-        return self.links.get(frozenset((a, b)), 0)
+        return self.links.get(pair_key(a, b), 0)
 
-    def shift(self, holdings: Iterable[tuple[str, int, int]], sign: int) -> None:
+    def shift(
+        self, holdings: Iterable[tuple[str, int, int]], sign: int, instances: Iterable[tuple[str, Any]] = ()
+    ) -> None:
         """Add (`sign` 1) or take off (-1) vGPU holdings, one (card uuid, MiB, cores) per vGPU,
-        on this node's usage counters; a uuid it has no card for is skipped. It does not
+        on this node's usage counters; a uuid it has no card for is skipped. On a card cut into
+        instances (MIG) each holding is an instance: the next of `instances` (card uuid,
+        instance) named for that card, else the one its MiB and cores pick. It does not
         touch the node: a caller that keeps the change does (one that restores it at once,
         to try a fit, need not)."""
         by_uuid = {card.uuid: card for card in self.cards}
+        exact: dict[str, list] = {}
+        for uuid, instance in instances:
+            exact.setdefault(uuid, []).append(instance)
         for uuid, memory, cores in holdings:
             card = by_uuid.get(uuid)
             if card is not None:
                 card.used_slots += sign
                 card.used_memory += sign * memory
                 card.used_cores += sign * cores
+                if card.partition is not None:
+                    card.partition = _shift_instance(card.partition, exact.get(uuid), memory, cores, sign)
+
+    def hold_instances(self, instances: Iterable[tuple[str, Any]], sign: int) -> None:
+        """Take (`sign` 1) or give back (-1) these exact (card uuid, instance) on cards cut into
+        instances, their usage counters left as they are (they count the pod already)."""
+        by_uuid = {card.uuid: card for card in self.cards}
+        for uuid, instance in instances:
+            card = by_uuid.get(uuid)
+            if card is not None and card.partition is not None:
+                partition = card.partition
+                card.partition = partition.take(instance) if sign > 0 else partition.free(instance)
 
     def touch(self) -> None:
         """Call after changing anything a decision reads on this node (usage, health, cordons)."""
         self.version += 1
         TOUCHES.append(self)
+
+
+def _shift_instance(
+    partition: Partition, named: list | None, memory: int, cores: int, sign: int
+) -> Partition:
+    """`partition` with one instance more (`sign` 1) or less: the first of `named` (consumed),
+    else the one a vGPU of `memory` MiB and `cores` picks."""
+    if named:
+        instance = named.pop(0)
+        return partition.take(instance) if sign > 0 else partition.free(instance)
+    return partition.take_memory(memory, cores) if sign > 0 else partition.free_memory(memory, cores)
 
 
 @dataclass(slots=True)

@@ -24,14 +24,15 @@ from .annotations import (
     parse_weights,
 )
 from .errors import NO_GPU, PodInvalid
+from .families.ascend import VNPU_MODE
 from .model import ClusterConfig, PodSpec
 from .podschema import Problem, annotation_warnings
 from .requests import ContainerAsk, parse_containers
 
 
-def _ask_key(ask: ContainerAsk | None) -> tuple[int, int | None, int, int] | None:
+def _ask_key(ask: ContainerAsk | None) -> tuple[int, int | None, int, int, str] | None:
     """What of one container's ask decides a node verdict: everything but its name."""
-    return None if ask is None else (ask.count, ask.memory, ask.memory_percentage, ask.cores)
+    return None if ask is None else (ask.count, ask.memory, ask.memory_percentage, ask.cores, ask.family)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +111,9 @@ def parse_pod(pod: PodSpec, config: ClusterConfig) -> ParsedPod:
     policy = parse_policy(pod.annotations, config)
     if any(f.needs_gang for f in policy.active_filters):
         policy = replace(policy, gang=_gang_of(pod))
-    apps = parse_containers(pod.containers, "containers", config.resources)
-    inits = parse_containers(pod.init_containers, "initContainers", config.resources)
+    mode = pod.annotations.get(VNPU_MODE, "") if isinstance(pod.annotations, dict) else ""
+    apps = parse_containers(pod.containers, "containers", config.resources, mode)
+    inits = parse_containers(pod.init_containers, "initContainers", config.resources, mode)
     if not any(inits) and not any(apps):
         raise PodInvalid(
             "containers",

@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 from .annotations import (
+    FAMILY_NOUSE_UUID,
+    FAMILY_USE_UUID,
     GPU_POLICY,
     GROUP_ANNOTATIONS,
     MIN_MEMBER_ANNOTATION,
@@ -44,6 +46,8 @@ from .annotations import (
     WEIGHTS,
 )
 from .encoding import PLACEMENT_ANNOTATIONS
+from .families import written_annotations
+from .families.ascend import VNPU_MODE
 from .requests import RESOURCES as GPU_RESOURCES
 
 #: A problem: the field path and what is wrong with it.
@@ -139,6 +143,9 @@ KNOWN_ANNOTATIONS = (
     WEIGHTS,
     USE_UUID,
     NOUSE_UUID,
+    *FAMILY_USE_UUID,
+    *FAMILY_NOUSE_UUID,
+    VNPU_MODE,
     USE_TYPE,
     NOUSE_TYPE,
     NUMA_BIND,
@@ -149,6 +156,7 @@ KNOWN_ANNOTATIONS = (
     *QUEUE_ANNOTATIONS,
     PREEMPTIBLE,
     *PLACEMENT_ANNOTATIONS,
+    *written_annotations(),
 )
 
 

@@ -24,7 +24,7 @@ import re
 from decimal import ROUND_CEILING, Decimal, DecimalException
 
 from .errors import PodInvalid
-from .requests import RESOURCES as GPU_RESOURCES
+from .requests import FAMILY_OF_RESOURCE as GPU_RESOURCES
 
 CPU = "cpu"
 MEMORY = "memory"
@@ -132,7 +132,7 @@ def amounts(values, field: str) -> dict[str, int]:
 
 def container_request(container, where: str) -> dict[str, int]:
     """One container's requests, each defaulting to its limit (as the API server defaults
-    them), SPEC 2 GPU resources left out."""
+    them), SPEC 2 GPU resources (and every device family's, `families`) left out."""
     if not isinstance(container, dict):
         raise PodInvalid(where, "must be an object")
     resources = container.get("resources") or {}

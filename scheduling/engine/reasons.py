@@ -12,6 +12,8 @@ EXCLUSIVE_CONFLICT = "ExclusiveDeviceAllocateConflict"
 CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
 CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
 CARD_COMPUTE_EXHAUSTED = "CardComputeUnitsExhausted"
+#: A MIG card none of whose free slices holds an instance of a profile big enough (HAMi v2.10).
+CARD_MIG_INFEASIBLE = "CardMigTopologyInfeasible"
 NUMA_NOT_FIT = "NumaNotFit"
 NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 ALLOCATED_INSUFFICIENT = "AllocatedCardsInsufficientRequest"
@@ -59,6 +61,7 @@ CODES = frozenset(
         CARD_INSUFFICIENT_MEMORY,
         CARD_INSUFFICIENT_CORE,
         CARD_COMPUTE_EXHAUSTED,
+        CARD_MIG_INFEASIBLE,
         NUMA_NOT_FIT,
         NODE_INSUFFICIENT_DEVICE,
         ALLOCATED_INSUFFICIENT,

@@ -13,16 +13,23 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from .errors import PodInvalid
+from .families import FAMILIES, NVIDIA
+from .families.ascend import Ascend
 from .model import ResourceDefaults
 
 if TYPE_CHECKING:
     import numpy as np
 
-GPU = "nvidia.com/gpu"
-GPUMEM = "nvidia.com/gpumem"
-GPUMEM_PERCENTAGE = "nvidia.com/gpumem-percentage"
-GPUCORES = "nvidia.com/gpucores"
-RESOURCES = (GPU, GPUMEM, GPUMEM_PERCENTAGE, GPUCORES)
+#: The resource names of the NVIDIA family (`families.nvidia`), the one a container asks here.
+GPU = NVIDIA.resources.count
+GPUMEM = NVIDIA.resources.memory
+GPUMEM_PERCENTAGE = NVIDIA.resources.memory_percentage
+GPUCORES = NVIDIA.resources.cores
+RESOURCES = NVIDIA.resources.all()
+#: Every registered family's resource names, and the family each names (NVIDIA's first).
+FAMILY_OF_RESOURCE = {
+    name: family.name for family in FAMILIES.values() for name in family.resources.all() if name
+}
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 #: A number followed by a unit (`16Gi`, `500M`, `1.5k`): refused, with a word on units.
 _WITH_UNIT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)\s*[A-Za-z]+")
@@ -38,6 +45,8 @@ class ContainerAsk:
 
     `warnings` are (field, message) pairs for what was accepted but changed (`gpucores` above
     100); they never decide a node verdict, so they stay out of a pod's shape.
+    `family`: the device family whose cards it asks (`families`), NVIDIA's unless its
+    resources name another; a container asks one family.
     """
 
     name: str
@@ -46,6 +55,7 @@ class ContainerAsk:
     memory_percentage: int
     cores: int
     warnings: tuple[tuple[str, str], ...] = ()
+    family: str = "nvidia"
 
     def memory_on(self, card_memory: CardMemory) -> CardMemory | int:
         """MiB one vGPU of this container takes on a card of `card_memory` MiB (SPEC 2): the
@@ -79,14 +89,17 @@ def _lookup(resources: object, where: str) -> dict[str, tuple[object, str]]:
         values = resources.get(section) or {}
         if not isinstance(values, dict):
             raise PodInvalid(f"{where}.{section}", "must be an object")
-        for name in RESOURCES:
-            if name in values:
+        for name in values:
+            if name in FAMILY_OF_RESOURCE:
                 found[name] = (values[name], f"{where}.{section}.{name}")
     return found
 
 
-def parse_container(container: dict, where: str, defaults: ResourceDefaults) -> ContainerAsk | None:
-    """The container's ask, or None when it asks for no GPU. Raises PodInvalid naming the field."""
+def parse_container(
+    container: dict, where: str, defaults: ResourceDefaults, vnpu_mode: str = ""
+) -> ContainerAsk | None:
+    """The container's ask, or None when it asks for no GPU. Raises PodInvalid naming the field.
+    `vnpu_mode`: the pod's `huawei.com/vnpu-mode`, read by an Ascend ask."""
     if not isinstance(container, dict):
         raise PodInvalid(where, "must be an object")
     name = container.get("name") or ""
@@ -96,6 +109,16 @@ def parse_container(container: dict, where: str, defaults: ResourceDefaults) -> 
     found = _lookup(container.get("resources"), f"{where}.resources")
     if not found:
         return None
+    families = list(dict.fromkeys(FAMILY_OF_RESOURCE[name] for name in found))
+    if len(families) > 1:
+        named = ", ".join(sorted(found))
+        raise PodInvalid(
+            f"{where}.resources",
+            f"{label}: asks two device families ({named}); give each family its own container",
+        )
+    chip = FAMILIES[families[0]]
+    if isinstance(chip, Ascend):
+        return _ascend_ask(chip, name, found, label, vnpu_mode)
 
     def read(resource: str, what: str, low: int, high: int | None) -> int | None:
         if resource not in found:
@@ -140,9 +163,44 @@ def parse_container(container: dict, where: str, defaults: ResourceDefaults) -> 
     )
 
 
-def parse_containers(containers, where: str, defaults: ResourceDefaults) -> list[ContainerAsk | None]:
+def _ascend_ask(
+    chip: Ascend, name: str, found: dict[str, tuple[object, str]], label: str, vnpu_mode: str
+) -> ContainerAsk | None:
+    """An Ascend container's ask as HAMi's webhook and scheduler read it (`families.ascend`):
+    NPUs of the template MiB its memory rounds up to, 0 cores (a template split books none)."""
+    names = chip.resources
+
+    def read(resource: str, what: str, low: int) -> int | None:
+        if resource not in found:
+            return None
+        raw, path = found[resource]
+        value = _as_int(raw, path, what, label)
+        if value < low or value > 2**31 - 1:
+            raise PodInvalid(path, f"{label}: must be {what}, got {raw!r}")
+        return value
+
+    count = read(names.count, "a positive integer", 1)
+    if count is None:
+        return None  # memory or cores alone: HAMi reads no Ascend ask without the count
+    memory = read(names.memory, "a non-negative integer (MiB)", 0)
+    cores = read(names.cores, "a non-negative integer", 0)
+    if cores:
+        raise PodInvalid(
+            found[names.cores][1],
+            f"{label}: {names.cores} is only supported in hami-core (soft split) mode",
+        )
+    where = found[names.memory][1] if names.memory in found else found[names.count][1]
+    per_npu = chip.ask_memory(memory, count, vnpu_mode, where, label)
+    return ContainerAsk(
+        name=name, count=count, memory=per_npu, memory_percentage=0, cores=0, family=chip.name
+    )
+
+
+def parse_containers(
+    containers, where: str, defaults: ResourceDefaults, vnpu_mode: str = ""
+) -> list[ContainerAsk | None]:
     if containers is None:
         return []
     if not isinstance(containers, list):
         raise PodInvalid(where, "must be a list of containers")
-    return [parse_container(c, f"{where}[{i}]", defaults) for i, c in enumerate(containers)]
+    return [parse_container(c, f"{where}[{i}]", defaults, vnpu_mode) for i, c in enumerate(containers)]

@@ -9,8 +9,10 @@ import yaml
 
 from .batch.preempt import Rules
 from .batch.scenario import check_batch, run_batch_scenario, wants_batch
+from .dra.scenario import run_dra_scenario, wants_dra
 from .encoding import ALLOCATED, decode_allocation, links_to_pairs
 from .errors import PodInvalid, Problems, ScenarioError
+from .families import family_of_type, held_allocation, mig
 from .kubefields import (
     node_field_problems,
     node_fields,
@@ -102,8 +104,15 @@ def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
         "cores": found.check(_int, raw.get("cores", CARD_DEFAULTS["cores"]), f"{where}.cores"),
         "numa": found.check(_int, raw.get("numa", CARD_DEFAULTS["numa"]), f"{where}.numa", minimum=None),
     }
+    partition = found.check(_mig_geometry, raw, where)
     used = found.check(_dict, raw.get("used"), f"{where}.used") or {}
     used_numbers = [found.check(_int, used.get(key, 0), f"{where}.used.{key}") for key in USED]
+    if partition is not None and "used" not in raw:  # a MIG card's instances are its usage
+        used_numbers = [
+            len(partition.held),
+            sum(instance.memory for instance in partition.held),
+            sum(instance.cores for instance in partition.held),
+        ]
     links = found.check(_dict, raw.get("links"), f"{where}.links") or {}
     for other, score in links.items():
         found.check(_int, score, f"{where}.links.{other}")
@@ -115,10 +124,52 @@ def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
         health=health,
         cordoned=cordoned,
         mode=mode if isinstance(mode, str) else "",
+        partition=partition,
+        family=family_of_type(card_type),
         **numbers,
     )
     card.used_slots, card.used_memory, card.used_cores = used_numbers
     return card, links
+
+
+def _mig_geometry(raw: dict, where: str) -> mig.Geometry | None:
+    """A card in MIG mode (`mode: mig`): its `migProfiles` as HAMi v2.10 registers them, and
+    the instances its tenants hold (`migInstances`: `{"profile", "placement": {"start",
+    "size"}}`, each a profile it lists at one of that profile's placements, none overlapping).
+    Without `used`, the instances are the card's usage (a slot, the profile's MiB and cores
+    each). None for another card, and for a `mig` card that lists no profiles (shared as
+    vGPUs, as before); `migProfiles` on a card of another mode is refused."""
+    profiles = mig.read_profiles(raw.get("migProfiles"), f"{where}.migProfiles")
+    if raw.get("mode") != mig.MODE:
+        if profiles or raw.get("migInstances"):
+            raise ScenarioError(f"{where}.mode", "must be 'mig' for a card with migProfiles or migInstances")
+        return None
+    if not profiles:
+        if raw.get("migInstances"):
+            raise ScenarioError(
+                f"{where}.migProfiles", "required with migInstances: the profiles the card is cut into"
+            )
+        return None  # a mode without profiles, as before HAMi v2.10: the card is shared as vGPUs
+    geometry = mig.Geometry(profiles)
+    instances = raw.get("migInstances") or []
+    if not isinstance(instances, list):
+        raise ScenarioError(f"{where}.migInstances", "must be a list of instances")
+    for i, entry in enumerate(instances):
+        at = f"{where}.migInstances[{i}]"
+        if not isinstance(entry, dict):
+            raise ScenarioError(at, 'expected {"profile": ..., "placement": {"start": N, "size": N}}')
+        name = entry.get("profile")
+        profile = geometry.profile(name) if isinstance(name, str) else None
+        if profile is None:
+            known = ", ".join(p.name for p in profiles)
+            raise ScenarioError(f"{at}.profile", f"must be one of the card's profiles ({known})")
+        placement = mig.read_placement(entry.get("placement"), f"{at}.placement")
+        if placement not in profile.placements:
+            raise ScenarioError(f"{at}.placement", f"not a placement of {profile.name}")
+        if any(placement.overlaps(other) for other in geometry.occupied()):
+            raise ScenarioError(f"{at}.placement", "overlaps another instance")
+        geometry = geometry.take(mig.Instance(profile.name, placement, profile.memory, profile.cores))
+    return geometry
 
 
 def parse_node(raw, where: str) -> Node:
@@ -264,6 +315,10 @@ def parse_running_pod(raw, where: str, nodes: dict[str, Node]) -> RunningPod:
         found.note(field, message)
     for field, message in pod_problems(raw, where, RUNNING_POD_KEYS):
         found.note(field, message)
+    merged = held_allocation(annotations, ALLOCATED, ALLOCATED)
+    if merged and merged != annotations.get(ALLOCATED, ""):
+        # another family's cards (an Ascend chip's `-devices-allocated`): held as one string
+        annotations = {**annotations, ALLOCATED: merged}
     allocated = annotations.get(ALLOCATED)
     if allocated is not None and isinstance(node, str) and node in nodes:
         found.check(_held_cards, allocated, f"{where}.annotations", nodes[node])
@@ -435,6 +490,8 @@ def run_scenario(
     batch scenario (queues, groups, priorities, tenants: `wants_batch`) is decided as one live
     cycle instead (`engine.batch.scenario`), under `rules` and `consolidation` (the server's
     preemption options; the scenario's `preemption` overrides them)."""
+    if wants_dra(raw):  # ResourceSlices and claims in their API form (engine.dra.scenario)
+        return run_dra_scenario(raw, top)
     cluster, config, pods = parse_scenario(raw)
     if wants_batch(raw):
         return run_batch_scenario(

@@ -38,12 +38,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from . import budget
 from .chain import ranking_order
 from .closeness import NodeCloseness, closest_columns, cluster_never, never_reason, node_closeness
 from .columns import CardColumns, Swept, sweep, sweep_pinned, sweepable
 from .decision import PENDING, REJECTED, SCHEDULED, CardVerdict, ContainerPlacement, Decision, DeviceGrant
 from .errors import PodInvalid
-from .evaluate import NodeVerdict, evaluate_alone, evaluate_node, evaluate_unpinned
+from .evaluate import Grant, NodeVerdict, evaluate_alone, evaluate_node, evaluate_unpinned
 from .model import TOUCHES, Cluster, ClusterConfig, Node, PodSpec
 from .nodeindex import NodeIndex
 from .noderules import PLAIN, RULES, Footprint, NodeRules, RuleFailure, accounting, refusals
@@ -359,6 +360,7 @@ class Scheduler:
     def decide_parsed(self, pod: PodSpec, keep: int | None = None) -> tuple[Decision, ParsedPod | None]:
         """`decide`, plus the pod as read (None when it is invalid), for callers that
         re-check the placement later with the same asks (the pipeline's commit)."""
+        budget.check()
         bound = self.keep if keep is None else _checked_keep(keep)
         started = time.perf_counter()
         try:
@@ -622,10 +624,17 @@ class Scheduler:
         return placements, inits
 
     @staticmethod
-    def _devices(node: Node, grants: list[tuple[int, int, int]]) -> list[DeviceGrant]:
+    def _devices(node: Node, grants: list[Grant]) -> list[DeviceGrant]:
         return [
-            DeviceGrant(uuid=node.cards[pos].uuid, memory=memory, cores=cores, index=node.cards[pos].index)
-            for pos, memory, cores in grants
+            DeviceGrant(
+                uuid=node.cards[grant[0]].uuid,
+                memory=grant[1],
+                cores=grant[2],
+                index=node.cards[grant[0]].index,
+                instance=grant[3] if len(grant) > 3 else None,
+                family=node.cards[grant[0]].family,
+            )
+            for grant in grants
         ]
 
     def assume(self, decision: Decision) -> None:
@@ -640,6 +649,8 @@ class Scheduler:
                 card.used_slots += 1
                 card.used_memory += device.memory
                 card.used_cores += device.cores
+                if card.partition is not None and device.instance is not None:
+                    card.partition = card.partition.take(device.instance)
         footprint = self._footprints.get(f"{decision.namespace}/{decision.name}")
         if footprint is not None:  # its cpu, memory, pod slot, ports and labels (SPEC 10)
             accounting.add(node, footprint, touch=False)
@@ -658,6 +669,8 @@ class Scheduler:
                 card.used_slots -= 1
                 card.used_memory -= device.memory
                 card.used_cores -= device.cores
+                if card.partition is not None and device.instance is not None:
+                    card.partition = card.partition.free(device.instance)
         accounting.remove(node, f"{decision.namespace}/{decision.name}", touch=False)
         node.touch()
 

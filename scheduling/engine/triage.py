@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import reasons as R
+from .families.mig import shortfall_words
 from .outcomes import PENDING, REJECTED
 
 #: A `decision.Decision` (not imported: the decision imports this module to explain itself).
@@ -40,6 +41,12 @@ VERDICT_WORDS = {
     RULE: "held by a rule",
     INVALID: "invalid",
 }
+#: A gang with fewer members than its minimum (`batch.jobs.NOT_ENOUGH_PODS`), and what helps.
+GANG_SHORT = "NotEnoughPods"
+_GANG_SHORT_ACTIONS: tuple[str, ...] = (
+    "submit the missing members (same hami.io/group-name), or lower hami.io/group-min-member",
+    "or delete the members left if the job is over",
+)
 #: The code of a rejected pod, and of one that found no node at all.
 INVALID_CODE, NO_NODES = "Invalid", "NoGpuNodes"
 
@@ -61,6 +68,7 @@ _STAGE_CODES = {
     "slots": R.CARD_SLOTS_EXHAUSTED,
     "exclusive": R.EXCLUSIVE_CONFLICT,
     "compute": R.CARD_COMPUTE_EXHAUSTED,
+    "mig": R.CARD_MIG_INFEASIBLE,
 }
 _BLOCKED_CODES = {"health": R.CARD_NOT_HEALTH, "cordon": R.CARD_CORDONED}
 
@@ -226,6 +234,10 @@ def _closest_fact(close: Mapping[str, Any]) -> tuple[str, str, str, tuple[str, .
                 fact,
                 (f"free {hint.get('count')} card(s) on {node} whole",),
             )
+        if kind == "mig":
+            cards = list(hint.get("cards") or ())
+            fact = f"closest node {node}: {cards[0].get('uuid')} {shortfall_words(cards[0])}" if cards else ""
+            return CAPACITY, R.CARD_MIG_INFEASIBLE, fact, ()
         if kind == "numa":
             fact = (
                 f"{node} fits {hint.get('fit')} cards, but numa-bind needs {hint.get('count')} on one NUMA "
@@ -250,7 +262,8 @@ def triage(decision: Decision) -> Triage | None:
     if decision.batch is not None:
         hold = decision.batch
         where = f" (its cards fit on {hold.would_fit_on})" if hold.would_fit_on else ""
-        return Triage(RULE, hold.reason, f"{hold.message}{where}", (), hold.would_fit_on)
+        actions: tuple[str, ...] = _GANG_SHORT_ACTIONS if hold.reason == GANG_SHORT else ()
+        return Triage(RULE, hold.reason, f"{hold.message}{where}", actions, hold.would_fit_on)
     if decision.never is not None:
         return Triage(
             NEVER,

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from .decision import SCHEDULED, Decision
+from .encoding import pair_key
 from .errors import Problems, ScenarioError
 from .model import Card, Cluster, ClusterConfig, Node, PodSpec
 from .scenario import parse_pod_entry
@@ -119,10 +120,18 @@ def parse_edits(raw: object) -> Edits:
 
 def _copy_node(node: Node, name: str, suffix: str) -> Node:
     cards = [
-        replace(card, uuid=f"{card.uuid}{suffix}", used_slots=0, used_memory=0, used_cores=0, cordoned=False)
+        replace(
+            card,
+            uuid=f"{card.uuid}{suffix}",
+            used_slots=0,
+            used_memory=0,
+            used_cores=0,
+            cordoned=False,
+            partition=card.partition.emptied() if card.partition is not None else None,
+        )
         for card in node.cards
     ]
-    links = {frozenset(f"{uuid}{suffix}" for uuid in pair): score for pair, score in node.links.items()}
+    links = {pair_key(f"{a}{suffix}", f"{b}{suffix}"): score for (a, b), score in node.links.items()}
     return Node(name=name, cards=cards, labels=dict(node.labels), ready=node.ready, links=links)
 
 
@@ -145,6 +154,8 @@ def apply_edits(cluster: Cluster, config: ClusterConfig, edits: Edits) -> tuple[
     for name in edits.empty:
         for card in cluster.node(name).cards:
             card.used_slots = card.used_memory = card.used_cores = 0
+            if card.partition is not None:
+                card.partition = card.partition.emptied()
     for node in cluster.nodes:
         node.touch()
     if "node_scheduler_policy" in edits.policies:

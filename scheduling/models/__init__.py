@@ -6,7 +6,7 @@ equal to that sum, written only in the transaction that writes the allocations.
 
 from .batch import NamespaceQuota, PodGroup, Queue
 from .bound import BoundPod
-from .cluster import INT32_MAX, CapacityVersion, Card, CardUsage, Node
+from .cluster import INT32_MAX, CapacityVersion, Card, CardUsage, CycleLease, Node
 from .config import SchedulerConfig
 from .events import Event, record_event
 from .history import Cycle, Decision
@@ -22,6 +22,7 @@ __all__ = [
     "Card",
     "CardUsage",
     "Cycle",
+    "CycleLease",
     "Decision",
     "Event",
     "Eviction",

@@ -162,7 +162,7 @@ class PodGroup(models.Model):
     subgroups = models.JSONField(
         default=list,
         blank=True,
-        help_text="the owner's parts, each with its own minimum ([{name, min_member}]): recorded, not enforced",
+        help_text="the gang's parts, each with its own minimum ([{name, min_member}]): each must reach it",
     )
     phase = models.CharField(max_length=16, choices=PHASES, default=PENDING)
     reason = models.TextField(blank=True, default="", help_text="the latest gang verdict, in one line")

@@ -26,6 +26,7 @@ class BoundPod(models.Model):
     containers = models.JSONField(default=list, blank=True)
     init_containers = models.JSONField(default=list, blank=True)
     allocated = models.TextField(blank=True, default="", help_text="hami.io/vgpu-devices-allocated")
+    mig_allocations = models.TextField(blank=True, default="", help_text="hami.io/vgpu-mig-allocations")
     phase = models.CharField(max_length=16, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)
 

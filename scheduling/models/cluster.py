@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import connection, models
+from django.db import models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
@@ -101,6 +101,11 @@ class Card(models.Model):
     cordoned = models.BooleanField(default=False)
     present = models.BooleanField(default=True)
     links = models.JSONField(default=dict, blank=True, help_text="pair scores: {other card uuid: score}")
+    mig_profiles = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="a MIG card's profiles, as HAMi v2.10 registers them (migProfiles)",
+    )
     used_slots = models.IntegerField(default=0)
     used_memory = models.IntegerField(default=0)
     used_cores = models.IntegerField(default=0)
@@ -242,14 +247,16 @@ def overcommitted_cards():
 
 
 class CapacityVersion(models.Model):
-    """One row whose `version` every change that may free capacity moves (the wake of
-    backed-off pods, `services.wake_pending_pods`, bumps it first thing).
+    """One row whose `version` every change that may free capacity moves, in a short
+    transaction of its own after the change commits (`services.bump_capacity`).
 
-    A cycle reads it as it plans and again, share-locked, as its commit starts. Moved means
-    capacity was freed while it planned: the pods it could not place are not backed off, since
-    the wake could not reach them (they were not backed off yet) and would otherwise be lost
-    for up to BACKOFF_MAX_SECONDS. The share lock makes a wake wait for a commit that read the
-    old version, so that wake then finds the pods it backed off.
+    A cycle reads it as it plans and again as its commit starts. Moved means capacity was
+    freed while it planned: the pods it could not place are not backed off, since the next
+    cycle's wake (`pipeline.wake`) would look only at pods backed off already. A move after
+    the commit's read is seen by the next cycle's wake, which runs after this commit (cycles
+    are single-flight), and finds the pods it backed off. Nothing holds the row locked beyond
+    its own update, so a bump never waits on a commit (issue 29: a stalled commit used to hold
+    it `FOR SHARE` and every release waited behind it).
     """
 
     ROW = 1
@@ -263,14 +270,8 @@ class CapacityVersion(models.Model):
         return f"capacity version {self.version}"
 
     @classmethod
-    def read(cls, share_lock: bool = False) -> int:
-        """The version now (0 before the first bump); `share_lock` holds it until the
-        transaction ends (PostgreSQL; SQLite serializes writers anyway)."""
-        if share_lock and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute(f"SELECT version FROM {cls._meta.db_table} WHERE id = %s FOR SHARE", [cls.ROW])  # noqa: S608
-                row = cursor.fetchone()
-            return row[0] if row else 0
+    def read(cls) -> int:
+        """The version now (0 before the first bump)."""
         return cls.objects.filter(pk=cls.ROW).values_list("version", flat=True).first() or 0
 
     @classmethod
@@ -278,3 +279,23 @@ class CapacityVersion(models.Model):
         """Move it: capacity may have been freed."""
         if not cls.objects.filter(pk=cls.ROW).update(version=F("version") + 1):
             cls.objects.get_or_create(pk=cls.ROW, defaults={"version": 1})
+
+
+class CycleLease(models.Model):
+    """The cycle lock's deadline on PostgreSQL (`pipeline.locks`): the session holding the
+    advisory lock moves `expires_at` forward from its cycle loop; a caller that finds the lock
+    held past it ends that session (`pg_terminate_backend`), so a holder that stopped making
+    progress (stopped, stuck writing a full pipe) loses the lock. One row, written in the
+    database's own clock."""
+
+    ROW = 1
+
+    pid = models.IntegerField(help_text="The holding session's backend process id.")
+    holder = models.CharField(max_length=200, blank=True, help_text="The worker holding it.")
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "cycle lease"
+
+    def __str__(self) -> str:
+        return f"cycle lease of {self.holder or self.pid} until {self.expires_at:%H:%M:%S}"

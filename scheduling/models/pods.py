@@ -146,6 +146,11 @@ class Pod(models.Model):
         help_text="a back-off no change of capacity cuts short (a placement given back: retry after this)",
     )
     allocated = models.TextField(blank=True, default="", help_text="hami.io/vgpu-devices-allocated")
+    extra_annotations = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="what the placement writes beside the allocation (hami.io/vgpu-mig-allocations)",
+    )
     spec_hash = models.CharField(max_length=64, blank=True, default="")
     revision = models.PositiveIntegerField(default=0)
     updated_at = models.DateTimeField(auto_now=True)

@@ -130,6 +130,20 @@ CONSISTENCY_REPAIRED = Counter(
     ["kind"],
 )
 
+#: HAMi's vGPU monitor read by the kube agent (kube/vgpumonitor.py), by outcome.
+VGPU_MONITOR_OUTCOMES = ("read", "unreachable", "no_monitor", "bad_line", "unknown_card", "refused")
+VGPU_MONITOR_READS = Counter(
+    "hamiadmin_vgpu_monitor_reads",
+    "HAMi vGPU monitor reads by the kube agent (HAMI_VGPU_MONITOR), by outcome: monitors read, "
+    "monitors that did not answer, HAMi nodes without a running monitor pod, lines that did "
+    "not parse, card UUIDs not of the node, cards whose values were out of range.",
+    ["outcome"],
+)
+
+
+def vgpu_monitor_read(outcome: str, count: int = 1) -> None:
+    VGPU_MONITOR_READS.labels(outcome if outcome in VGPU_MONITOR_OUTCOMES else OTHER).inc(count)
+
 
 def consistency_found(kind: str, count: int) -> None:
     CONSISTENCY_FOUND.labels(kind if kind in CONSISTENCY_KINDS else OTHER).inc(count)
@@ -165,6 +179,8 @@ def _initialise_series() -> None:
     for kind in CONSISTENCY_KINDS:
         CONSISTENCY_FOUND.labels(kind)
         CONSISTENCY_REPAIRED.labels(kind)
+    for outcome in VGPU_MONITOR_OUTCOMES:
+        VGPU_MONITOR_READS.labels(outcome)
 
 
 _initialise_series()

@@ -20,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.models import Card, Eviction, Node, Nomination, Pod
 
+from .hami_metrics import HamiMetricsCollector
 from .metrics import CONTENT_TYPE, MIB
 
 log = logging.getLogger("scheduling.ops.metrics")
@@ -28,7 +29,8 @@ log = logging.getLogger("scheduling.ops.metrics")
 
 
 class ClusterStateCollector:
-    """Gauges computed from the database on each scrape of `/metrics` (seven queries).
+    """Gauges computed from the database on each scrape of `/metrics` (seven queries, and three
+    for HAMi's names: `hami_metrics`).
 
     A database error does not fail the scrape: the event series are still served and
     `hamiadmin_cluster_state_up` says 0.
@@ -120,6 +122,7 @@ class ClusterStateCollector:
             over,
             *_measured_families(),
             *_preemption_families(now),
+            *HamiMetricsCollector().collect(),
         ]
 
 

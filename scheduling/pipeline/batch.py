@@ -8,10 +8,11 @@ from counting asks once per pod instead of per vGPU).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import Count, Q, Sum
 
+from scheduling.engine.annotations import subgroup_of
 from scheduling.engine.batch.queues import (
     DEFAULT_QUEUE,
     RESOURCES,
@@ -131,6 +132,26 @@ class GangState:
     #: members are placed already ("" when none are): `engine.batch.jobs.Gang`.
     topology_key: str = ""
     domain: str = ""
+    finished: int = 0  # members that ended (succeeded, failed, deleted)
+    #: Its parts' own minimums (`PodGroup.subgroups`), and per part its members placed and
+    #: known, read from their labels (`engine.annotations.subgroup_of`).
+    subgroups: dict[str, int] = field(default_factory=dict)
+    parts_placed: dict[str, int] = field(default_factory=dict)
+    parts_known: dict[str, int] = field(default_factory=dict)
+
+
+def subgroup_minimums(subgroups) -> dict[str, int]:
+    """A row's `subgroups` ([{name, min_member}]) as {name: minimum}; malformed entries, which
+    the writers refuse, are skipped."""
+    out: dict[str, int] = {}
+    for part in subgroups if isinstance(subgroups, list) else ():
+        if (
+            isinstance(part, dict)
+            and isinstance(part.get("name"), str)
+            and isinstance(part.get("min_member"), int)
+        ):
+            out[part["name"]] = part["min_member"]
+    return out
 
 
 def load_gangs(group_ids) -> dict[int, GangState]:
@@ -152,18 +173,25 @@ def load_gangs(group_ids) -> dict[int, GangState]:
             phase=group.phase,
             min_resources=group.min_resources(),
             topology_key=group.topology_key,
+            subgroups=subgroup_minimums(group.subgroups),
         )
+        parts = sum(gangs[group.pk].subgroups.values())
+        gangs[group.pk].min_member = max(group.min_member, parts)  # as the engine's Gang reads it
     counts = (
         Pod.objects.filter(group_id__in=group_ids)
-        .exclude(status__in=(*Pod.FINISHED, Pod.REJECTED))
+        .exclude(status=Pod.REJECTED)
         .values("group_id")
-        .annotate(known=Count("id"), placed=Count("id", filter=Q(status__in=Pod.BOUND)))
+        .annotate(
+            known=Count("id", filter=~Q(status__in=Pod.FINISHED)),
+            placed=Count("id", filter=Q(status__in=Pod.BOUND)),
+            finished=Count("id", filter=Q(status__in=Pod.FINISHED)),
+        )
         .order_by()
     )
     for row in counts:
         gang = gangs.get(row["group_id"])
         if gang is not None:
-            gang.known, gang.placed = row["known"], row["placed"]
+            gang.known, gang.placed, gang.finished = row["known"], row["placed"], row["finished"]
     keyed = {pk: gang for pk, gang in gangs.items() if gang.topology_key and gang.placed}
     if keyed:
         placed_on = (
@@ -174,6 +202,19 @@ def load_gangs(group_ids) -> dict[int, GangState]:
         for group_id, labels in placed_on:
             gang = keyed[group_id]
             gang.domain = gang.domain or str((labels or {}).get(gang.topology_key) or "")
+    parted = {pk: gang for pk, gang in gangs.items() if gang.subgroups}
+    if parted:
+        members = (
+            Pod.objects.filter(group_id__in=sorted(parted))
+            .exclude(status__in=(*Pod.FINISHED, Pod.REJECTED))
+            .values_list("group_id", "status", "annotations", "labels")
+        )
+        for group_id, status, annotations, labels in members:
+            gang = parted[group_id]
+            part = subgroup_of(annotations, labels, gang.subgroups)
+            gang.parts_known[part] = gang.parts_known.get(part, 0) + 1
+            if status in Pod.BOUND:
+                gang.parts_placed[part] = gang.parts_placed.get(part, 0) + 1
     return gangs
 
 

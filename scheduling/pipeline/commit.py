@@ -69,6 +69,7 @@ POD_FIELDS = [
     "parked",
     "next_attempt_at",
     "allocated",
+    "extra_annotations",
     "revision",
     "queue_id",
     "updated_at",
@@ -125,6 +126,10 @@ class Held:
     #: for a later preemption's nomination (it lands once they leave, as the planner's Statement
     #: saw), never for a placement (they keep their counters until they go).
     gone: dict[int, list[int]] = field(default_factory=dict)
+    #: Pods placed by this commit so far: their own nominations (from an earlier preemption)
+    #: hold nothing any more, since their placements count in `added` (counted both ways, a
+    #: gang whose members landed on the cards they were nominated to never fitted: it churned).
+    landed: set[int] = field(default_factory=set)
 
     @classmethod
     def empty(cls) -> Held:
@@ -145,6 +150,7 @@ class Held:
                     self.whole[cards[uuid].pk] = (attempt.pod_id, attempt.key)
             _add(self.gone, victims_freed(attempt, self) or {})
         else:
+            self.landed.add(attempt.pod_id)
             for pk in [pk for pk, (holder, _) in self.whole.items() if holder == attempt.pod_id]:
                 del self.whole[pk]
 
@@ -152,7 +158,7 @@ class Held:
         """(slots, MiB, cores) held on card `pk` for others than `pod_id`, less `freed`."""
         slots = memory = cores = 0
         for holder, mem, core in self.nominated.get(pk, ()):
-            if holder != pod_id:
+            if holder != pod_id and holder not in self.landed:
                 slots, memory, cores = slots + 1, memory + mem, cores + core
         extra = self.added.get(pk, (0, 0, 0))
         gone = (freed or {}).get(pk, (0, 0, 0))
@@ -333,6 +339,16 @@ def pause_for_fault_test() -> None:
         time.sleep(pause)
 
 
+def _bound_lock_waits() -> None:
+    """This commit waits at most COMMIT_LOCK_TIMEOUT_MS for a row another transaction holds
+    (PostgreSQL's `lock_timeout`, for this transaction only): a stuck writer then costs one
+    cycle, which rolls back and is planned again, never the scheduler."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor == "postgresql":
+        with db.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = {int(option('COMMIT_LOCK_TIMEOUT_MS'))}")
+
+
 @retry_on_conflict
 def commit_plan(plan: CyclePlan) -> CycleReport:
     """Write the plan in one transaction: allocations, counters, pods, decisions, the cycle."""
@@ -348,12 +364,10 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
     node_ids = snapshot.node_ids
     victim_ids = {victim[0] for a in plan.attempts for victim in a.victims}
     with transaction.atomic():
-        # before the pods (the lock order): a wake after this waits for this commit, so it sees
-        # what it backs off; a wake before it moved the version, and nothing is backed off
-        capacity_moved = (
-            plan.capacity_version is not None
-            and CapacityVersion.read(share_lock=True) != plan.capacity_version
-        )
+        _bound_lock_waits()
+        # moved since planning: nothing is backed off; moved after this read: the next
+        # cycle's wake, after this commit, finds what it backs off (`CapacityVersion`)
+        capacity_moved = plan.capacity_version is not None and CapacityVersion.read() != plan.capacity_version
         locked = {
             pk: (status, parked, revision, attempts)
             for pk, status, parked, revision, attempts in rowlocks.lock_pods(
@@ -440,6 +454,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                 "parked": False,
                 "next_attempt_at": None,
                 "allocated": "",
+                "extra_annotations": {},
                 "revision": locked[attempt.pod_id][2] + 1,
                 "queue_id": None if attempt.queue_id in limits.gone else attempt.queue_id,
                 "updated_at": now,
@@ -452,6 +467,7 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
                     node_id=node_ids[decision.node],
                     scheduled_at=now,
                     allocated=decision.allocated,
+                    extra_annotations=decision.extra_annotations,
                     reason=decision.reason_text(),
                 )
                 for index, container in enumerate(decision.containers):
@@ -590,6 +606,7 @@ def recheck_all(
             held.nodes,
             dict(held.whole),
             {pk: list(used) for pk, used in held.gone.items()},
+            set(held.landed),
         )
         kept, missed = [], []
         for member in members:
@@ -605,7 +622,8 @@ def recheck_all(
                 limits.take(member)
                 kept.append(member)
         needed = members[0].gang_needed
-        if len(kept) >= needed:
+        short_part = _short_part(members[0].parts_needed, kept)
+        if len(kept) >= needed and short_part is None:
             added.clear()
             added.update(trial)
             held.added.clear()
@@ -614,6 +632,7 @@ def recheck_all(
             held.whole.update(trial_held.whole)
             held.gone.clear()
             held.gone.update(trial_held.gone)
+            held.landed.update(trial_held.landed)
             verdicts.update({id(m): _kept(m) for m in kept})
             for m, why in missed:
                 hold = refused.get(id(m))
@@ -628,13 +647,27 @@ def recheck_all(
                 text = f"gang: {len(kept)}/{needed} placements within limits; {missed[0][0].key}: {first_hold[1]}"
                 verdicts.update({id(m): _held_back(m, first_hold[0], text, limits) for m in members})
                 continue
-            if missed:
+            if missed and short_part is not None and len(kept) >= needed:
+                name, have, least = short_part
+                first, why = next(((m, w) for m, w in missed if m.part == name), missed[0])
+                text = f"gang: subgroup {name}: {have}/{least} placements still fit; {first.key}: {why}"
+            elif missed:
                 first, why = missed[0]
                 text = f"gang: {len(kept)}/{needed} placements still fit; {first.key}: {why}"
             else:  # members planned with the others changed since the snapshot (skipped)
                 text = f"gang: {len(kept)}/{needed} placements left; the other members changed since the snapshot"
             verdicts.update({id(m): (Decision.CONFLICT, text) for m in members})
     return verdicts
+
+
+def _short_part(parts_needed: dict, kept: list[Attempt]) -> tuple[str, int, int] | None:
+    """The first gang part whose kept placements fall short of what it needs this cycle:
+    (name, kept, needed); None when every part has them."""
+    for name, least in parts_needed.items():
+        have = sum(1 for attempt in kept if attempt.part == name)
+        if have < least:
+            return name, have, least
+    return None
 
 
 def _held_back(attempt: Attempt, code: str, message: str, limits: Limits) -> tuple[str, str]:

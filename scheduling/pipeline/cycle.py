@@ -42,6 +42,7 @@ from scheduling.models.pods import spec_fields
 
 from . import preemption
 from .batch import GangState, load_book, load_gangs, load_namespace_book
+from .locks import keep_alive
 from .options import option
 from .plan import Attempt, CyclePlan, worker_name
 from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapshot, mark_gangs
@@ -117,6 +118,7 @@ def plan_jobs(rows, gangs, book, namespaces, snapshot: Snapshot, scheduler: Sche
     keep = max(1, option("DECISION_TOP"))  # what the commit stores of a decision
 
     def decide(spec: PodSpec):
+        keep_alive()  # the cycle lock's lease: this holder is making progress
         try:
             return scheduler.decide_parsed(spec, keep=keep)
         except Exception as exc:  # noqa: BLE001 - one odd pod must not stop the others
@@ -164,6 +166,7 @@ def plan_jobs(rows, gangs, book, namespaces, snapshot: Snapshot, scheduler: Sche
             (cast(int, t.ref), v.kind, v.why, t.node, v.cards) for t, v in victims_of(outcome)
         ]
         attempts[-1].moves = moves_of(outcome)
+        attempts[-1].part, attempts[-1].parts_needed = outcome.part, outcome.parts_needed
         preempting = outcome.decision.preemption
         if rules.dry_run and preempting is not None and preempting.dry_run:
             log.info("dry run: %s %s", outcome.member.spec.key, preempting.message)
@@ -262,6 +265,10 @@ def build_jobs(rows, gangs: dict[int, GangState], book: QueueBook, config, now):
                     gang.min_resources,
                     topology_key=gang.topology_key,
                     domain=gang.domain,
+                    finished=gang.finished,
+                    subgroups=gang.subgroups,
+                    parts_placed=gang.parts_placed,
+                    parts_known=gang.parts_known,
                 )
                 entry.group = terms[gang.pk] = GangTerms(
                     info,

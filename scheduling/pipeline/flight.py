@@ -13,12 +13,17 @@ from __future__ import annotations
 import logging
 import time
 
-from . import preemption, triggers
+from django.db import DatabaseError
+
+from scheduling.dbretry import lock_wait_ran_out
+
+from . import preemption, triggers, wake
 from .commit import commit_plan
 from .cycle import plan_cycle
-from .locks import cycle_lock
+from .locks import cycle_lock, keep_alive
 from .options import option
 from .plan import CycleReport, worker_name
+from .standing import STANDING
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +35,21 @@ def run_cycle(trigger: str = "", worker: str = "", limit: int | None = None) -> 
     plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
     if not plan.attempts:
         return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
-    report = commit_plan(plan)
+    keep_alive()  # before the commit's transaction, where a lease write would stay unseen
+    try:
+        report = commit_plan(plan)
+    except DatabaseError as exc:
+        if not lock_wait_ran_out(exc):
+            raise
+        # a row stayed locked past COMMIT_LOCK_TIMEOUT_MS: the commit rolled back whole;
+        # plan again from the database (the kept snapshot holds this plan's placements)
+        log.warning("a cycle's commit waited too long for a row lock; planning again: %s", exc)
+        STANDING.spoil()
+        return CycleReport(
+            considered=len(plan.attempts), more=True, duration_ms=(time.perf_counter() - plan.started) * 1000
+        )
+    if report.placed and wake.SEEN.woken:
+        report.more = True  # a wake left pods of a fitting spec asleep: look again now
     if report.evictions and preemption.hooks.carry_out is not None:
         preemption.hooks.carry_out(report.evictions)
     if preemption.hooks.settle is not None and option("PREEMPTION"):
@@ -49,6 +68,9 @@ def run_requested_cycles(
             if not held:
                 return reports
             while len(reports) < max_cycles:
+                if not held.renew():
+                    log.warning("this worker lost the cycle lock's lease; leaving the cycles to others")
+                    return reports
                 triggers.take_request()
                 report = run_cycle(trigger=trigger, worker=worker)
                 reports.append(report)

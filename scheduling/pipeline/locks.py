@@ -13,6 +13,17 @@ never over-commit. What matters is that a dead holder never stops scheduling for
   run (beat and the loops keep calling); overlapping workers are then merely wasteful.
 - Without either, a process-local lock (SQLite, where BEGIN IMMEDIATE serialises commits).
 
+A holder that is alive but makes no progress (stopped with SIGSTOP, stuck writing a full
+pipe) must lose the lock too. Each lock but the process-local one carries a lease deadline
+(CYCLE_LOCK_LEASE_SECONDS, 15 s) that only the holder's cycle loop moves forward
+(`keep_alive`, called between cycles and while a cycle plans), never a side thread:
+
+- PostgreSQL: the deadline is the `CycleLease` row, written by the holding session; a caller
+  that finds the lock held by a session whose deadline passed ends that session
+  (`pg_terminate_backend`): its transaction rolls back and the lock is free.
+- Redis: the renewing thread keeps the short lease alive only until the deadline; past it the
+  key runs out within CYCLE_LOCK_TIMEOUT_SECONDS.
+
 CYCLE_LOCK (auto, advisory, redis, local) picks one by hand; SINGLE_FLIGHT off takes none.
 """
 
@@ -64,14 +75,87 @@ def lock_kind() -> str:
 
 
 class Held:
-    """What `cycle_lock` yields: true when this caller holds the lock (a Redis lease renews
-    itself while held, however long the holder runs)."""
+    """What `cycle_lock` yields: true when this caller holds the lock. `renew` moves the
+    lease's deadline forward (the cycle loop calls it); false once the lease is lost."""
 
-    def __init__(self, held: bool):
+    def __init__(self, held: bool, lease: _Lease | None = None):
         self.held = held
+        self.lease = lease
 
     def __bool__(self) -> bool:
         return self.held
+
+    def renew(self) -> bool:
+        return self.lease.renew() if self.lease is not None else self.held
+
+
+class _Lease:
+    """The holder's deadline. `renew` is cheap when called often: it writes at most every
+    third of the lease."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+        self.renewed = float("-inf")
+        self.lost = False
+
+    def renew(self, force: bool = False) -> bool:
+        if self.lost:
+            return False
+        now = time.monotonic()
+        if force or now - self.renewed >= self.seconds / 3:
+            if not self._write():
+                return not self.lost
+            self.renewed = now
+            self.deadline = now + self.seconds
+        return True
+
+    def _write(self) -> bool:
+        return True
+
+
+class _AdvisoryLease(_Lease):
+    """The `CycleLease` row, written by the session holding the advisory lock. Inside a
+    transaction the write would stay unseen until it commits, so it waits for the next call."""
+
+    def __init__(self, seconds: float, holder: str):
+        super().__init__(seconds)
+        self.holder = holder
+
+    def _write(self) -> bool:
+        if connection.in_atomic_block:
+            return False
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {_lease_table()} (id, pid, holder, expires_at)"  # noqa: S608
+                    " VALUES (1, pg_backend_pid(), %s, now() + make_interval(secs => %s))"
+                    " ON CONFLICT (id) DO UPDATE SET pid = EXCLUDED.pid, holder = EXCLUDED.holder,"
+                    " expires_at = EXCLUDED.expires_at",
+                    [self.holder[:200], self.seconds],
+                )
+        except Exception:  # noqa: BLE001 - our session is gone, and the lock with it
+            log.warning("could not renew the cycle lease; this worker may have lost the cycle lock")
+            self.lost = True
+            return False
+        return True
+
+
+_current = threading.local()
+
+
+def keep_alive() -> bool:
+    """Called by a cycle as it makes progress: moves this thread's lease forward (cheap: a
+    clock read, and a write at most every third of the lease). False when the lease is lost:
+    the caller should stop planning; the commit's re-checks keep it safe either way."""
+    lease = getattr(_current, "lease", None)
+    return lease.renew() if lease is not None else True
+
+
+def _lease_table() -> str:
+    from scheduling.models import CycleLease
+
+    return CycleLease._meta.db_table
 
 
 @contextmanager
@@ -82,14 +166,30 @@ def cycle_lock(wait: float = 0):
     if kind == "none":
         yield Held(True)
     elif kind == "redis":
-        with _redis_lock(wait) as held:
-            yield Held(held)
+        with _redis_lock(wait) as (held, lease):
+            with _leased(lease):
+                yield Held(held, lease)
     elif kind == "advisory":
-        with _advisory_lock(wait) as held:
-            yield Held(held)
+        with _advisory_lock(wait) as (held, lease):
+            with _leased(lease):
+                yield Held(held, lease)
     else:
         with _process_lock(wait) as held:
             yield Held(held)
+
+
+@contextmanager
+def _leased(lease: _Lease | None):
+    """Make `lease` the one `keep_alive` moves in this thread while the lock is held."""
+    if lease is None:
+        yield
+        return
+    before = getattr(_current, "lease", None)
+    _current.lease = lease
+    try:
+        yield
+    finally:
+        _current.lease = before
 
 
 @contextmanager
@@ -103,17 +203,26 @@ def _process_lock(wait: float):
 
 
 class _Renewer(threading.Thread):
-    """Pushes the holder's Redis lease back every third of its timeout until stopped."""
+    """Pushes the holder's Redis lease back every third of its timeout until stopped, and
+    only while the holder's deadline (`lease`, moved by its cycle loop) has not passed."""
 
-    def __init__(self, lock, every: float):
+    def __init__(self, lock, every: float, lease: _Lease):
         super().__init__(name="cycle-lock-renewer", daemon=True)
-        self.lock, self.every, self.stopped = lock, every, threading.Event()
+        self.lock, self.every, self.lease, self.stopped = lock, every, lease, threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(self.every):
+            if time.monotonic() > self.lease.deadline:
+                self.lease.lost = True
+                log.error(
+                    "this worker's cycle loop made no progress for %.0f s; letting the cycle lease go",
+                    self.lease.seconds,
+                )
+                return
             try:
                 self.lock.reacquire()
             except LockError:
+                self.lease.lost = True
                 log.warning(
                     "the cycle lease expired under this worker; commits stay safe, cycles may overlap"
                 )
@@ -137,13 +246,14 @@ def _redis_lock(wait: float):
     except RedisError as exc:
         log.warning("Redis unreachable for the cycle lock (%s); using the process-local lock", exc)
         with _process_lock(wait) as local:
-            yield local
+            yield local, None
         return
-    renewer = _Renewer(lock, timeout / 3) if held else None
+    lease = _Lease(option("CYCLE_LOCK_LEASE_SECONDS")) if held else None
+    renewer = _Renewer(lock, timeout / 3, lease) if lease is not None else None
     if renewer is not None:
         renewer.start()
     try:
-        yield held
+        yield held, lease
     finally:
         if renewer is not None:
             renewer.stopped.set()
@@ -161,11 +271,19 @@ def _advisory_lock(wait: float):
         while True:
             cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
             held = bool(cursor.fetchone()[0])
+            if not held and _end_a_stuck_holder(cursor):
+                deadline = max(deadline, time.monotonic() + 1.0)  # its session is ending now
             if held or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
+    lease = None
+    if held:
+        from .plan import worker_name
+
+        lease = _AdvisoryLease(option("CYCLE_LOCK_LEASE_SECONDS"), worker_name())
+        lease.renew(force=True)
     try:
-        yield held
+        yield held, lease
     finally:
         if held and connection.connection is not None:
             try:
@@ -173,3 +291,31 @@ def _advisory_lock(wait: float):
                     cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
             except Exception:  # noqa: BLE001 - a broken session has dropped the lock already
                 pass
+
+
+def _end_a_stuck_holder(cursor) -> bool:
+    """End the session holding the advisory lock when its lease deadline has passed (the
+    holder made no progress for CYCLE_LOCK_LEASE_SECONDS). A holder with no lease row of its
+    own yet (it has just taken the lock) is left alone. True when a session was ended."""
+    cursor.execute(
+        "SELECT l.pid, c.holder, extract(epoch FROM now() - c.expires_at)"  # noqa: S608
+        f" FROM pg_locks l JOIN {_lease_table()} c ON c.id = 1 AND c.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+        f" AND l.classid = {ADVISORY_LOCK_KEY >> 32} AND l.objid = {ADVISORY_LOCK_KEY & 0xFFFFFFFF}"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND c.expires_at < now()"
+    )
+    row = cursor.fetchone()
+    if row is None:
+        return False
+    pid, holder, late = row
+    cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    ended = bool(cursor.fetchone()[0])
+    log.error(
+        "the cycle lock's holder %s (session %s) made no progress for %.0f s past its lease; %s",
+        holder or "?",
+        pid,
+        float(late),
+        "ended its session" if ended else "could not end its session",
+    )
+    return ended

@@ -19,6 +19,10 @@ DEFAULTS = {
     "HEARTBEAT_TIMEOUT_SECONDS": 60.0,
     "CYCLE_LOCK": "auto",
     "CYCLE_LOCK_TIMEOUT_SECONDS": 3.0,
+    # A holder that moves no lease deadline for this long loses the cycle lock (pipeline.locks).
+    "CYCLE_LOCK_LEASE_SECONDS": 15.0,
+    # The longest a commit waits for a row another transaction holds (PostgreSQL).
+    "COMMIT_LOCK_TIMEOUT_MS": 2000,
     "CYCLES_KEPT": 10000,
     "FINISHED_PODS_KEPT_HOURS": 168.0,
     "FAULT_COMMIT_PAUSE_SECONDS": 0.0,

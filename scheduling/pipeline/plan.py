@@ -29,6 +29,10 @@ class Attempt:
     #: cycle the commit must keep for any of them to be kept (0: not a gang, or no minimum left).
     group_id: int | None = None
     gang_needed: int = 0
+    #: Its gang part, and per part how many of this cycle's placements must be kept
+    #: (`engine.batch.jobs.Outcome.parts_needed`).
+    part: str = ""
+    parts_needed: dict = field(default_factory=dict)
     queue_id: int | None = None  # the leaf queue it was admitted to
     #: The tenants it evicts: (victim pod id, kind, why, node, card uuids); its decision is
     #: pending (`Preempting`) and `decision.preemption.grants` are the cards it is nominated to.

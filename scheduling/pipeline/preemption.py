@@ -22,11 +22,13 @@ from datetime import timedelta
 from django.utils import timezone
 
 from scheduling.engine import PodSpec
+from scheduling.engine.annotations import subgroup_of
 from scheduling.engine.batch.jobs import Nominated
 from scheduling.engine.batch.preempt import Rules, Tenant, Tenants, preemptible
 from scheduling.models.pods import spec_fields
 
 from ..models import Allocation, Eviction, Nomination, Pod, PodGroup
+from .batch import subgroup_minimums
 from .options import option
 
 #: How long a refused victim is left out of later victim sets (seconds).
@@ -96,14 +98,36 @@ def load_tenants(now=None) -> Tenants:
             "scheduled_at",
             "annotations",
             "node__name",
+            "labels",
+            "group__subgroups",
         )
     )
-    for pk, namespace, name, priority, queue, g_ns, g_name, g_min, scheduled_at, notes, node in rows:
+    part_min: dict[tuple[str, str], int] = {}
+    for (
+        pk,
+        namespace,
+        name,
+        priority,
+        queue,
+        g_ns,
+        g_name,
+        g_min,
+        scheduled_at,
+        notes,
+        node,
+        labels,
+        parts,
+    ) in rows:
         if node is None:
             continue
         gang = f"{g_ns}/{g_name}" if g_name else ""
+        part = ""
         if gang:
-            gang_min[gang] = g_min or 1
+            minimums = subgroup_minimums(parts)
+            gang_min[gang] = max(g_min or 1, sum(minimums.values()))
+            part = subgroup_of(notes if isinstance(notes, dict) else {}, labels, minimums)
+            if part:
+                part_min[(gang, part)] = minimums[part]
         tenants.append(
             Tenant(
                 key=f"{namespace}/{name}",
@@ -117,9 +141,10 @@ def load_tenants(now=None) -> Tenants:
                 holdings=holdings[pk],
                 ref=pk,
                 refused=(refused.get(pk) or "refused")[:200] if pk in refused else "",
+                part=part,
             )
         )
-    return Tenants(tenants, gang_min, gang_budget)
+    return Tenants(tenants, gang_min, gang_budget, part_min)
 
 
 def gang_budgets() -> dict[str, int]:

@@ -2,8 +2,8 @@
 PostgreSQL (docs/architecture.md, "Lock order"). Every explicit row lock of the project is taken
 through these helpers, so the order lives here:
 
-0. the `CapacityVersion` row, `FOR SHARE` (the commit) or updated (the wake): its first statement
-   (`CapacityVersion.read` / `bump`, beside the row);
+0. the `CapacityVersion` row, updated alone in a transaction of its own (`CapacityVersion.bump`;
+   the commit reads it unlocked, so a release never waits on a commit);
 1. pods (`lock_pods`);
 2. queues (`lock_queues`: the commit's, whose limits it re-checks; `share_queues`: the queues a
    submission names, `FOR KEY SHARE`), then namespace quotas (`lock_namespace_quotas`);

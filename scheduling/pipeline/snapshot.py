@@ -10,13 +10,15 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from django.db.models import BooleanField, F, Q, TextField, Value
+from django.db.models import BooleanField, F, JSONField, Q, TextField, Value
 from django.utils import timezone
 
 from scheduling.engine import Card as EngineCard
 from scheduling.engine import Cluster, ClusterConfig
 from scheduling.engine import Node as EngineNode
 from scheduling.engine.encoding import ALLOCATED, links_to_pairs
+from scheduling.engine.errors import ScenarioError
+from scheduling.engine.families import family_of_type, mig
 from scheduling.engine.model import RunningPod
 from scheduling.engine.noderules import account_running
 from scheduling.models import Allocation, BoundPod, Card, Node, Pod, SchedulerConfig
@@ -38,6 +40,7 @@ ENGINE_CARD_COLUMNS = (
     "health",
     "mode",
     "cordoned",
+    "mig_profiles",
 )
 USED_COLUMNS = ("used_slots", "used_memory", "used_cores")
 CARD_COLUMNS = ("id", "node_id", "links", *ENGINE_CARD_COLUMNS, *USED_COLUMNS)
@@ -52,7 +55,7 @@ CARD_UUID, CARD_LINKS = CARD_COLUMNS.index("uuid"), CARD_COLUMNS.index("links")
 
 def engine_card(values, used=(0, 0, 0)) -> EngineCard:
     """An engine card from the `ENGINE_CARD_COLUMNS` of a card row, with `used` (slots, MiB, cores)."""
-    uuid, index, card_type, slots, memory, cores, numa, health, mode, cordoned = values
+    uuid, index, card_type, slots, memory, cores, numa, health, mode, cordoned, profiles = values
     return EngineCard(
         uuid=uuid,
         index=index,
@@ -67,7 +70,21 @@ def engine_card(values, used=(0, 0, 0)) -> EngineCard:
         used_slots=used[0],
         used_memory=used[1],
         used_cores=used[2],
+        partition=_partition(uuid, mode, profiles),
+        family=family_of_type(card_type),
     )
+
+
+def _partition(uuid: str, mode: str, profiles) -> mig.Geometry | None:
+    """A MIG card's geometry from its stored `migProfiles` (none held: the running pods'
+    reservations take theirs when counted); None for another card or unreadable profiles."""
+    if mode != mig.MODE or not profiles:
+        return None
+    try:
+        return mig.Geometry(mig.read_profiles(profiles, f"card {uuid}.mig_profiles"))
+    except ScenarioError as exc:
+        log.warning("card %s: MIG profiles not read, shared as vGPUs: %s", uuid, exc)
+        return None
 
 
 @dataclass
@@ -127,6 +144,8 @@ OWN_RUNNING_COLUMNS = (
     "containers",
     "init_containers",
     "held",
+    "extra_annotations",
+    "reserved",
     "mine",
 )
 BOUND_RUNNING_COLUMNS = (
@@ -138,6 +157,8 @@ BOUND_RUNNING_COLUMNS = (
     "containers",
     "init_containers",
     "held",
+    "extra",
+    "mig_allocations",
     "mine",
 )
 
@@ -154,19 +175,29 @@ def _own_rows(node_ids: Iterable[int] | None = None):
     rows = Pod.objects.filter(status__in=Pod.BOUND, node__isnull=False)
     if node_ids is not None:
         rows = rows.filter(node_id__in=sorted(set(node_ids)))
-    marks = {"held": Value("", output_field=TextField()), "mine": Value(True, output_field=BooleanField())}
+    marks = {
+        "held": Value("", output_field=TextField()),
+        "reserved": Value("", output_field=TextField()),
+        "mine": Value(True, output_field=BooleanField()),
+    }
     return rows.order_by().annotate(**marks).values_list(*OWN_RUNNING_COLUMNS)
 
 
 def _bound_rows():
-    marks = {"held": F("allocated"), "mine": Value(False, output_field=BooleanField())}
+    marks = {
+        "held": F("allocated"),
+        "extra": Value({}, output_field=JSONField()),
+        "mine": Value(False, output_field=BooleanField()),
+    }
     rows = BoundPod.objects.exclude(phase__in=BoundPod.ENDED).order_by().annotate(**marks)
     return rows.values_list(*BOUND_RUNNING_COLUMNS)
 
 
 def running_pod(row) -> RunningPod:
     """A row of OWN_RUNNING_COLUMNS or BOUND_RUNNING_COLUMNS as the engine's `RunningPod`."""
-    namespace, name, node, labels, affinity, containers, init_containers, allocated, mine = row
+    namespace, name, node, labels, affinity, containers, init_containers, allocated, extra, reserved, mine = (
+        row
+    )
     if mine:
         affinity = _mapping(affinity).get("affinity")  # an own pod's column is `Pod.scheduling`
     return RunningPod(
@@ -177,7 +208,11 @@ def running_pod(row) -> RunningPod:
         affinity=affinity if isinstance(affinity, dict) and affinity else None,
         containers=_listing(containers),
         init_containers=_listing(init_containers),
-        annotations={ALLOCATED: allocated} if allocated else {},
+        annotations={
+            **({ALLOCATED: allocated} if allocated else {}),
+            **{key: value for key, value in _mapping(extra).items() if isinstance(value, str)},
+            **({mig.ALLOCATIONS: reserved} if reserved else {}),
+        },
     )
 
 

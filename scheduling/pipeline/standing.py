@@ -117,7 +117,7 @@ class StandingSnapshot:
         self.bound_seen: dict[int, object] = {}  # BoundPod id -> updated_at (`_bound_changed`)
         self.bound_count = 0
         self.position = 0  # where in the touch log the kept nodes were last put back
-        self.built_at = 0.0
+        self.built_at = float("-inf")
         self.rebuilds = 0  # whole reads, for tests and the bench
         self.refreshes = 0
         self.since_rebuild = 0  # refreshes since the last rebuild (`_freeze`)
@@ -143,7 +143,7 @@ class StandingSnapshot:
 
     def spoil(self) -> None:
         """Read it whole next time (a pod's decision failed half way through a change)."""
-        self.built_at = 0.0
+        self.built_at = float("-inf")  # monotonic time starts near 0 on a fresh machine
 
     # --- bringing it up to date ----------------------------------------------------------
 
@@ -310,6 +310,8 @@ class StandingSnapshot:
             card.health = values[HEALTH]
             card.cordoned = values[CORDONED] or card.uuid in cordoned
             card.gangs = ()
+            if card.partition is not None:  # its instances: taken again with its pods (`_recount`)
+                card.partition = card.partition.emptied()
         node.touch()
 
 

@@ -59,9 +59,11 @@ def signal_scheduler(reason: str) -> None:
     if loops or not settings.REDIS_URL:
         return
     try:
-        client = redis_client()
-        client.set(REQUESTED_KEY, reason[:100] or "requested", ex=3600)
-        if client.set(QUEUED_KEY, "1", nx=True, px=max(1, int(option("TRIGGER_DEBOUNCE_MS")))):
+        pipe = redis_client().pipeline(transaction=False)  # one round trip, the flag first
+        pipe.set(REQUESTED_KEY, reason[:100] or "requested", ex=3600)
+        pipe.set(QUEUED_KEY, "1", nx=True, px=max(1, int(option("TRIGGER_DEBOUNCE_MS"))))
+        _, first_in_window = pipe.execute()
+        if first_in_window:
             current_app.send_task(RUN_CYCLE_TASK, args=(reason[:100],))
     except Exception as exc:  # noqa: BLE001 - the write has committed; scheduling catches up later
         log.warning("could not signal the scheduler (%s): %s", reason, exc)

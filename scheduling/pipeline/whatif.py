@@ -33,7 +33,7 @@ def job_whatif(pods: list[PodSpec], edits: Edits, job: JobAsk, top: int | None =
         if not emptied:
             return found
         kept = [t for node, mine in found.by_node.items() if node not in emptied for t in mine]
-        return Tenants(kept, found.gang_min, found.gang_budget)
+        return Tenants(kept, found.gang_min, found.gang_budget, found.part_min)
 
     rules = preemption.rules()
     runner = JobRunner(

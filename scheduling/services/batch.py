@@ -29,6 +29,7 @@ from datetime import datetime
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Count
+from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.dbretry import retry_on_conflict
@@ -351,6 +352,40 @@ def store_pod_group(namespace: str, name: str, source: str, queue: str | None = 
         Pod.objects.filter(group=group, status=Pod.PENDING, next_attempt_at__isnull=False).update(
             next_attempt_at=None
         )
+    return True
+
+
+#: The condition reason of a gang resized because its owner scaled (kube/rescale.py).
+OWNER_SCALED = "OwnerScaled"
+
+
+def rescale_owner_gang(pk: int, min_member: int, subgroups: list[dict], message: str) -> bool:
+    """A gang found from its pods' owner (`source` "owner") takes the owner's new count and
+    parts: `min_member` and `subgroups` set, an `OwnerScaled` condition naming the change
+    (its verdict line is left to the next cycle), its backed-off members tried at once and a
+    cycle asked for. Validated as any group is; whether anything changed."""
+    with transaction.atomic():
+        group = lock_pod_group(PodGroup.objects.filter(pk=pk, source="owner")).first()
+        if group is None or (group.min_member, group.subgroups) == (min_member, subgroups):
+            return False
+        before = group.min_member
+        group.min_member, group.subgroups = min_member, subgroups
+        validate_pod_group(group)
+        now = timezone.now()
+        group.conditions = [
+            *group.conditions[-19:],
+            {
+                "phase": group.phase,
+                "reason": OWNER_SCALED,
+                "message": f"min_member {before} -> {min_member}: {message}",
+                "at": now.isoformat(),
+            },
+        ]
+        group.save(update_fields=["min_member", "subgroups", "conditions", "updated_at"])
+        request_cycle(f"pod group {group.key} resized by its owner")
+    Pod.objects.filter(group_id=pk, status=Pod.PENDING, next_attempt_at__isnull=False).update(
+        next_attempt_at=None
+    )
     return True
 
 

@@ -38,6 +38,7 @@ BOUND_KEYS = (
     "containers",
     "init_containers",
     "allocated",
+    "mig_allocations",
     "phase",
 )
 #: The columns an item writes (`node` is `node_name`).
@@ -49,6 +50,7 @@ BOUND_COLUMNS = (
     "containers",
     "init_containers",
     "allocated",
+    "mig_allocations",
     "phase",
 )
 
@@ -98,6 +100,7 @@ def _bound_item(item) -> dict:
         "containers": containers,
         "init_containers": init_containers,
         "allocated": _text(item, "allocated", 100_000),
+        "mig_allocations": _text(item, "mig_allocations", 100_000),
         "phase": _text(item, "phase", 16),
     }
 

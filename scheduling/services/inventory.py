@@ -5,6 +5,8 @@ reassign). Locks the node, then its cards by primary key (docs/architecture.md, 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from dataclasses import field as default
 
 from django.db import transaction
 from django.db.models import Q
@@ -24,7 +26,18 @@ from .pods import capacity_changed
 
 log = logging.getLogger("scheduling.services")
 
-CAPACITY_FIELDS = ("type", "slots", "memory", "cores", "numa", "health", "mode", "index", "links")
+CAPACITY_FIELDS = (
+    "type",
+    "slots",
+    "memory",
+    "cores",
+    "numa",
+    "health",
+    "mode",
+    "index",
+    "links",
+    "mig_profiles",
+)
 
 #: A card's optional `observed` measurements: report key -> (Card field, kind, least, most).
 OBSERVED = {
@@ -197,6 +210,8 @@ def report_inventory(
                 "health": card.health,
                 "mode": card.mode[:64],
                 "links": links[card.uuid],
+                # a MIG card's profiles (`migProfiles` of the device, HAMi's wire form)
+                "mig_profiles": card.partition.as_wire() if card.partition else [],
                 "present": True,
             }
             if "cordoned" in device:
@@ -247,6 +262,59 @@ def report_inventory(
             capacity_changed(f"inventory {node.name}")
     node.refused = refused
     return node
+
+
+@dataclass
+class Measured:
+    """What `record_measurements` did: cards written, UUIDs not of the node, cards refused
+    (uuid -> the field at fault and why)."""
+
+    written: list[str] = default(default_factory=list)
+    unknown: list[str] = default(default_factory=list)
+    refused: dict[str, str] = default(default_factory=dict)
+
+
+@retry_on_conflict
+def record_measurements(node_name: str, observed: dict[str, dict]) -> Measured:
+    """Measurements of a node's cards read from elsewhere than its own agent (HAMi's vGPU
+    monitor, kube/vgpumonitor.py): card UUID -> the report's `observed` object.
+
+    Only the measurement fields change, as a report's `observed` changes them (a key left
+    out is stored as not measured). The node's heartbeat, capacity and grants are not
+    touched: its inventory stays its register's. A UUID that is not one of the node's cards
+    is left out (`unknown`), and a card whose values fail the report's ranges is left out
+    (`refused`); the other cards are written.
+    """
+    result = Measured()
+    values: dict[str, dict] = {}
+    for uuid, raw in observed.items():
+        try:
+            checked = _observed({"observed": raw}, uuid)
+        except ScenarioError as exc:
+            result.refused[uuid] = f"{exc.where}: {exc.message}"
+            continue
+        values[uuid] = checked or {}
+    now = timezone.now()
+    with transaction.atomic():
+        node = lock_node(Node.objects.filter(name=node_name)).first()
+        cards = (
+            {}
+            if node is None
+            else {
+                card.uuid: card for card in lock_cards(Card.objects.filter(node=node, uuid__in=list(values)))
+            }
+        )
+        for uuid, fields in values.items():
+            card = cards.get(uuid)
+            if card is None:
+                result.unknown.append(uuid)
+                continue
+            for name, value in _measured(fields, now).items():
+                setattr(card, name, value)
+            result.written.append(uuid)
+        if result.written:
+            Card.objects.bulk_update([cards[uuid] for uuid in result.written], OBSERVED_FIELDS)
+    return result
 
 
 def _measured(observed: dict | None, now) -> dict:

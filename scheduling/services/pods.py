@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from django.db import DataError, IntegrityError, connection, transaction
@@ -51,12 +52,12 @@ def wake_pending_pods(but: int | None = None) -> int:
     """Every backed-off pending pod may be tried at once (an operator's "try them all now";
     a change of capacity wakes only what it lets in: `pipeline.wake`).
 
-    Its own transaction, holding nothing else: first the capacity version is moved (a cycle
-    planning now then backs off none of its pods, `CapacityVersion`), then the pods are locked
-    in primary-key order, as the cycle commit locks them, so a wake and a commit wait for each
-    other at worst."""
+    First the capacity version is moved in a transaction of its own (a cycle planning now then
+    backs off none of its pods, `CapacityVersion`), then the pods are locked in primary-key
+    order, as the cycle commit locks them, so a wake and a commit wait for each other at worst
+    and no other bump waits behind either."""
+    bump_capacity()
     with transaction.atomic():
-        CapacityVersion.bump()
         backed_off = Pod.objects.filter(status=Pod.PENDING, parked=False, next_attempt_at__isnull=False)
         if but is not None:
             backed_off = backed_off.exclude(pk=but)
@@ -837,7 +838,17 @@ def _group_for(
             changed.append("schedule_timeout_seconds")
         if changed:
             group.save(update_fields=[*changed, "updated_at"])
+        if "min_member" in changed or "subgroups" in changed:
+            # its backed-off members may start now: tried at once, after this commit (pods are
+            # never locked after a group: the lock order), as `rescale_owner_gang` does
+            transaction.on_commit(partial(_members_due, group.pk), robust=True)
     return group
+
+
+def _members_due(group_id: int) -> None:
+    Pod.objects.filter(group_id=group_id, status=Pod.PENDING, next_attempt_at__isnull=False).update(
+        next_attempt_at=None
+    )
 
 
 def _named_or_found(named: GroupRef | None, found: GroupRef | None) -> GroupRef | None:
@@ -935,7 +946,11 @@ def _release_allocations_of(pods: list[Pod], now) -> bool:
             card.over_capacity = over_capacity_text(
                 card.used_slots, card.used_memory, card.used_cores, card.slots, card.memory, card.cores
             )
-    Card.objects.bulk_update(cards, ["used_slots", "used_memory", "used_cores", "over_capacity"])
+    counters = ["used_slots", "used_memory", "used_cores", "over_capacity"]
+    if len(cards) == 1:
+        cards[0].save(update_fields=counters)  # a lone card: no CASE per column (bulk_update's)
+    else:
+        Card.objects.bulk_update(cards, counters)
     Allocation.objects.filter(pk__in=[pk for pk, *_ in held]).update(active=False, released_at=now)
     return True
 

@@ -1,15 +1,23 @@
 """Simulations sized before they run: small ones in the request, big ones in the background.
 
 The engine's work for a scenario grows with pods x (nodes + cards): every pod is checked
-against every node and card. Up to SIMULATE_SYNC_MAX_WORK units the API answers in the
-request; up to SIMULATE_MAX_WORK it queues a **job** and answers 202 with the job's URL; above
-that it refuses (413).
+against every node and card; plus what the chain's choices may take (topology-aware weighs
+card combinations on every node for a multi-card container: `engine.cost`). Up to
+SIMULATE_SYNC_MAX_WORK units the API answers in the request; up to SIMULATE_MAX_WORK it
+queues a **job** and answers 202 with the job's URL; above that it refuses (413).
 
-A job runs in a Celery worker when REDIS_URL is set (queue SIMULATE_QUEUE, time limit
-SIMULATE_TIME_LIMIT_SECONDS); without Redis (the embedded default) in one background thread
-of this process, one job at a time. Its state and answer live in the "shared" cache for
-SIMULATE_RESULT_SECONDS: Redis, where web and workers meet, or this process's memory.
-The answer is kept gzip-compressed, as the finished document the result URL serves.
+An estimate can be wrong, so the run itself is bounded too: one in the request stops after
+SIMULATE_SYNC_SECONDS (`engine.budget`, a 413 naming it), and each web process runs at most
+SIMULATE_SYNC_CONCURRENCY at once (the next is a 503 at once, never a web thread waiting),
+so viewers cannot take every web thread from agents and probes.
+
+A job runs in a Celery worker when REDIS_URL is set (queue SIMULATE_QUEUE, `simulations`,
+which the shipped manifests give a worker of its own so a simulation never delays a
+scheduling cycle; time limit SIMULATE_TIME_LIMIT_SECONDS); without Redis (the embedded
+default) in one background thread of this process, one job at a time, under the same limit.
+Its state and answer live in the "shared" cache for SIMULATE_RESULT_SECONDS: Redis, where web
+and workers meet, or this process's memory. The answer is kept gzip-compressed, as the
+finished document the result URL serves.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from django.conf import settings
 from django.core.cache import caches
 from django.utils import timezone
 
-from scheduling.engine.scenario import run_scenario
+from scheduling.engine import budget
+from scheduling.engine.cost import choice_work
+from scheduling.engine.scenario import parse_scenario, run_scenario
 from scheduling.pipeline.preemption import scenario_settings
 
 log = logging.getLogger("hamiadmin.simulations")
@@ -54,22 +64,28 @@ def option(name: str):
 
 @dataclass(frozen=True)
 class Work:
-    """How much the engine has to do for a scenario: pods x (nodes + cards) units."""
+    """How much the engine has to do for a scenario: pods x (nodes + cards) units, plus the
+    steps the chain's choices may take (`engine.cost`)."""
 
     pods: int
     nodes: int
     cards: int
+    choices: int = 0
 
     @property
     def units(self) -> int:
-        return self.pods * (self.nodes + self.cards)
+        return self.pods * (self.nodes + self.cards) + self.choices
 
     def __str__(self) -> str:
-        return f"{self.pods} pods x ({self.nodes} nodes + {self.cards} cards) = {self.units} work units"
+        checks = f"{self.pods} pods x ({self.nodes} nodes + {self.cards} cards)"
+        if self.choices:
+            checks += f" + {self.choices} card-choice steps (topology-aware combinations)"
+        return f"{checks} = {self.units} work units"
 
 
 def measure(raw) -> Work:
-    """The work of a scenario as posted; what is not a list counts 0 (the parser refuses it)."""
+    """The work of a scenario as posted, before it is read; what is not a list counts 0 (the
+    parser refuses it). Cheap, so a huge scenario is refused before it is parsed."""
     if not isinstance(raw, dict):
         return Work(0, 0, 0)
     listed_nodes, listed_pods = raw.get("nodes"), raw.get("pods")
@@ -81,6 +97,48 @@ def measure(raw) -> Work:
         if isinstance(node, dict) and isinstance(node.get("devices"), list)
     )
     return Work(pods=len(pods), nodes=len(nodes), cards=cards)
+
+
+def weigh(raw) -> Work:
+    """`measure` plus the chain's choices, read from the parsed scenario. Raises
+    ScenarioProblems for a malformed one (the caller's 400)."""
+    work = measure(raw)
+    cluster, config, pods = parse_scenario(raw)
+    return Work(work.pods, work.nodes, work.cards, choice_work(cluster, config, pods))
+
+
+class SimulationsBusy(Exception):
+    """This process already runs SIMULATE_SYNC_CONCURRENCY simulations in requests."""
+
+
+_sync_slots: tuple[int, threading.BoundedSemaphore] | None = None
+
+
+def _slots() -> threading.BoundedSemaphore:
+    """The process's SIMULATE_SYNC_CONCURRENCY slots (made again when the setting changes)."""
+    global _sync_slots
+    wanted = max(1, option("SIMULATE_SYNC_CONCURRENCY"))
+    with _runner_lock:
+        if _sync_slots is None or _sync_slots[0] != wanted:
+            _sync_slots = (wanted, threading.BoundedSemaphore(wanted))
+        return _sync_slots[1]
+
+
+def run_now(raw, top: int | None) -> dict:
+    """A simulation answered in the request: at most SIMULATE_SYNC_CONCURRENCY at once in this
+    process (else SimulationsBusy at once), each stopped after SIMULATE_SYNC_SECONDS
+    (`budget.OverBudget`)."""
+    slots = _slots()
+    if not slots.acquire(blocking=False):
+        raise SimulationsBusy(
+            f"{option('SIMULATE_SYNC_CONCURRENCY')} simulations already run in this process "
+            "(HAMI_SIMULATE_SYNC_CONCURRENCY); try again shortly"
+        )
+    try:
+        with budget.deadline(option("SIMULATE_SYNC_SECONDS"), "HAMI_SIMULATE_SYNC_SECONDS"):
+            return run_scenario(raw, top=top, **scenario_settings())
+    finally:
+        slots.release()
 
 
 # --- jobs ---------------------------------------------------------------------------------
@@ -138,10 +196,11 @@ def run(job: str, raw: dict, top: int | None) -> None:
         return
     state.update(status=SimulationStatus.RUNNING.value, started_at=_now())
     _save(job, state)
+    limit = option("SIMULATE_TIME_LIMIT_SECONDS")
     try:
-        result = run_scenario(raw, top=top, **scenario_settings())
-    except SoftTimeLimitExceeded:
-        limit = option("SIMULATE_TIME_LIMIT_SECONDS")
+        with budget.deadline(limit, "HAMI_SIMULATE_TIME_LIMIT_SECONDS"):
+            result = run_scenario(raw, top=top, **scenario_settings())
+    except (SoftTimeLimitExceeded, budget.OverBudget):
         log.warning("simulation %s stopped after %s s (HAMI_SIMULATE_TIME_LIMIT_SECONDS)", job, limit)
         state.update(
             status=SimulationStatus.FAILED.value,

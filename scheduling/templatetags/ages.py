@@ -1,4 +1,6 @@
-"""`{{ when|age }}`: how long ago, to the second for fresh things ("12s", "4m 10s", "2h 5m", "3d 4h")."""
+"""`{{ when|age }}`: how long ago, to the second for fresh things ("12s", "4m 10s", "25m",
+"2h 5m", "3d 4h"). Past ten minutes the seconds are left out: a live page's row then changes
+once a minute, not at every poll (`web.live` sends only the rows that changed)."""
 
 from datetime import datetime
 
@@ -20,6 +22,8 @@ def age(when) -> str:
         return f"{days}d {h}h"
     if hours:
         return f"{hours}h {m}m"
+    if minutes >= 10:
+        return f"{minutes}m"
     if minutes:
         return f"{minutes}m {s}s"
     return f"{s}s"

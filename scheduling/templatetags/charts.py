@@ -35,19 +35,43 @@ def heat(value) -> int:
     return min(HEAT_STEPS - 1, 1 + int(value * (HEAT_STEPS - 1) - 1e-9))
 
 
+def _figure(value: float) -> str:
+    """A number as people read it: thousands grouped, one decimal at most (`2,069.6`, `8`)."""
+    text = f"{value:,.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def amount(used, total, unit: str = "") -> tuple[str, str]:
+    """(`used/total`, unit) in the units an operator thinks in: memory in GiB, cores summed over
+    several cards in cards (100% of one card's cores is one card); one card's cores stay a
+    percentage, other units are shown as given."""
+    used, total = used or 0, total or 0
+    if unit == "MiB":
+        return f"{_figure(used / 1024)}/{_figure(total / 1024)}", "GiB"
+    if unit == "%" and total > 100:
+        return f"{_figure(used / 100)}/{_figure(total / 100)}", "cards"
+    if unit == "%":
+        return f"{used}", "%"
+    return f"{used}/{total}", unit
+
+
 @register.simple_tag
 def meter(label, used, total, unit=""):
-    """One usage bar: `slots 2/10`, filled and coloured by how much is taken.
+    """One usage bar: `slots 2/10`, `memory 11.7/31.2 GiB`, filled and coloured by how much is
+    taken; the tooltip keeps the exact figures (MiB, core percent).
 
     Built in Python rather than an included template: the Cluster page draws three per card.
     """
     share = fraction(used, total)
     used, total, percent = used or 0, total or 0, round(100 * share)
-    unit_html = format_html(" <small>{}</small>", unit) if unit else ""
+    shown, shown_unit = amount(used, total, unit)
+    unit_html = format_html(" <small>{}</small>", shown_unit) if shown_unit and shown_unit != "%" else ""
+    if shown_unit == "%":
+        shown += "%"
     return format_html(
         '<div class="meter heat-{}" title="{}: {}/{} {} ({}%)" data-label="{}" data-used="{}" data-total="{}">'
         '<span class="meter-label">{}</span><span class="meter-track"><span class="meter-fill" style="width: {}%">'
-        '</span></span><span class="meter-value">{}/{}{}</span></div>',
+        '</span></span><span class="meter-value">{}{}</span></div>',
         heat(share),
         label,
         used,
@@ -59,8 +83,7 @@ def meter(label, used, total, unit=""):
         total,
         label,
         percent,
-        used,
-        total,
+        shown,
         unit_html,
     )
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db import models
+
+from scheduling.filtersets import EvictionFilterSet
 from scheduling.models import Decision, Eviction, Nomination, Pod
 
 #: Evictions listed each way on a pod's page, newest first.
@@ -129,3 +132,39 @@ def preemption_panel(pod: Pod, shown: Decision | None, now: datetime) -> Preempt
         .order_by("-created_at", "-id")[:EVICTION_ROWS]
     )
     return panel
+
+
+#: Evictions listed on the Evictions page, newest first.
+EVICTION_PAGE_ROWS = 200
+
+
+def evictions_page(params) -> dict:
+    """Every eviction, newest first, filtered like `GET /api/v1/evictions/` (the same
+    filterset): state, kind, node, victim, preemptor. Active ones (requested, evicting) first
+    when no state is asked for, so what is still under way is never below the fold."""
+    evictions = Eviction.objects.select_related("victim", "preemptor")
+    filterset = EvictionFilterSet(params, queryset=evictions)
+    valid = filterset.is_valid()
+    chosen = filterset.qs if valid else evictions
+    total = Eviction.objects.count()
+    matching = chosen.count()
+    rows = list(chosen.order_by("-created_at", "-id")[:EVICTION_PAGE_ROWS])
+    states = dict(
+        Eviction.objects.values_list("state")
+        .annotate(n=models.Count("id"))
+        .order_by()
+        .values_list("state", "n")
+    )
+    return {
+        "rows": rows,
+        "total": total,
+        "matching": matching,
+        "states": [(value, label, states.get(value, 0)) for value, label in Eviction.STATES],
+        "kinds": Eviction.KINDS,
+        "filters": {
+            "state": params.getlist("state") if hasattr(params, "getlist") else [],
+            **{key: params.get(key, "") for key in ("kind", "node", "victim", "preemptor")},
+        },
+        "filtered": any(params.get(key) for key in ("state", "kind", "node", "victim", "preemptor")),
+        "filter_errors": {} if valid else filterset.errors,
+    }

@@ -18,8 +18,9 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 
 from scheduling.engine import ScenarioError, explain, triage
-from scheduling.engine.encoding import links_to_pairs
-from scheduling.engine.scenario import read_scenario_text, run_scenario
+from scheduling.engine.budget import OverBudget
+from scheduling.engine.encoding import links_to_pairs, pair_key
+from scheduling.engine.scenario import read_scenario_text
 from scheduling.engine.whatif import apply_edits, decide_all, parse_whatif
 from scheduling.filtersets import (
     CardFilterSet,
@@ -31,7 +32,6 @@ from scheduling.filtersets import (
 from scheduling.models import Allocation, Card, CardUsage, Cycle, Decision, Event, Eviction, Node, Pod
 from scheduling.models.pods import SCHEDULING_GATED, decisive_reason, waiting_verdict
 from scheduling.models.samples import NOT_TRIED, latest_reasons, top_reason
-from scheduling.pipeline.preemption import scenario_settings
 from scheduling.pipeline.snapshot import card_tenants, load_snapshot
 from scheduling.services import simulations
 from scheduling.web import heatmap, tables
@@ -398,7 +398,7 @@ def pair_matrix(cards: list[Card]) -> list[dict]:
     return [
         {
             "card": a,
-            "cells": [None if a.pk == b.pk else score.get(frozenset((a.uuid, b.uuid)), 0) for b in cards],
+            "cells": [None if a.pk == b.pk else score.get(pair_key(a.uuid, b.uuid), 0) for b in cards],
         }
         for a in cards
     ]
@@ -418,6 +418,18 @@ def node_page(name: str) -> dict:
         "cards": cards,
         "has_links": any(card.links for card in cards),
         "pods": list(recent[:200]),
+        "node_actions": node_actions(cards, recent.exists()),
+    }
+
+
+def node_actions(cards, has_pods: bool) -> dict[str, bool]:
+    """Which node actions apply: cordon while a present card takes pods, uncordon while a card
+    is cordoned, drain while a card takes pods or pods still run there (to move them off)."""
+    open_cards = any(card.present and not card.cordoned for card in cards)
+    return {
+        "cordon": open_cards,
+        "uncordon": any(card.cordoned for card in cards),
+        "drain": open_cards or has_pods,
     }
 
 
@@ -549,7 +561,10 @@ def simulate(text: str, upload=None) -> Simulation:
         return Simulation(text=text, error=f"scenario: larger than {SIMULATOR_MAX_BYTES // 1024} KiB")
     try:
         scenario = read_scenario_text(text)
-        work, limit = simulations.measure(scenario), simulations.option("SIMULATE_SYNC_MAX_WORK")
+        limit = simulations.option("SIMULATE_SYNC_MAX_WORK")
+        work = simulations.measure(scenario)
+        if work.units <= limit:  # cheap first; then with topology-aware's combinations (`engine.cost`)
+            work = simulations.weigh(scenario)
         if work.units > limit:
             return Simulation(
                 text=text,
@@ -558,9 +573,16 @@ def simulate(text: str, upload=None) -> Simulation:
                     "POST it to /api/v1/simulate/, which runs it in the background"
                 ),
             )
-        result = run_scenario(scenario, top=SIMULATOR_TOP, **scenario_settings())
+        result = simulations.run_now(scenario, SIMULATOR_TOP)
     except ScenarioError as exc:
         return _refused(text, exc)
+    except OverBudget as exc:
+        return Simulation(
+            text=text,
+            error=f"scenario: {exc}, longer than a request may run",
+        )
+    except simulations.SimulationsBusy as exc:
+        return Simulation(text=text, error=f"scenario: not run, {exc}")
     return Simulation(text=text, result=result)
 
 

@@ -15,6 +15,7 @@ from django.utils.safestring import mark_safe
 
 from scheduling.models import Node, Pod
 from scheduling.models.samples import pending_by_closest_node
+from scheduling.templatetags.charts import amount
 
 #: Nodes per page of the Cluster page's table.
 NODES_PER_PAGE = 50
@@ -36,16 +37,19 @@ class UsageColumn(tables.Column):
 
     def __init__(self, total: str, unit: str = "", **kwargs):
         self.total, self.unit = total, unit
-        kwargs.setdefault("attrs", {"td": {"class": "num"}})
+        used = str(kwargs["accessor"])
+        exact = {"title": lambda record: f"{getattr(record, used)}/{getattr(record, total)} {unit}".rstrip()}
+        kwargs.setdefault("attrs", {"td": {"class": "num", **exact}})
         super().__init__(**kwargs)
 
     def render(self, value, record):
+        """In GiB or cards (`charts.amount`); the cell's tooltip keeps the exact MiB or percent."""
         total = getattr(record, self.total)
+        shown, unit = amount(value, total, self.unit)
         return format_html(
-            '{}/{}{} <span class="muted">{}</span>',
-            value,
-            total,
-            f" {self.unit}" if self.unit else "",
+            '{}{} <span class="muted">{}</span>',
+            shown,
+            f" {unit}" if unit and unit != "%" else ("%" if unit else ""),
             _share(value, total),
         )
 
@@ -85,7 +89,11 @@ class NodeTable(tables.Table):
             "ready",
         )
         order_by = ("name",)
-        attrs = {"class": "dense node-table", "data-testid": "node-table"}
+        attrs = {
+            "class": "dense node-table",
+            "data-testid": "node-table",
+            "tbody": {"data-live-rows": "nodes"},
+        }
         row_attrs = {"data-testid": "node-row", "data-node": lambda record: record.name}
         empty_text = "No node matches."
         template_name = "django_tables2/table.html"
@@ -186,7 +194,7 @@ class PodTable(tables.Table):
         fields = ()
         sequence = ("key", "status", "node", "submitted_at", "attempts", "reason")
         order_by = ("-submitted_at",)
-        attrs = {"class": "dense pod-table", "data-testid": "pod-table"}
+        attrs = {"class": "dense pod-table", "data-testid": "pod-table", "tbody": {"data-live-rows": "pods"}}
         row_attrs = {"data-testid": "pod-row", "data-pod": lambda record: record.key}
         empty_text = "No pod matches."
         template_name = "django_tables2/table.html"

@@ -14,6 +14,7 @@ urlpatterns = [
     path("simulator/", views.simulator, name="simulator"),
     path("cycles/", views.cycles, name="cycles"),
     path("events/", views.events, name="events"),
+    path("evictions/", views.evictions, name="evictions"),
     path("queues/", batch.queues, name="queues"),
     path("jobs/<str:namespace>/<str:name>/", batch.job, name="job"),
     path("live/", views.live, name="live"),

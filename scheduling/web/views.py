@@ -10,21 +10,32 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
 from scheduling.roles import OPERATOR, VIEWER, has_role
+from scheduling.web import live as live_parts
 from scheduling.web import queries
+from scheduling.web.preemption import evictions_page
 
 
 def render_live(request, template_name, build, *args):
     """Render a page that refreshes itself. It carries the version read *before* its content,
-    so a change landing while the page is built makes the next poll redraw it."""
+    so a change landing while the page is built makes the next poll redraw it. Asked by
+    `live.js` (`X-Live: 1`), it answers with only the parts that changed (`web.live`)."""
     version = queries.fingerprint()
     context = build(*args)
     context["live_version"] = version
     context["can_operate"] = has_role(request.user, OPERATOR)
-    return render(request, template_name, context)
+    response = render(request, template_name, context)
+    patch_vary_headers(response, ["X-Live"])
+    if live_parts.wants_parts(request) and response.status_code == 200:
+        role = "operator" if context["can_operate"] else "viewer"
+        answer = live_parts.parts_response(request, response.content.decode(), version, role)
+        patch_vary_headers(answer, ["X-Live"])
+        return answer
+    return response
 
 
 def viewer_required(view):
@@ -79,6 +90,13 @@ def node(request, name):
 @viewer_required
 def cycles(request):
     return render_live(request, "scheduling/cycles.html", queries.cycles_page)
+
+
+@require_GET
+@viewer_required
+def evictions(request):
+    """Every eviction (preempt, reclaim, consolidate), filtered like `GET /api/v1/evictions/`."""
+    return render_live(request, "scheduling/evictions.html", evictions_page, request.GET)
 
 
 @require_GET

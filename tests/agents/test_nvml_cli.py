@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pynvml
 import pytest
 
 from agents.nvml.__main__ import main
-from agents.nvml.simulation import NodeFileError, load_node_file
+from agents.nvml.simulation import NodeFileError, load_node_file, measured
 from tests.agents.nvml_standin import T4_UUIDS, StandinNvml, pcie_t4
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,7 +186,9 @@ def test_simulate_once_prints_the_described_node_without_nvml(tmp_path):
             "links": {uuids[other]: score for other, score in links.items()},
         }
 
-    assert json.loads(result.stdout) == {
+    body = json.loads(result.stdout)
+    observed = [card.pop("observed") for card in body["devices"]]
+    assert body == {
         "node": "t4-node",
         "labels": {"gpu": "on"},
         "annotations": {},
@@ -196,6 +199,8 @@ def test_simulate_once_prints_the_described_node_without_nvml(tmp_path):
             card(3, 1, {0: 10, 1: 10, 2: 50}),
         ],
     }
+    assert [seen["memory"] for seen in observed] == [450, 420, 400, 6500]  # as the file writes them
+    assert all(set(seen) == {"memory", "utilization", "temperature", "power"} for seen in observed)
 
 
 def test_simulate_fills_spec_9_defaults_and_one_sided_links(tmp_path, capsys):
@@ -370,3 +375,41 @@ def test_demo_node_files(name, node, model, memory, numa, scores):
         for i, card in enumerate(cards)
         for other, score in card["links"].items()
     } == scores
+
+
+def test_simulated_measurements_sway_around_the_file_within_the_accepted_ranges(tmp_path):
+    """A card's `observed` is the centre: busy, temperature and power move with time and stay
+    in range (100% busy at most), memory in use stays as written; a card without `observed`
+    reports none."""
+    node = tmp_path / "node.yaml"
+    node.write_text(
+        "name: n\ndevices:\n"
+        "  - {uuid: GPU-a, memory: 16000, observed: {memory: 6500, utilization: 95, temperature: 60, power: 40}}\n"
+        "  - {uuid: GPU-b, memory: 16000}\n"
+    )
+    body = load_node_file(node)
+    readings = [measured(body, float(t))["devices"] for t in range(0, 300, 15)]
+    busy = [cards[0]["observed"]["utilization"] for cards in readings]
+    assert len(set(busy)) > 3 and max(busy) == 100 and min(busy) < 95
+    assert {cards[0]["observed"]["memory"] for cards in readings} == {6500}
+    assert all(54 <= cards[0]["observed"]["temperature"] <= 66 for cards in readings)
+    assert all("observed" not in cards[1] for cards in readings)
+    assert body["devices"][0]["observed"]["utilization"] == 95  # the file's body is not changed
+
+
+@pytest.mark.parametrize(
+    ("observed", "message"),
+    [
+        ("{temp: 50}", "devices[0].observed.temp: unknown"),
+        (
+            "{utilization: 150}",
+            "devices[0].observed.utilization: expected a whole number from 0 to 100, got 150",
+        ),
+        ("[1]", "devices[0].observed: expected a mapping"),
+    ],
+)
+def test_simulated_measurements_are_checked_naming_the_field(tmp_path, observed, message):
+    node = tmp_path / "node.yaml"
+    node.write_text(f"name: n\ndevices:\n  - {{uuid: GPU-a, memory: 16000, observed: {observed}}}\n")
+    with pytest.raises(NodeFileError, match=re.escape(message)):
+        load_node_file(node)

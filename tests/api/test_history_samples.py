@@ -67,3 +67,32 @@ def test_an_agent_reports_measurements_and_a_bad_one_is_a_400_naming_it(client_f
     answer = agent.post("/api/v1/agents/report/", report_body("node1", hot), format="json")
     assert answer.status_code == 400 and "devices[0].observed.temperature" in answer.json()
     assert Card.objects.get(uuid="GPU-a").temperature == 55
+
+
+FIGURES = {"vgpus": 1.0, "memory": 2048.0, "pending": 0.0}
+
+
+def test_queue_figures_come_in_bounded_pages_that_follow_one_another(viewer):
+    from scheduling.api.views.history_samples import QUEUE_ROWS
+
+    now = timezone.now()
+    UsageSample.objects.bulk_create(
+        UsageSample(at=now - timedelta(minutes=minute), slots_share=minute / 1000, queues={"q": FIGURES})
+        for minute in range(1, 8)
+    )
+    since = (now - timedelta(hours=1)).isoformat()
+    first = viewer.get(SAMPLES, {"queues": "true", "since": since, "limit": 3}).json()
+    assert [row["slots"] for row in first["results"]] == [0.007, 0.006, 0.005]
+    assert first["results"][0]["queues"] == {"q": FIGURES}
+    seen = [row["slots"] for row in first["results"]]
+    page = first
+    while page["next"]:
+        page = viewer.get(page["next"]).json()
+        seen += [row["slots"] for row in page["results"]]
+    assert seen == [0.007, 0.006, 0.005, 0.004, 0.003, 0.002, 0.001]
+    # without a limit a queues page holds QUEUE_ROWS rows at most, and asking more is a 400
+    assert viewer.get(SAMPLES, {"queues": "true", "since": since}).json()["next"] is None
+    refused = viewer.get(SAMPLES, {"queues": "true", "limit": QUEUE_ROWS + 1})
+    assert refused.status_code == 400 and "limit" in refused.json()
+    assert viewer.get(SAMPLES, {"limit": QUEUE_ROWS + 1}).status_code == 200  # plain rows: up to MAX_ROWS
+    assert viewer.get(SAMPLES, {"offset": -1}).status_code == 400

@@ -43,3 +43,19 @@ def test_a_complete_locks_the_pod_once_and_reads_no_released_allocation(cluster,
     assert not any('FROM "scheduling_node"' in sql for sql in sent)  # read with the pod
     assert sum('FROM "scheduling_allocation"' in sql for sql in sent) == 1  # the release's own read
     assert Pod.objects.get(name="p").status == Pod.SUCCEEDED
+
+
+def test_a_complete_answer_reads_no_eviction_or_nomination_list_the_pod_has_none_of(cluster, operator):
+    """One count over the evictions (as victim and as preemptor) and one look for a
+    nomination stand in for the three lists, which are read only when they have rows."""
+    assert operator.post("/api/v1/pods/", gpu_pod("p", mem=1000), format="json").status_code == 201
+    run_cycle(trigger="test")
+    with CaptureQueriesContext(connection) as queries:
+        answer = operator.post("/api/v1/pods/default/p/complete/")
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert (body["evictions"], body["preemptions"], body["nominations"]) == ([], [], [])
+    sent = statements(queries)
+    assert sum('FROM "scheduling_eviction"' in sql for sql in sent) == 1, sent
+    assert sum('FROM "scheduling_nomination"' in sql for sql in sent) == 1, sent
+    assert not any('FROM "scheduling_nomination" INNER JOIN' in sql for sql in sent), sent

@@ -271,7 +271,7 @@ def celery_worker(redis_url, settings, require_postgres):
     from tests.pipeline.conftest import celery_worker_process
 
     settings.REDIS_URL = redis_url
-    with celery_worker_process(redis_url) as process:
+    with celery_worker_process(redis_url, queues=settings.HAMIADMIN["SIMULATE_QUEUE"]) as process:
         yield process
 
 
@@ -285,3 +285,63 @@ def test_with_redis_a_queued_simulation_runs_in_a_celery_worker(celery_worker, c
     finished = wait_until_finished(viewer, answer.json()["url"], timeout=90)
     assert finished["status"] == "done", finished
     assert finished["result"] == json.loads(json.dumps(run_scenario(copy.deepcopy(SCENARIO))))
+
+
+# --- topology-aware's combinations, and the run's own bounds ------------------------------------
+
+
+def issue_scenario() -> dict:
+    """About 15 KB: one node of 120 linked cards and 8 pods asking 16 each under topology-aware,
+    968 work units by pods x (nodes + cards) alone; it ran 131 s in the request before."""
+    from tests.engine.test_budget import topology_scenario
+
+    return topology_scenario(1, 120, 8, 16)
+
+
+def test_topology_combinations_count_as_work_so_the_issue_scenario_is_refused_at_once(viewer):
+    started = time.monotonic()
+    answer = simulate(viewer, issue_scenario())
+    assert answer.status_code == 413, answer.content
+    detail = answer.json()["detail"]
+    assert "8 pods x (1 nodes + 120 cards) + 387200000 card-choice steps (topology-aware" in detail
+    assert "HAMI_SIMULATE_MAX_WORK" in detail
+    assert time.monotonic() - started < 3
+
+
+def test_a_run_in_the_request_past_its_seconds_is_413_naming_the_setting(viewer, settings):
+    limits(settings, SIMULATE_SYNC_MAX_WORK=10**12, SIMULATE_MAX_WORK=10**12, SIMULATE_SYNC_SECONDS=0.3)
+    started = time.monotonic()
+    answer = simulate(viewer, issue_scenario())
+    assert answer.status_code == 413, answer.content
+    assert "stopped after 0.3 s (HAMI_SIMULATE_SYNC_SECONDS)" in answer.json()["detail"]
+    assert time.monotonic() - started < 3
+
+
+def test_a_queued_run_past_its_time_limit_fails_naming_the_setting(viewer, settings, embedded):
+    limits(settings, SIMULATE_SYNC_MAX_WORK=1, SIMULATE_MAX_WORK=10**12, SIMULATE_TIME_LIMIT_SECONDS=0.3)
+    answer = simulate(viewer, issue_scenario())
+    assert answer.status_code == 202, answer.content
+    finished = wait_until_finished(viewer, answer.json()["url"], timeout=10)
+    assert finished["status"] == "failed"
+    assert finished["error"] == "stopped after 0.3 s (HAMI_SIMULATE_TIME_LIMIT_SECONDS)"
+
+
+@pytest.mark.services
+@pytest.mark.django_db(transaction=True)
+def test_with_redis_the_scheduling_workers_queue_never_runs_a_simulation(
+    redis_url, settings, require_postgres, client_for
+):
+    """The shipped scheduling worker consumes `celery` only (`-Q celery`): a simulation waits
+    for the simulator rather than taking the worker a cycle needs."""
+    from scheduling.pipeline.locks import redis_client
+    from tests.pipeline.conftest import celery_worker_process
+
+    settings.REDIS_URL = redis_url
+    viewer = client_for("viewer")
+    limits(settings, SIMULATE_SYNC_MAX_WORK=14)
+    with celery_worker_process(redis_url, queues="celery"):
+        answer = simulate(viewer, SCENARIO)
+        assert answer.status_code == 202, answer.content
+        time.sleep(8)  # a worker starts and takes what it consumes in a few seconds
+        assert viewer.get(answer.json()["url"]).json()["status"] == "queued"
+    redis_client().delete(settings.HAMIADMIN["SIMULATE_QUEUE"])

@@ -69,3 +69,21 @@ def test_an_unknown_queue_and_bad_job_fields_are_said(cluster, viewer):
     bad = whatif(viewer, [gpu_pod("w", mem=1000)], priority="high", min_member=0, colour="red")
     assert bad.status_code == 400
     assert {"job.priority", "job.min_member", "job.colour"} <= set(bad.json()), bad.json()
+
+
+def test_a_job_with_parts_starts_only_when_each_part_reaches_its_minimum(cluster, viewer):
+    """A master that fits nowhere and four workers that fit: min_member 4 alone would start
+    on the workers; with subgroups {master: 1, worker: 3} the job does not start, and says
+    which part is short. A bad part minimum is named."""
+    task = "volcano.sh/task-spec"
+    pods = [gpu_pod("master", mem=100000, annotations={task: "master"})]
+    pods += [gpu_pod(f"w{k}", mem=1000, annotations={task: "worker"}) for k in range(4)]
+    loose = whatif(viewer, pods, name="pt", min_member=4).json()["job"]
+    assert loose["starts"] is True
+    job = whatif(viewer, pods, name="pt", min_member=4, subgroups={"master": 1, "worker": 3}).json()["job"]
+    assert (job["starts"], job["placed"], job["subgroups"]) == (False, 0, {"master": 1, "worker": 3})
+    assert job["verdict"].startswith(
+        "GangUnschedulable: gang default/pt: subgroup master: 0/1 placeable; 3/4"
+    )
+    bad = whatif(viewer, pods, subgroups={"worker": -1})
+    assert bad.status_code == 400 and "job.subgroups.worker" in bad.json(), bad.json()

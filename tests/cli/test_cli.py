@@ -259,3 +259,27 @@ def test_every_path_the_cli_calls_is_in_the_served_schema(server):
         if method != "parameters"
     }
     assert PATHS <= documented, sorted(PATHS - documented)
+
+
+def test_why_answers_for_a_placed_pod_and_a_pod_held_by_a_rule(cluster, capsys):
+    """A placed pod says where it runs; a gang member alone (min-member 2) says the rule that
+    holds it: the gang's other member is not known yet."""
+    operator = as_client(issue_role_token("cli-setup", "operator"))
+    lone = gpu_pod(
+        "lone", mem=1000, annotations={"hami.io/group-name": "pair", "hami.io/group-min-member": "2"}
+    )
+    assert operator.post("/api/v1/pods/", lone, format="json").status_code == 201
+    run_cycle(trigger="test")
+
+    code, out, _ = hamiadmin(capsys, "why", "default/placed")
+    assert code == 0
+    assert "Status:   scheduled" in out and "Decision: #" in out and " scheduled at " in out
+    assert "node1" in out and "Never fits:" not in out
+
+    code, out, _ = hamiadmin(capsys, "why", "default/lone")
+    assert code == 0
+    assert "Status:   pending" in out and "Never fits:" not in out
+    assert "Verdict:  held by a rule: gang default/pair: 1/2 members known" in out
+    assert "  - submit the missing members (same hami.io/group-name)" in out
+    code, out, _ = hamiadmin(capsys, "why", "default/lone", "-o", "json")
+    assert json.loads(out)["payload"]["verdict"]["class"] == "rule"

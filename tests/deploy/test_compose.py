@@ -53,7 +53,7 @@ def flag(args: list[str], name: str) -> str:
 
 
 def test_the_stack_has_its_services(services):
-    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    assert {"postgres", "redis", "web", "worker", "simulator", "beat"} <= set(services)
     agents = agent_services(services)
     simulated = sorted(flag(argv(s), "--simulate").rsplit("/", 1)[-1] for s in agents.values())
     assert simulated == sorted(DEMO_NODES)
@@ -71,7 +71,7 @@ def test_app_services_share_one_image_built_from_the_repository(services):
 
 
 def test_workers_scale_no_container_name_and_no_host_port(services):
-    assert argv(services["worker"]) == ["celery", "-A", "hamiadmin", "worker", "-l", "info"]
+    assert argv(services["worker"]) == ["celery", "-A", "hamiadmin", "worker", "-l", "info", "-Q", "celery"]
     for name, service in services.items():
         assert "container_name" not in service, f"{name}: a fixed name blocks --scale"
     assert "ports" not in services["worker"]
@@ -101,6 +101,17 @@ def seconds(duration: str) -> float:
     parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", duration)
     assert parts and "".join(n + u for n, u in parts) == duration, f"not a compose duration: {duration}"
     return sum(float(number) * units[unit] for number, unit in parts)
+
+
+def test_simulations_have_a_worker_of_their_own_and_the_scheduling_worker_never_takes_them(services):
+    from django.conf import settings
+
+    queue = settings.HAMIADMIN["SIMULATE_QUEUE"]
+    simulator = argv(services["simulator"])
+    assert simulator[:4] == ["celery", "-A", "hamiadmin", "worker"]
+    assert flag(simulator, "-Q") == queue and flag(simulator, "--concurrency") == "1"
+    assert queue not in flag(argv(services["worker"]), "-Q").split(",")
+    assert "ports" not in services["simulator"]
 
 
 @pytest.mark.parametrize("role", ["worker", "beat"])
@@ -142,7 +153,7 @@ def test_each_agent_reads_the_token_web_registers_for_its_node(compose, services
 
 
 def test_django_services_get_production_settings_and_secrets_from_the_environment(services):
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "simulator", "beat"):
         env = services[name]["environment"]
         assert env["HAMIADMIN_ENV"] == "production", name
         assert env["REDIS_URL"] == "redis://redis:6379/0", name

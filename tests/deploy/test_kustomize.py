@@ -36,6 +36,7 @@ SCHEMA_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 APP_WORKLOADS = {
     ("Deployment", "hamiadmin-web"),
     ("Deployment", "hamiadmin-worker"),
+    ("Deployment", "hamiadmin-simulator"),
     ("Deployment", "hamiadmin-beat"),
     ("Deployment", "hamiadmin-kube-agent"),
     ("DaemonSet", "hamiadmin-nvml-agent"),
@@ -283,7 +284,13 @@ def test_migrations_run_in_a_job_and_app_pods_wait_for_them(objects):
     job = find(objects, "Job", "hamiadmin-migrate")
     [migrate] = job["spec"]["template"]["spec"]["containers"]
     assert ["python", "manage.py", "migrate"] == command_of(migrate)[:3]
-    for name in ("hamiadmin-web", "hamiadmin-worker", "hamiadmin-beat", "hamiadmin-kube-agent"):
+    for name in (
+        "hamiadmin-web",
+        "hamiadmin-worker",
+        "hamiadmin-simulator",
+        "hamiadmin-beat",
+        "hamiadmin-kube-agent",
+    ):
         spec = find(objects, "Deployment", name)["spec"]["template"]["spec"]
         waits = [
             argv
@@ -380,3 +387,19 @@ def test_dev_secrets_are_visibly_dev_only_placeholders():
             if url.scheme and url.netloc and credential is None:
                 continue
             assert "dev-only" in credential or "devonly" in credential, f"{secret['metadata']['name']}:{key}"
+
+
+def test_simulations_run_on_a_queue_only_the_simulator_consumes(objects):
+    """Queued simulations never wait behind, or delay, a scheduling cycle (issue 29)."""
+    from django.conf import settings
+
+    queue = settings.HAMIADMIN["SIMULATE_QUEUE"]
+
+    def consumed(name: str) -> list[str]:
+        [container] = find(objects, "Deployment", name)["spec"]["template"]["spec"]["containers"]
+        argv = command_of(container)
+        assert argv[:4] == ["celery", "-A", "hamiadmin", "worker"], name
+        return argv[argv.index("-Q") + 1].split(",")
+
+    assert consumed("hamiadmin-simulator") == [queue]
+    assert queue not in consumed("hamiadmin-worker")

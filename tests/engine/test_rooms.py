@@ -1,13 +1,13 @@
 """The engine's two rooms: the policy core (`scheduling/engine/*.py`) and the batch layer
 (`scheduling/engine/batch/`). The core imports nothing from the batch layer, except the
-scenario reader, the front door that hands a scenario with queues or groups to it; and no
-engine module imports Django."""
+front doors that hand a scenario with queues or groups to it (the scenario reader, and the
+`simulate` command's Django-free path); and no engine module imports Django."""
 
 import ast
 from pathlib import Path
 
 ENGINE = Path(__file__).resolve().parents[2] / "scheduling" / "engine"
-FRONT_DOORS = {"scenario.py"}
+FRONT_DOORS = {"scenario.py", "scenario_cli.py"}
 
 
 def imported_modules(path: Path) -> set[str]:

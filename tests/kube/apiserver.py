@@ -22,9 +22,10 @@ kube calls, with the semantics those calls rely on:
   more than one budget selects the pod; 409 when the precondition's uid is not the pod's.
   A pod is healthy when its phase is Running; there is no disruption controller, so the
   budget is reckoned at each request from the pods it selects;
-- list and watch of ResourceQuotas; PodGroup CRDs (Volcano's, scheduler-plugins') only once
-  `serve()`d: discovery of their group/version (404 before, like a cluster without the CRD),
-  list/watch, and merge patches of Volcano's object and scheduler-plugins' status subresource;
+- list and watch of ResourceQuotas; PodGroup CRDs (Volcano's, scheduler-plugins', KAI's) only
+  once `serve()`d: discovery of their group/version (404 before, like a cluster without the
+  CRD), list/watch, and merge patches of Volcano's object and of scheduler-plugins' and KAI's
+  status subresource;
 - the Workload API (`scheduling.k8s.io/v1beta1`), once `serve()`d as a 1.37 server with it
   enabled (404 before): discovery (`podgroups`, `podgroups/status`, `workloads`), list/watch
   and get of PodGroups and Workloads, and the PodGroup `status` merge patch (only `status`
@@ -37,6 +38,16 @@ kube calls, with the semantics those calls rely on:
   claim or volume, and their JSON merge patches, refused with 409 on a stale
   `metadata.resourceVersion` (the real words); 404 naming the object. No volume controller
   runs: a `claimRef` written on a volume binds nothing until a test does it;
+- Dynamic Resource Allocation (`resource.k8s.io/v1`, served as by a 1.36 server): list and
+  watch of ResourceSlices, ResourceClaims, ResourceClaimTemplates, DeviceClasses and
+  DeviceTaintRules in the API's own field names, get of a claim, and the `resourceclaims/status`
+  merge patch (only `status` kept; 409 on a stale resourceVersion; 422 when a set allocation
+  changes or `reservedFor` is set without one). No resourceclaim controller runs: a test puts
+  the claim of a template and the pod's `status.resourceClaimStatuses` itself;
+- label selectors (`key=value`, `key!=value`) on lists;
+- the pod proxy (`pods/{name}:{port}/proxy/{path}`, GET): answers what a test set in
+  `proxied[(namespace, name, port)]` (bytes), 503 with the API server's words when nothing
+  listens there;
 - `stop()` closes the listening socket and every open connection; `start()` again listens
   on the same port, with the same objects (like an API server restart over the same etcd).
 
@@ -60,27 +71,56 @@ from urllib.parse import parse_qs, urlsplit
 
 VOLCANO_PODGROUPS = "podgroups.scheduling.volcano.sh"
 COSCHEDULING_PODGROUPS = "podgroups.scheduling.x-k8s.io"
+KAI_PODGROUPS = "podgroups.scheduling.run.ai"
 #: Kubernetes' own Workload API (1.37, scheduling.k8s.io/v1beta1): built in, served once `serve()`d.
 WORKLOAD_PODGROUPS, WORKLOADS = "podgroups.scheduling.k8s.io", "workloads.scheduling.k8s.io"
 PVCS, PVS, STORAGE_CLASSES = "persistentvolumeclaims", "persistentvolumes", "storageclasses"
+#: Dynamic Resource Allocation (`resource.k8s.io/v1`, GA in 1.34): always served, like a 1.36 server.
+RESOURCE_SLICES, RESOURCE_CLAIMS = "resourceslices", "resourceclaims"
+CLAIM_TEMPLATES, DEVICE_CLASSES, DEVICE_TAINT_RULES = (
+    "resourceclaimtemplates",
+    "deviceclasses",
+    "devicetaintrules",
+)
+DRA_KINDS = (RESOURCE_SLICES, RESOURCE_CLAIMS, CLAIM_TEMPLATES, DEVICE_CLASSES, DEVICE_TAINT_RULES)
+DRA_API = ("resource.k8s.io", "v1")
+DRA_KIND_OF = {
+    RESOURCE_SLICES: "ResourceSlice",
+    RESOURCE_CLAIMS: "ResourceClaim",
+    f"{RESOURCE_CLAIMS}/status": "ResourceClaim",
+    CLAIM_TEMPLATES: "ResourceClaimTemplate",
+    DEVICE_CLASSES: "DeviceClass",
+    DEVICE_TAINT_RULES: "DeviceTaintRule",
+}
 WATCHED = (
     "pods",
     "nodes",
     "resourcequotas",
     VOLCANO_PODGROUPS,
     COSCHEDULING_PODGROUPS,
+    KAI_PODGROUPS,
     WORKLOAD_PODGROUPS,
     WORKLOADS,
     PVCS,
     PVS,
     STORAGE_CLASSES,
+    *DRA_KINDS,
 )
 #: Kinds that live in no namespace.
-CLUSTER_SCOPED = ("nodes", PVS, STORAGE_CLASSES, "namespaces")
+CLUSTER_SCOPED = (
+    "nodes",
+    PVS,
+    STORAGE_CLASSES,
+    "namespaces",
+    RESOURCE_SLICES,
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+)
 #: The custom resources a stand-in can serve: kind -> (api group, version), when `serve()`d.
 CUSTOM = {
     VOLCANO_PODGROUPS: ("scheduling.volcano.sh", "v1beta1"),
     COSCHEDULING_PODGROUPS: ("scheduling.x-k8s.io", "v1alpha1"),
+    KAI_PODGROUPS: ("scheduling.run.ai", "v2alpha2"),
     WORKLOAD_PODGROUPS: ("scheduling.k8s.io", "v1beta1"),
     WORKLOADS: ("scheduling.k8s.io", "v1beta1"),
 }
@@ -201,6 +241,18 @@ ROUTES = [
     ),
     (
         "GET",
+        r"^/apis/scheduling\.run\.ai/v2alpha2/podgroups$",
+        "list_or_watch_kai_podgroups",
+        ("scheduling.run.ai", "podgroups", None),
+    ),
+    (
+        "PATCH",
+        r"^/apis/scheduling\.run\.ai/v2alpha2/namespaces/([^/]+)/podgroups/([^/]+)/status$",
+        "patch_kai_podgroup_status",
+        ("scheduling.run.ai", "podgroups/status", "patch"),
+    ),
+    (
+        "GET",
         r"^/apis/scheduling\.k8s\.io/v1beta1/podgroups$",
         "list_or_watch_workload_podgroups",
         ("scheduling.k8s.io", "podgroups", None),
@@ -232,10 +284,37 @@ ROUTES = [
     ("GET", r"^/api/v1/namespaces/([^/]+)$", "get_namespace", ("", "namespaces", "get")),
     (
         "GET",
+        r"^/api/v1/namespaces/([^/]+)/pods/([^/:%]+)(?::|%3A)(\d+)/proxy/(.*)$",
+        "proxy_pod",
+        ("", "pods/proxy", "get"),
+    ),
+    (
+        "GET",
         r"^/apis/(apps|batch|jobset\.x-k8s\.io|leaderworkerset\.x-k8s\.io|ray\.io|kubeflow\.org)"
         r"/([^/]+)/namespaces/([^/]+)/([^/]+)/([^/]+)$",
         "get_owner",
         "owner",  # (group, plural, get): from the path
+    ),
+    *[
+        (
+            "GET",
+            rf"^/apis/resource\.k8s\.io/v1/{kind}$",
+            "list_or_watch_dra",
+            ("resource.k8s.io", kind, None),
+        )
+        for kind in DRA_KINDS
+    ],
+    (
+        "GET",
+        r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$",
+        "get_resource_claim",
+        ("resource.k8s.io", RESOURCE_CLAIMS, "get"),
+    ),
+    (
+        "PATCH",
+        r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)/status$",
+        "patch_resource_claim_status",
+        ("resource.k8s.io", f"{RESOURCE_CLAIMS}/status", "patch"),
     ),
     # Discovery of one group/version: a non-resource URL (no grant: `system:discovery`), so
     # it is kept in `nonresource`, not in `requests`.
@@ -285,6 +364,12 @@ def matches(obj: dict | None, terms) -> bool:
     return all((field_value(obj, path) == value) == equal for path, equal, value in terms)
 
 
+def labelled(obj: dict, terms) -> bool:
+    """Label selector terms (a label key may hold dots, so not `field_value`'s paths)."""
+    found = (obj.get("metadata") or {}).get("labels") or {}
+    return all((found.get(key) == value) == equal for key, equal, value in terms)
+
+
 class Failure(Exception):
     def __init__(self, code: int, reason: str, message: str):
         self.code, self.reason, self.message = code, reason, message
@@ -304,6 +389,7 @@ class StandInApiServer:
             "poddisruptionbudgets": {},
             VOLCANO_PODGROUPS: {},
             COSCHEDULING_PODGROUPS: {},
+            KAI_PODGROUPS: {},
             WORKLOAD_PODGROUPS: {},
             WORKLOADS: {},
             PVCS: {},
@@ -311,6 +397,7 @@ class StandInApiServer:
             STORAGE_CLASSES: {},
             "namespaces": {},
             **{plural: {} for plural in OWNERS},
+            **{kind: {} for kind in DRA_KINDS},
         }
         self.served: dict[str, set[str]] = {}  # custom kind -> resources served (`serve`)
         self.nonresource: list[tuple[str, str]] = []  # method, path: discovery
@@ -320,9 +407,12 @@ class StandInApiServer:
         self.expired_generation = 0
         self.history_limit = history_limit
         self.requests: list[tuple[str, str, str, str, str]] = []  # method, path, group, resource, verb
+        #: grants checked beyond a request's own (1.36's `resourceclaims/binding`)
+        self.authorized: set[tuple[str, str, str]] = set()
         self.hooks: list[tuple[str, str, Callable[[], None]]] = []
         self.evictions: list[tuple[str, str, dict]] = []  # namespace, name, the Eviction carried out
         self.injected: list[list] = []  # [method, path regex, code, reason, remaining]
+        self.proxied: dict[tuple[str, str, int], bytes] = {}  # the pod proxy's answers
         self.port = 0
         self.httpd: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
@@ -472,7 +562,7 @@ class StandInApiServer:
                 self.served[kind] = {kind}
             return
         if status_subresource is None:
-            status_subresource = kind in (COSCHEDULING_PODGROUPS, WORKLOAD_PODGROUPS)
+            status_subresource = kind in (COSCHEDULING_PODGROUPS, KAI_PODGROUPS, WORKLOAD_PODGROUPS)
         with self.lock:
             self.served[kind] = {"podgroups", "podgroups/status"} if status_subresource else {"podgroups"}
 
@@ -482,7 +572,9 @@ class StandInApiServer:
 
     def grants_used(self) -> set[tuple[str, str, str]]:
         with self.lock:
-            return {(group, resource, verb) for _, _, group, resource, verb in self.requests}
+            return {
+                (group, resource, verb) for _, _, group, resource, verb in self.requests
+            } | self.authorized
 
     # -- request handling (called by Handler, under no lock) ------------------------------
 
@@ -541,6 +633,10 @@ class StandInApiServer:
         self._served(COSCHEDULING_PODGROUPS)
         return self._list_or_watch(handler, COSCHEDULING_PODGROUPS, query)
 
+    def list_or_watch_kai_podgroups(self, handler, query, body):
+        self._served(KAI_PODGROUPS)
+        return self._list_or_watch(handler, KAI_PODGROUPS, query)
+
     def list_or_watch_workload_podgroups(self, handler, query, body):
         self._served(WORKLOAD_PODGROUPS)
         return self._list_or_watch(handler, WORKLOAD_PODGROUPS, query)
@@ -558,12 +654,21 @@ class StandInApiServer:
     def list_or_watch_storage_classes(self, handler, query, body):
         return self._list_or_watch(handler, STORAGE_CLASSES, query)
 
+    def list_or_watch_dra(self, handler, query, body):
+        kind = urlsplit(handler.path).path.rsplit("/", 1)[-1]
+        return self._list_or_watch(handler, kind, query)
+
     def _list_or_watch(self, handler, kind, query):
         terms = parse_selector(query.get("fieldSelector", ""))
         if query.get("watch") in ("true", "1"):
             return self._watch(handler, kind, terms, query)
+        labels = parse_selector(query.get("labelSelector", ""))
         with self.lock:
-            items = [copy.deepcopy(o) for o in self.objects[kind].values() if matches(o, terms)]
+            items = [
+                copy.deepcopy(o)
+                for o in self.objects[kind].values()
+                if matches(o, terms) and labelled(o, labels)
+            ]
             version = str(self.version)
         handler.send_json(
             200,
@@ -619,6 +724,16 @@ class StandInApiServer:
         if obj is None:
             raise Failure(404, "NotFound", f'pods "{name}" not found')
         return obj
+
+    def proxy_pod(self, handler, query, body, namespace, name, port, path):
+        with self.lock:
+            self._pod(namespace, name)
+            answer = self.proxied.get((namespace, name, int(port)))
+        if answer is None:
+            raise Failure(
+                503, "ServiceUnavailable", f"error trying to reach service: dial tcp :{port}: refused"
+            )
+        handler.send_text(200, answer)
 
     def get_pod(self, handler, query, body, namespace, name):
         with self.lock:
@@ -795,6 +910,57 @@ class StandInApiServer:
     def patch_volume(self, handler, query, body, name):
         handler.send_json(200, self._patched(handler, body, PVS, "", name))
 
+    # Dynamic Resource Allocation: a claim's status as the registry's status strategy keeps it
+
+    def get_resource_claim(self, handler, query, body, namespace, name):
+        with self.lock:
+            obj = self.objects[RESOURCE_CLAIMS].get((namespace, name))
+            if obj is None:
+                raise Failure(404, "NotFound", f'resourceclaims.resource.k8s.io "{name}" not found')
+            obj = copy.deepcopy(obj)
+        handler.send_json(200, obj)
+
+    def patch_resource_claim_status(self, handler, query, body, namespace, name):
+        """Only `status` changes; 409 on a stale `metadata.resourceVersion`; a write of
+        `allocation` or `reservedFor` also uses the `resourceclaims/binding` patch grant, the
+        synthetic subresource a 1.36 server authorizes it against; 422 as validation
+        answers when an allocation is changed once set (immutable) or `reservedFor` names pods
+        of a claim with no allocation."""
+        if "merge-patch" not in handler.headers.get("Content-Type", ""):
+            raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
+        invalid = f'ResourceClaim.resource.k8s.io "{name}" is invalid'
+        with self.lock:
+            current = self.objects[RESOURCE_CLAIMS].get((namespace, name))
+            if current is None:
+                raise Failure(404, "NotFound", f'resourceclaims.resource.k8s.io "{name}" not found')
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != current["metadata"]["resourceVersion"]:
+                raise Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on resourceclaims.resource.k8s.io "{name}": the object '
+                    "has been modified; please apply your changes to the latest version and try again",
+                )
+            patched = merge_patch(current, {"status": body.get("status")})
+            old = (current.get("status") or {}).get("allocation")
+            new = (patched.get("status") or {}).get("allocation")
+            if old is not None and new is not None and new != old:
+                raise Failure(
+                    422, "Invalid", f"{invalid}: status.allocation: Invalid value: field is immutable"
+                )
+            if (patched.get("status") or {}).get("reservedFor") and new is None:
+                raise Failure(
+                    422,
+                    "Invalid",
+                    f"{invalid}: status.reservedFor: Forbidden: may not be set when not allocated",
+                )
+            if {"allocation", "reservedFor"} & set(body.get("status") or {}):
+                # 1.36's granular status authorization checks the synthetic subresource too
+                self.authorized.add(("resource.k8s.io", f"{RESOURCE_CLAIMS}/binding", "patch"))
+            patched["metadata"].pop("resourceVersion", None)
+            obj = self._store(RESOURCE_CLAIMS, patched)
+        handler.send_json(200, obj)
+
     # custom resources (PodGroup CRDs), only while served
 
     def _served(self, kind: str, resource: str = "podgroups") -> None:
@@ -815,6 +981,8 @@ class StandInApiServer:
                 if (owner_group, owner_version) == (group, version)
                 and (owner_group in BUILT_IN_GROUPS or plural in self.served)
             ]
+            if (group, version) == DRA_API:
+                found.append(set(DRA_KIND_OF))
             resources = sorted(set().union(*found)) if found else None
         if resources is None:
             raise Failure(404, "NotFound", "the server could not find the requested resource")
@@ -827,8 +995,8 @@ class StandInApiServer:
                 "resources": [
                     {
                         "name": name,
-                        "namespaced": True,
-                        "kind": KIND_OF[name],
+                        "namespaced": name.split("/")[0] not in CLUSTER_SCOPED,
+                        "kind": KIND_OF.get(name) or DRA_KIND_OF[name],
                         "verbs": ["get", "list", "watch"],
                     }
                     for name in resources
@@ -860,6 +1028,10 @@ class StandInApiServer:
     def patch_coscheduling_podgroup_status(self, handler, query, body, namespace, name):
         self._served(COSCHEDULING_PODGROUPS, "podgroups/status")
         return self._patch_custom(handler, body, COSCHEDULING_PODGROUPS, namespace, name, status_only=True)
+
+    def patch_kai_podgroup_status(self, handler, query, body, namespace, name):
+        self._served(KAI_PODGROUPS, "podgroups/status")
+        return self._patch_custom(handler, body, KAI_PODGROUPS, namespace, name, status_only=True)
 
     def get_workload_podgroup(self, handler, query, body, namespace, name):
         self._served(WORKLOAD_PODGROUPS)
@@ -1059,6 +1231,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self):  # noqa: N802
         self._handle("PATCH")
+
+    def send_text(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def send_json(self, code: int, body: dict) -> None:
         raw = json.dumps(body).encode()

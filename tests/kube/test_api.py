@@ -8,15 +8,24 @@ import pytest
 
 from kube.api import RBAC_RULES, ApiError, ApiUnavailable, Gone, KubeApi
 
-from .apiserver import COSCHEDULING_PODGROUPS, OWNERS, VOLCANO_PODGROUPS, WORKLOAD_PODGROUPS, WORKLOADS
+from .apiserver import (
+    COSCHEDULING_PODGROUPS,
+    KAI_PODGROUPS,
+    OWNERS,
+    RESOURCE_CLAIMS,
+    VOLCANO_PODGROUPS,
+    WORKLOAD_PODGROUPS,
+    WORKLOADS,
+)
 from .conftest import node_object, pod_object
 
 
 def every_call(kube, apiserver):
     """Each method of KubeApi with a call the way the agent makes it, in an order that works."""
     apiserver.put("pods", pod_object("p1"))
+    apiserver.proxied[("default", "p1", 9394)] = b"hami_host_gpu_utilization_ratio 1\n"
     apiserver.put("nodes", node_object("n1"))
-    for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
+    for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS, KAI_PODGROUPS):
         apiserver.serve(kind)
         apiserver.put(kind, {"metadata": {"name": "g1", "namespace": "default"}, "spec": {"minMember": 2}})
     for kind in (WORKLOAD_PODGROUPS, WORKLOADS):
@@ -53,6 +62,7 @@ def every_call(kube, apiserver):
             ),
         ),
         (KubeApi.get_pod, lambda: found.update(pod=kube.get_pod("default", "p1"))),
+        (KubeApi.get_pod_proxy, lambda: kube.get_pod_proxy("default", "p1", 9394, "metrics")),
         (
             KubeApi.patch_pod,
             lambda: kube.patch_pod("default", "p1", {"metadata": {"annotations": {"x": "y"}}}),
@@ -111,6 +121,15 @@ def every_call(kube, apiserver):
                 "default", "g1", {"status": {"phase": "Pending"}}
             ),
         ),
+        (KubeApi.list_kai_podgroups, lambda: found.update(kai=kube.list_kai_podgroups()[1])),
+        (
+            KubeApi.watch_kai_podgroups,
+            lambda: list(kube.watch_kai_podgroups(found["kai"], timeout_seconds=1)),
+        ),
+        (
+            KubeApi.patch_kai_podgroup_status,
+            lambda: kube.patch_kai_podgroup_status("default", "g1", {"status": {"schedulingConditions": []}}),
+        ),
         (KubeApi.list_workload_podgroups, lambda: found.update(workload=kube.list_workload_podgroups()[1])),
         (
             KubeApi.watch_workload_podgroups,
@@ -165,6 +184,25 @@ def every_call(kube, apiserver):
             lambda: list(kube.watch_storage_classes(found["classes"], timeout_seconds=1)),
         ),
         *owner_calls(kube, apiserver),
+        *dra_calls(kube, apiserver),
+    ]
+
+
+def dra_calls(kube, apiserver):
+    """Dynamic Resource Allocation (kube/dra.py): the lists, and a claim's allocation written
+    (authorized against `resourceclaims/binding` too, as from 1.36)."""
+    apiserver.put(RESOURCE_CLAIMS, {"metadata": {"name": "rc1", "namespace": "default"}, "spec": {}})
+    return [
+        (KubeApi.list_resource_slices, kube.list_resource_slices),
+        (KubeApi.list_resource_claims, kube.list_resource_claims),
+        (KubeApi.list_device_classes, kube.list_device_classes),
+        (KubeApi.list_device_taint_rules, kube.list_device_taint_rules),
+        (
+            KubeApi.patch_resource_claim_status,
+            lambda: kube.patch_resource_claim_status(
+                "default", "rc1", {"status": {"allocation": {"devices": {"results": []}}}}
+            ),
+        ),
     ]
 
 

@@ -131,3 +131,14 @@ def test_with_log_format_json_every_line_is_a_json_object_without_the_token(apis
     )
     assert any("released the lease" in entry["message"] for entry in entries)
     assert "test-token" not in stderr
+
+
+def test_a_bad_vgpu_monitor_setting_exits_2_naming_it(apiserver, tmp_path):
+    process = agent_process(
+        "--kubeconfig",
+        str(kubeconfig(tmp_path, apiserver.url)),
+        env={"HAMI_VGPU_MONITOR": "http://{host}:9394/metrics"},
+    )
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert "HAMI_VGPU_MONITOR: unknown placeholder {host}" in stderr

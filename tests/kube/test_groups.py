@@ -9,12 +9,20 @@ import pytest
 
 from kube import pods as pod_objects
 from kube.agent import KubeAgent
-from kube.groups import COSCHEDULING_KIND, VOLCANO_KIND, GroupInvalid, GroupSync, group_fields
+from kube.groups import (
+    COSCHEDULING_KIND,
+    KAI_KIND,
+    KAI_UNSCHEDULABLE,
+    VOLCANO_KIND,
+    GroupInvalid,
+    GroupSync,
+    group_fields,
+)
 from scheduling.engine import PodInvalid
 from scheduling.models import Card, Event, Pod, PodGroup, Queue
 from scheduling.pipeline import run_cycle
 
-from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS
+from .apiserver import COSCHEDULING_PODGROUPS, KAI_PODGROUPS, VOLCANO_PODGROUPS
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
 
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"
@@ -62,6 +70,31 @@ def test_a_volcano_podgroup_gives_min_member_min_resources_queue_and_task_minimu
         "queue": "research",
         "subgroups": [{"name": "master", "min_member": 1}, {"name": "worker", "min_member": 3}],
     }
+
+
+def test_a_kai_podgroup_gives_min_member_queue_and_its_leaf_subgroups():
+    spec = {
+        "minMember": 4,
+        "queue": "research",
+        "priorityClassName": "train",
+        "subGroups": [
+            {"name": "decode", "minMember": 3},
+            {"name": "decode-leader", "parent": "decode", "minMember": 1},
+            {"name": "decode-workers", "parent": "decode", "minMember": 2},
+            {"name": "prefill"},
+        ],
+    }
+    fields = group_fields(podgroup("pg-serve", **spec), KAI_KIND)
+    assert (fields["source"], fields["min_member"], fields["queue"]) == ("kai", 4, "research")
+    assert fields["subgroups"] == [
+        {"name": "decode-leader", "min_member": 1},
+        {"name": "decode-workers", "min_member": 2},
+        {"name": "prefill", "min_member": 0},
+    ]
+    spec.pop("minMember")  # KAI's minSubGroup form: the leaves' minimums together
+    assert group_fields(podgroup("pg-serve", **spec), KAI_KIND)["min_member"] == 3
+    with pytest.raises(GroupInvalid, match=r"spec.subGroups\[1\].minMember"):
+        group_fields(podgroup("pg", subGroups=[{"name": "a"}, {"name": "b", "minMember": "x"}]), KAI_KIND)
 
 
 def test_a_coscheduling_podgroup_gives_its_timeout_and_no_queue():
@@ -160,6 +193,57 @@ def test_a_volcano_podgroup_makes_the_gang_and_gets_its_status(kube, apiserver, 
     assert (condition["type"], condition["reason"]) == ("Scheduled", "GangScheduled")
     assert len(apiserver.calls("PATCH", "/podgroups/job")) == patches, "written only when it changes"
     assert not [r for r in caplog.records if r.levelname == "ERROR"], "resyncs apply cleanly"
+
+
+def kai_member(name: str, part: str, gpu: int = 1) -> dict:
+    """A pod as KAI's pod-grouper leaves it: `pod-group-name`, and its leaf subgroup's label."""
+    pod = pod_object(name, annotations={"pod-group-name": "pg-serve"}, gpu=gpu)
+    pod["metadata"]["labels"] = {"kai.scheduler/subgroup-name": part}
+    return pod
+
+
+@db
+def test_a_kai_podgroup_makes_the_gang_holds_each_subgroup_and_gets_kais_condition(kube, apiserver):
+    """minMember 4 of a leader and 3 workers: the workers fit, the leader (5 cards on a node
+    of 4) never does, so none starts and KAI's UnschedulableOnNodePool condition says why; a
+    leader that fits starts all four and the condition goes."""
+    Queue.objects.create(name="research")
+    apiserver.serve(KAI_PODGROUPS)
+    subgroups = [{"name": "leader", "minMember": 1}, {"name": "workers", "minMember": 3}]
+    apiserver.put(KAI_PODGROUPS, podgroup("pg-serve", minMember=4, queue="research", subGroups=subgroups))
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 4)))
+    apiserver.put("pods", kai_member("serve-leader", "leader", gpu=5))
+    for i in range(3):
+        apiserver.put("pods", kai_member(f"serve-w{i}", "workers"))
+
+    def conditions() -> list:
+        return (apiserver.get(KAI_PODGROUPS, "default", "pg-serve").get("status") or {}).get(
+            "schedulingConditions"
+        )
+
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(
+            lambda: Pod.objects.filter(name="serve-w2").exists() and Card.objects.exists(), what="queued"
+        )
+        job = group_row("pg-serve")
+        assert (job.source, job.min_member, job.queue.name) == ("kai", 4, "research")
+        assert job.subgroups == [{"name": "leader", "min_member": 1}, {"name": "workers", "min_member": 3}]
+        assert not run_cycle().placed
+        (condition,) = wait_until(conditions, what="KAI's scheduling condition")
+        assert (condition["type"], condition["reason"], condition["status"]) == (
+            KAI_UNSCHEDULABLE,
+            "Unschedulable",
+            "True",
+        )
+        assert condition["message"].startswith("gang default/pg-serve: subgroup leader: 0/1 placeable; 3/4")
+        assert condition["reasons"] == [{"reason": "GangUnschedulable", "message": condition["message"]}]
+
+        apiserver.delete("pods", "default", "serve-leader")
+        apiserver.put("pods", kai_member("serve-leader-1", "leader"))
+        wait_until(lambda: Pod.objects.filter(name="serve-leader-1").exists(), what="the new leader queued")
+        assert len(run_cycle().placed) == 4
+        wait_until(lambda: conditions() == [], what="the condition removed")
+    assert apiserver.calls("PATCH", "/podgroups/pg-serve/status")
 
 
 @db

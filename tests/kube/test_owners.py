@@ -26,14 +26,16 @@ from kube.owners import (
 )
 from kube.sync import NO_GANG, OWNER_REFUSED
 from scheduling.api.tokens import issue_role_token
+from scheduling.engine.annotations import JOBSET_JOB, KUBEFLOW_REPLICA, LWS_WORKER_INDEX
 from scheduling.models import Card, Event, Pod, PodGroup
 from scheduling.pipeline import run_cycle
 from scheduling.roles import VIEWER, role_group
 
-from .apiserver import OWNERS
+from .apiserver import KAI_PODGROUPS, OWNERS
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
 
 db = pytest.mark.django_db(transaction=True)
+REPLICA = KUBEFLOW_REPLICA
 
 
 def owner(plural: str, name: str, spec: dict, by: dict | None = None, **metadata) -> dict:
@@ -93,7 +95,8 @@ def jobset() -> Scenario:
     jobs = [
         owner("jobs", f"train-workers-{i}", {"parallelism": 4, "completions": 4}, by=top) for i in range(2)
     ]
-    pods = [member(f"train-workers-{i}-{k}", job) for i, job in enumerate(jobs) for k in range(4)]
+    stamped = {JOBSET_JOB: "workers"}  # what the JobSet controller labels its pods with
+    pods = [member(f"train-workers-{i}-{k}", job, stamped) for i, job in enumerate(jobs) for k in range(4)]
     return Scenario(
         [("jobsets", top), *(("jobs", job) for job in jobs)],
         pods,
@@ -112,7 +115,9 @@ def raycluster() -> Scenario:
         "ray",
         {"headGroupSpec": {}, "workerGroupSpecs": [{"groupName": "gpu", "replicas": 8, "maxReplicas": 8}]},
     )
-    pods = [member("ray-head", top)] + [member(f"ray-gpu-{k}", top) for k in range(8)]
+    head = {"ray.io/node-type": "head", "ray.io/group": "headgroup"}
+    worker = {"ray.io/node-type": "worker", "ray.io/group": "gpu"}
+    pods = [member("ray-head", top, head)] + [member(f"ray-gpu-{k}", top, worker) for k in range(8)]
     return Scenario(
         [("rayclusters", top)],
         pods,
@@ -129,7 +134,8 @@ def pytorchjob() -> Scenario:
     top = owner(
         "pytorchjobs", "pt", {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 3}}}
     )
-    pods = [member("pt-master-0", top)] + [member(f"pt-worker-{k}", top) for k in range(3)]
+    pods = [member("pt-master-0", top, {REPLICA: "master"})]
+    pods += [member(f"pt-worker-{k}", top, {REPLICA: "worker"}) for k in range(3)]
     return Scenario(
         [("pytorchjobs", top)],
         pods,
@@ -147,9 +153,11 @@ def leaderworkerset() -> Scenario:
     top = owner("leaderworkersets", "serve", {"replicas": 1, "leaderWorkerTemplate": {"size": 4}})
     leaders = owner("statefulsets", "serve", {"replicas": 1}, by=top)
     labels = {LWS_GROUP_INDEX: "0"}
-    leader = member("serve-0", leaders, labels)
+    leader = member("serve-0", leaders, {**labels, LWS_WORKER_INDEX: "0"})
     workers = owner("statefulsets", "serve-0", {"replicas": 3}, by=leader)
-    pods = [leader] + [member(f"serve-0-{k}", workers, labels) for k in range(1, 4)]
+    pods = [leader] + [
+        member(f"serve-0-{k}", workers, {**labels, LWS_WORKER_INDEX: str(k)}) for k in range(1, 4)
+    ]
     return Scenario(
         [("leaderworkersets", top), ("statefulsets", leaders), ("statefulsets", workers)],
         pods,
@@ -203,6 +211,11 @@ def test_each_kind_is_one_gang_placed_all_or_nothing_and_shown_with_its_owner(ku
         assert {pod.group_id for pod in rows(*names)} == {group.pk}
         assert not run_cycle().placed, "a member short: none is placed"
         assert "NotEnoughPods" in {c["reason"] for c in PodGroup.objects.get(pk=group.pk).conditions}
+        # what `kubectl describe pod` shows of a waiting member: the gang's verdict
+        short = f"gang default/{scenario.group}: {len(first)}/{len(names)} members known"
+        wait_until(
+            lambda: any(short in m for m in failed_scheduling(apiserver, names[0])), what="the member's event"
+        )
 
         apiserver.put("pods", last)
         wait_until(lambda: len(rows(*names)) == len(names), what="the last member queued")
@@ -217,6 +230,102 @@ def test_each_kind_is_one_gang_placed_all_or_nothing_and_shown_with_its_owner(ku
     assert shown["owner"] == {"kind": scenario.kind, "name": scenario.name}
     assert (shown["source"], shown["min_member"], shown["phase"]) == ("owner", len(names), "running")
     assert shown["subgroups"] == scenario.subgroups
+
+
+def failed_scheduling(apiserver, name: str) -> list[str]:
+    """The FailedScheduling events' messages on a pod: what `kubectl describe pod` shows."""
+    return [
+        e["message"]
+        for e in apiserver.all("events")
+        if e["involvedObject"]["name"] == name and e["reason"] == "FailedScheduling"
+    ]
+
+
+@db
+def test_a_pytorchjob_of_min_available_4_never_starts_on_4_workers_without_its_master(kube, apiserver):
+    """A master and 7 workers, minAvailable 4: the workers fit, the master (5 cards on nodes of
+    4) never does, so nothing starts, and each member's event names the master's part."""
+    apiserver.serve("pytorchjobs")
+    opted_in(apiserver)
+    spec = {
+        "pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": 7}},
+        "runPolicy": {"schedulingPolicy": {"minAvailable": 4}},
+    }
+    top = owner("pytorchjobs", "pt", spec)
+    apiserver.put("pytorchjobs", top)
+    two_nodes(apiserver)
+    master = member("pt-master-0", top, {REPLICA: "master"})
+    master["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "5"
+    pods = [master] + [member(f"pt-worker-{k}", top, {REPLICA: "worker"}) for k in range(7)]
+    for pod in pods:
+        apiserver.put("pods", pod)
+    names = [pod["metadata"]["name"] for pod in pods]
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: len(rows(*names)) == 8 and Card.objects.count() == 8, what="queued")
+        group = PodGroup.objects.get(name="pytorchjob-pt")
+        assert group.min_member == 4
+        assert group.subgroups == [{"name": "Master", "min_member": 1}, {"name": "Worker", "min_member": 3}]
+        assert not run_cycle().placed
+        group.refresh_from_db()
+        assert group.reason.startswith(
+            "gang default/pytorchjob-pt: subgroup Master: 0/1 placeable; 3/4 members placeable"
+        )
+        wait_until(lambda: failed_scheduling(apiserver, "pt-worker-0"), what="the worker's event")
+    assert all(pod.status == Pod.PENDING for pod in rows(*names))
+    assert "subgroup Master: 0/1 placeable" in failed_scheduling(apiserver, "pt-worker-0")[-1]
+
+
+@db
+def test_an_owners_scale_reaches_its_gang_at_the_resync_without_a_new_pod(kube, apiserver):
+    """A Job of parallelism 3 with 2 pods waits for its third; scaled to 2, the gang follows
+    once the cached Job is stale (no pod submitted again) and starts, saying why."""
+    opted_in(apiserver)
+    job = owner("jobs", "batch", {"parallelism": 3, "completions": 3})
+    apiserver.put("jobs", job)
+    two_nodes(apiserver)
+    for k in range(2):
+        apiserver.put("pods", member(f"batch-{k}", job))
+    agent = KubeAgent(kube, fast_options())
+    assert agent.pod_sync.owners is not None
+    agent.pod_sync.owners.ttl = 0.3  # the owner is read again this soon (30 s in a cluster)
+    with running(agent):
+        wait_until(lambda: len(rows("batch-0", "batch-1")) == 2 and Card.objects.count() == 8, what="queued")
+        assert PodGroup.objects.get(name="job-batch").min_member == 3
+        assert not run_cycle().placed, "a member short"
+
+        apiserver.put("jobs", owner("jobs", "batch", {"parallelism": 2, "completions": 2}))
+        wait_until(lambda: PodGroup.objects.get(name="job-batch").min_member == 2, what="the gang resized")
+        # its members' back-off is cleared just after (pods are never locked after a group)
+        wait_until(
+            lambda: not Pod.objects.filter(group__name="job-batch", next_attempt_at__isnull=False).exists(),
+            what="the members due again",
+        )
+        assert len(run_cycle().placed) == 2
+    group = PodGroup.objects.get(name="job-batch")
+    scaled = [c for c in group.conditions if c["reason"] == "OwnerScaled"]
+    assert [c["message"] for c in scaled] == ["min_member 3 -> 2: Job batch scaled"]
+
+
+@db
+def test_a_kai_podgroup_object_sizes_its_gang_not_the_pods_owner(kube, apiserver):
+    """KAI's pod-grouper names the gang (`pod-group-name`) and made its PodGroup (minMember
+    2); the pods' Job says parallelism 6: the object's figures win, with gangs from owners on."""
+    opted_in(apiserver)
+    apiserver.serve(KAI_PODGROUPS)
+    kai = {"metadata": {"name": "pg-batch", "namespace": "default"}, "spec": {"minMember": 2}}
+    apiserver.put(KAI_PODGROUPS, kai)
+    job = owner("jobs", "batch", {"parallelism": 6})
+    apiserver.put("jobs", job)
+    two_nodes(apiserver)
+    for k in range(2):
+        pod = member(f"batch-{k}", job)
+        pod["metadata"]["annotations"]["pod-group-name"] = "pg-batch"
+        apiserver.put("pods", pod)
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: len(rows("batch-0", "batch-1")) == 2 and Card.objects.count() == 8, what="queued")
+        group = PodGroup.objects.get(name="pg-batch")
+        assert (group.source, group.min_member, group.owner_kind) == ("kai", 2, "")
+        assert len(run_cycle().placed) == 2
 
 
 @db

@@ -153,3 +153,14 @@ def test_the_agent_keeps_its_hands_off_the_quotas_made_through_the_api(kube, api
         )
     kept = set(NamespaceQuota.objects.values_list("quota", "source", "resource", "hard"))
     assert kept == {("gpu", "api", "vgpus", 4), ("mine", "api", "gpumem", 8000)}
+
+
+def test_memory_counts_in_units_of_hamis_memory_factor_as_hami_multiplies_the_limit():
+    """HAMi's `FitQuota` compares MiB held with the limit times `memoryFactor`: with a factor
+    of 4, `limits.nvidia.com/gpumem: 1000` allows 4000 MiB, as a pod's `gpumem: 1000` asks 4000."""
+    hard = {"limits.nvidia.com/gpumem": "1000", "limits.nvidia.com/gpucores": "50"}
+    assert quota_limits(quota("gpu", "ml", hard=hard), memory_factor=4) == (
+        {"gpumem": 4000, "gpucores": 50},
+        {},
+    )
+    assert quota_limits(quota("gpu", "ml", hard=hard))[0]["gpumem"] == 1000

@@ -21,10 +21,21 @@ from kube.leader import LeaderElector
 from scheduling import services
 from scheduling.models import Card, Eviction, Pod
 from scheduling.pipeline import run_cycle
+from tests.engine.dra_objects import claim_pod, device_class, gpumem_claim, hami_slice
 
-from .apiserver import COSCHEDULING_PODGROUPS, VOLCANO_PODGROUPS, WORKLOAD_PODGROUPS, WORKLOADS
+from .apiserver import (
+    COSCHEDULING_PODGROUPS,
+    DEVICE_CLASSES,
+    KAI_PODGROUPS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    VOLCANO_PODGROUPS,
+    WORKLOAD_PODGROUPS,
+    WORKLOADS,
+)
 from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
 from .test_owners import every_owner_kind
+from .test_vgpumonitor import SAMPLE, monitor_pod
 from .test_volumes import claim_object, class_object, volume_object
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,14 +55,20 @@ def elector(kube) -> LeaderElector:
 
 def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
     """Lead, list and watch (pods, nodes, ResourceQuotas, both PodGroup CRDs, the Workload
-    API's PodGroups and Workloads, claims, volumes, storage classes), bind one pod (get, patch,
+    API's PodGroups and Workloads, KAI's PodGroups, claims, volumes, storage classes), bind one pod (get, patch,
     binding; its claim annotated and a volume claimed first), report one that waits (event
     created, then refreshed: patched), write the three PodGroups' status, renew the Lease,
-    evict the bound pod for another (eviction); read each owner kind of a pod and its
-    namespace (gangs from owners)."""
+    evict the bound pod for another (eviction); place a DRA pod (`HAMI_DRA`: the
+    resource.k8s.io lists, its claim's status and 1.36's `resourceclaims/binding`); read each owner kind of a pod and its
+    namespace (gangs from owners); read HAMi's vGPU monitor through the pod proxy."""
     for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
         apiserver.serve(kind)
         apiserver.put(kind, {"metadata": {"name": "job", "namespace": "default"}, "spec": {"minMember": 2}})
+    apiserver.serve(KAI_PODGROUPS)  # KAI's, with a member short: its scheduling condition written
+    apiserver.put(
+        KAI_PODGROUPS, {"metadata": {"name": "kai-job", "namespace": "default"}, "spec": {"minMember": 2}}
+    )
+    apiserver.put("pods", pod_object("kai-0", gpu=1, annotations={"pod-group-name": "kai-job"}))
     apiserver.serve(WORKLOAD_PODGROUPS)
     apiserver.serve(WORKLOADS)
     apiserver.put(
@@ -78,8 +95,26 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
     apiserver.put("pods", fits)
     apiserver.put("pods", pod_object("waits", gpu=5))
     owned = every_owner_kind(apiserver)  # gangs from owners: each kind's owner read
-    agent = KubeAgent(kube, fast_options(event_refresh_seconds=0.1), elector=elector(kube))
+    # the DRA pass: slices, classes, taint rules and claims listed, a claim's status written
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("dra-1"))
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("dra-claim"))
+    apiserver.put("pods", claim_pod("dra-pod", "dra-claim"))
+    # HAMi's vGPU monitor on gpu-1 (`HAMI_VGPU_MONITOR=proxy`): its pod found, read through the proxy
+    apiserver.put("pods", monitor_pod("hami-device-plugin-m1", "gpu-1"))
+    apiserver.proxied[("kube-system", "hami-device-plugin-m1", 9394)] = SAMPLE.encode()
+    options = fast_options(
+        event_refresh_seconds=0.1, dra=True, vgpu_monitor="proxy", vgpu_monitor_seconds=0.1
+    )
+    agent = KubeAgent(kube, options, elector=elector(kube))
     with running(agent):
+        wait_until(lambda: apiserver.calls("GET", "/proxy/metrics"), what="the vGPU monitor read")
+        wait_until(
+            lambda: (apiserver.get(RESOURCE_CLAIMS, "default", "dra-claim").get("status") or {}).get(
+                "allocation"
+            ),
+            what="the DRA pod's claim allocated",
+        )
         wait_until(lambda: pod_row("fits") and pod_row("waits") and Card.objects.exists(), what="queued")
         wait_until(lambda: all(pod_row(name) for name in owned), what="the owners' pods queued")
         assert [pod for pod, _, _ in run_cycle().placed] == ["default/fits"]
@@ -89,6 +124,7 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
         wait_until(
             lambda: apiserver.calls("PATCH", "/podgroups/gang/status"), what="the Workload API's condition"
         )
+        wait_until(lambda: apiserver.calls("PATCH", "/podgroups/kai-job/status"), what="KAI's condition")
         wait_until(lambda: apiserver.calls("GET", "resourcequotas?"), what="the quotas listed and watched")
         wait_until(lambda: LEASE in apiserver.grants_used(), what="a Lease renewal")
         apiserver.put("pods", pod_object("urgent", gpu=1, mem=15000, priority=100))

@@ -130,9 +130,10 @@ def start_worker(*args: str, **env) -> subprocess.Popen:
 
 
 @contextmanager
-def celery_worker_process(redis_url: str, loglevel: str = "WARNING"):
+def celery_worker_process(redis_url: str, loglevel: str = "WARNING", queues: str | None = None):
     """A real `celery -A hamiadmin worker` (solo pool) on the test database and `redis_url`,
-    with the trigger flags and the cycle lock cleared first; terminated on exit."""
+    with the trigger flags and the cycle lock cleared first; terminated on exit. `queues`:
+    its `-Q` (default: celery's default queue only)."""
     from scheduling.pipeline import triggers
     from scheduling.pipeline.locks import REDIS_LOCK_KEY, redis_client
 
@@ -150,6 +151,7 @@ def celery_worker_process(redis_url: str, loglevel: str = "WARNING"):
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
+            *(["-Q", queues] if queues else []),
         ],
         cwd=REPO,
         env=worker_env(REDIS_URL=redis_url),

@@ -117,6 +117,63 @@ def test_the_commit_keeps_none_of_a_gang_when_a_member_lost_its_card():
     assert PodGroup.objects.get(name="train").reason.startswith("gang: 2/3 placements still fit")
 
 
+def volcano_member(name: str, task: str, mem: int = 6000):
+    """A member of the Volcano group `tf`, its task named as Volcano's controller names it."""
+    annotations = {"scheduling.k8s.io/group-name": "tf", "volcano.sh/task-spec": task}
+    return services.submit_pod(
+        "default", name, annotations, [{"name": "main", "resources": limits(gpu=1, mem=mem)}]
+    )
+
+
+def tf_group():
+    """Volcano's PodGroup tf: minMember 2, minTaskMember {ps: 1, worker: 1}."""
+    services.store_pod_group(
+        "default",
+        "tf",
+        "volcano",
+        None,
+        min_member=2,
+        subgroups=[{"name": "ps", "min_member": 1}, {"name": "worker", "min_member": 1}],
+    )
+
+
+def test_a_cycle_starts_no_gang_whose_part_cannot_reach_its_minimum():
+    """Two workers fit and make min_member 2, but the ps fits nowhere: nothing is placed."""
+    cards(count=3)
+    tf_group()
+    members = [volcano_member("ps-0", "ps", mem=64000)] + [
+        volcano_member(f"w{i}", "worker") for i in range(2)
+    ]
+    assert run_cycle().placed == []
+    for m in members:
+        assert reload(m).reason.startswith("GangUnschedulable: gang default/tf: subgroup ps: 0/1 placeable; ")
+    assert_consistent()
+
+
+def test_the_commit_keeps_none_of_a_gang_whose_part_lost_its_card():
+    """Planned: the ps and a worker for the minimum, the other worker as an extra. The ps's
+    card is taken before the commit: two workers would still make min_member 2, but the ps's
+    part would have none, so nothing is kept."""
+    cards(count=3)
+    tf_group()
+    volcano_member("ps-0", "ps")
+    for i in range(2):
+        volcano_member(f"w{i}", "worker")
+    plan = plan_cycle()
+    assert sum(a.decision.status == "scheduled" for a in plan.attempts) == 3
+    ps = next(a for a in plan.attempts if a.key == "default/ps-0")
+    assert (ps.part, ps.parts_needed, ps.gang_needed) == ("ps", {"ps": 1, "worker": 1}, 2)
+    taken = ps.decision.containers[0].devices[0].uuid
+    Card.objects.filter(uuid=taken).update(used_slots=1, used_memory=8000)
+    report = commit_plan(plan)
+    assert report.placed == []
+    assert all(
+        why.startswith("gang: subgroup ps: 0/1 placements still fit; default/ps-0: ")
+        for _, why in report.conflicts
+    )
+    assert Allocation.objects.filter(active=True).count() == 0
+
+
 def test_a_queue_limit_counts_every_vgpu_of_a_multi_card_ask():
     research = Queue.objects.create(name="research", limit_gpumem=10_000)
     cards(count=4, slots=4)

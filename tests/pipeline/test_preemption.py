@@ -293,3 +293,25 @@ def test_consolidation_is_off_by_default():
     submit("p", gpu=1, mem=12000)
     run_cycle()
     assert not Eviction.objects.exists()
+
+
+def test_gang_members_landing_on_the_cards_they_were_nominated_to_count_once():
+    """A gang that preempted earlier lands on its nominated cards: each member's nomination
+    stops holding anything once that member is placed in the commit, so two members on one
+    card are not counted twice (placement plus nomination) and the gang is kept whole. It
+    used to be refused as a conflict every cycle and never placed."""
+    services.report_inventory("node1", {}, {}, [card("GPU-1", 0, memory=16000)])
+    gang = {"hami.io/group-name": "pair", "hami.io/group-min-member": "2", PIN: "GPU-1"}
+    members = [submit(f"m{n}", gpu=1, mem=7000, annotations=gang) for n in range(2)]
+    for member in members:
+        Nomination.objects.create(
+            pod=member,
+            card=Card.objects.get(uuid="GPU-1"),
+            memory=7000,
+            cores=0,
+            expires_at=timezone.now() + timedelta(minutes=2),
+        )
+    report = run_cycle()
+    assert report.conflicts == []
+    assert sorted(key for key, *_ in report.placed) == ["default/m0", "default/m1"]
+    assert_consistent()

@@ -219,6 +219,7 @@ def _tracked(obj) -> bool:
 
 
 def test_the_standing_snapshot_is_frozen_out_of_the_collector_and_a_rebuild_lets_it_go(settings):
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "GC_FREEZE": True}  # the suite runs with it off
     gc.unfreeze()
     start_cluster(random.Random(5))
     assert_standing_is_fresh()  # read whole

@@ -115,19 +115,22 @@ def rolled_back(run):
 
 def one_by_one(items: list, final_status: str, placed_only: bool) -> list[str]:
     """`release_pod` for each item in order, as the outcomes `release_pods` reports: an item
-    that is not an object of `RELEASE_KEYS`, or names a pod an earlier item named, or no pod,
-    is refused; with `placed_only`, so is a pod that is not scheduled or running (the check
+    that is not an object of `RELEASE_KEYS`, or names a pod an earlier item named (refused or
+    not), or no pod, is refused; with `placed_only`, so is a pod that is not scheduled or running (the check
     `POST .../complete/` makes before `release_pod`)."""
     outcomes, seen = [], set()
     for entry in items:
-        if not isinstance(entry, dict) or set(entry) - set(RELEASE_KEYS):
+        if not isinstance(entry, dict):
             outcomes.append(WriteOutcome.REFUSED)
             continue
         key = (entry.get("namespace"), entry.get("name"))
-        if key in seen or not all(isinstance(part, str) for part in key):
+        named = all(isinstance(part, str) for part in key)
+        again = key in seen
+        if named:
+            seen.add(key)  # an item names its pod whatever becomes of it (`named_again`)
+        if set(entry) - set(RELEASE_KEYS) or again or not named:
             outcomes.append(WriteOutcome.REFUSED)
             continue
-        seen.add(key)
         before = Pod.objects.filter(namespace=key[0], name=key[1]).values_list("status", "uid").first()
         uid = entry.get("uid") or None
         if before is None or (placed_only and before[0] not in Pod.BOUND and uid in (None, before[1])):

@@ -361,9 +361,9 @@ def test_a_pod_inserted_concurrently_is_written_as_a_resubmission(require_postgr
             cursor.execute(
                 "INSERT INTO scheduling_pod (namespace, name, uid, origin, annotations, labels, containers,"
                 " init_containers, priority, status, submitted_at, attempts, reason, error, error_field, parked,"
-                " allocated, spec_hash, revision, updated_at)"
+                " allocated, extra_annotations, spec_hash, revision, updated_at)"
                 " VALUES ('default', 'raced', '', 'api', '{}', '{}', %s, '[]', 0, 'pending', now(), 0, '', '',"
-                " '', false, '', 'other', 0, now())",
+                " '', false, '', '{}', 'other', 0, now())",
                 [json.dumps(containers(1000))],
             )
             writer = threading.Thread(target=batch)

@@ -98,3 +98,32 @@ def test_a_viewer_sees_no_action_and_is_refused_naming_the_role(viewer_client):
             assert answer.status_code == 403 and "operator role" in answer.content.decode()
     assert not Card.objects.filter(cordoned=True).exists()
     assert not Event.objects.filter(kind=services.OPERATOR_ACTION).exists()
+
+
+def test_node_actions_are_post_buttons_shown_only_where_they_apply(operator_client):
+    """An open node offers cordon and drain, not uncordon; once every card is cordoned and
+    nothing runs there, only uncordon is left. Each is a form that POSTs to the action, which
+    still asks to confirm."""
+    report_demo_cluster()
+
+    def buttons() -> set[str]:
+        html = operator_client.get(reverse("node", args=["t4-node"])).content.decode()
+        actions = html[html.index('data-testid="node-actions"') :]
+        actions = actions[: actions.index("</div>")]
+        found = set()
+        for name in ("node-cordon", "node-uncordon", "node-drain"):
+            form = f'<form method="post" action="{reverse(name, args=["t4-node"])}">'
+            if form in actions:
+                assert f'data-testid="{name}"' in actions
+                found.add(name)
+        return found
+
+    assert buttons() == {"node-cordon", "node-drain"}
+    asked = operator_client.post(reverse("node-cordon", args=["t4-node"]))  # the button's POST
+    assert (
+        'data-testid="confirm"' in asked.content.decode() and not Card.objects.filter(cordoned=True).exists()
+    )
+    services.cordon_node("t4-node", True, by="oskar")
+    assert buttons() == {"node-uncordon"}
+    services.cordon_card_by("GPU-t4-2", False, by="oskar")
+    assert buttons() == {"node-cordon", "node-uncordon", "node-drain"}

@@ -16,6 +16,7 @@ from django.conf import settings
 
 from scheduling import services
 from scheduling.models import Card, Pod
+from scheduling.templatetags.charts import amount
 from tests.conftest import missing_service
 
 from .conftest import PASSWORD, cycle, report_demo_cluster, report_walkthrough, submit, t4_mutex_waits
@@ -125,8 +126,8 @@ def test_cluster_page_shows_the_demo_cards_with_their_usage(page, viewer_user):
         tile = page.locator(f"[data-testid=card-tile][data-uuid='{card.uuid}']")
         text = tile.inner_text()
         assert f"{card.used_slots}/{card.slots}" in text
-        assert f"{card.used_memory}/{card.memory}" in text
-        assert f"{card.used_cores}/{card.cores}" in text
+        assert " ".join(amount(card.used_memory, card.memory, "MiB")) in text  # e.g. 15.6/40 GiB
+        assert f"{card.used_cores}%" in text  # one card's cores: a percentage
         for allocation in card.allocations.filter(active=True).select_related("pod"):
             assert allocation.pod.key in text
     busy = Card.objects.filter(used_slots__gt=0).count()

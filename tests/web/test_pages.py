@@ -325,6 +325,29 @@ def test_simulator_page_refuses_more_work_than_a_request_may_do(viewer_client, s
     assert viewer_client.post(reverse("simulator"), {"scenario": text}).status_code == 200
 
 
+def test_simulator_page_counts_topology_combinations_and_stops_a_run_at_its_seconds(viewer_client, settings):
+    """The issue's scenario (968 units by pods x (nodes + cards) alone, minutes of topology-aware
+    combinations) is refused at once, and a run the estimate lets through still stops."""
+    import json
+    import time
+
+    from tests.engine.test_budget import topology_scenario
+
+    text = json.dumps(topology_scenario(1, 120, 8, 16))
+    started = time.monotonic()
+    html = viewer_client.post(reverse("simulator"), {"scenario": text}).content.decode()
+    assert "card-choice steps (topology-aware combinations)" in html and "HAMI_SIMULATE_SYNC_MAX_WORK" in html
+    settings.HAMIADMIN = {
+        **settings.HAMIADMIN,
+        "SIMULATE_SYNC_MAX_WORK": 10**12,
+        "SIMULATE_SYNC_SECONDS": 0.3,
+    }
+    answer = viewer_client.post(reverse("simulator"), {"scenario": text})
+    assert "stopped after 0.3 s (HAMI_SIMULATE_SYNC_SECONDS)" in answer.content.decode()
+    assert 'data-testid="simulator-result"' not in answer.content.decode()
+    assert time.monotonic() - started < 5
+
+
 def test_simulator_example_link_loads_and_runs_an_example(viewer_client):
     html = viewer_client.get(reverse("simulator"), {"example": "story2-node-spread"}).content.decode()
     assert 'data-testid="simulator-result"' in html and "node2" in html

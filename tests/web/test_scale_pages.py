@@ -81,7 +81,10 @@ def test_the_node_table_pages_sorts_and_searches_in_the_database(viewer_client):
     assert table_nodes(html) == [f"n04{i}" for i in range(10)]
     assert {node for node, _, _ in cells(html)} == {f"n04{i}" for i in range(10)}
     row = html[html.index('data-node="n042"', html.index("node-table")) :]
-    assert "12000/32000 MiB" in row[: row.index("</tr>")]
+    assert (
+        "11.7/31.2 GiB" in row[: row.index("</tr>")]
+        and 'title="12000/32000 MiB"' in row[: row.index("</tr>")]
+    )
     a100 = table_nodes(viewer_client.get(reverse("home"), {"type": "A100", "q": "n00"}).content.decode())
     assert a100 == ["n001", "n003", "n005", "n007", "n009"]
 

@@ -181,7 +181,9 @@ class OwnerSerializer(serializers.Serializer):
 
 class SubgroupSerializer(serializers.Serializer):
     name = serializers.CharField(help_text="a replicated job, a replica type, an LWS leader or workers")
-    min_member = serializers.IntegerField(help_text="its own minimum: recorded, not enforced")
+    min_member = serializers.IntegerField(
+        help_text="its own minimum: the gang starts only when this part reaches it"
+    )
 
 
 class PodGroupSerializer(OutputModelSerializer):

@@ -44,9 +44,12 @@ BAD_FILTER = {
 
 class Pages(LimitOffsetPagination):
     """`limit` (1..1000, default 100) and `offset` (0 or more); anything else is a 400 naming
-    the parameter, not silently the default."""
+    the parameter, not silently the default. The browsable API (a browser asking for HTML)
+    shows 20 unless a `limit` is given: a page of 100 nodes is megabytes of highlighted JSON,
+    while scripts reading JSON keep the default of 100."""
 
     default_limit = 100
+    browsable_limit = 20
     max_limit = 1000
 
     def _number(self, request, name: str, default: int, least: int) -> int:
@@ -62,7 +65,9 @@ class Pages(LimitOffsetPagination):
         return value
 
     def get_limit(self, request):
-        return min(self._number(request, self.limit_query_param, self.default_limit, 1), self.max_limit)
+        renderer = getattr(request, "accepted_renderer", None)
+        default = self.browsable_limit if getattr(renderer, "format", "") == "api" else self.default_limit
+        return min(self._number(request, self.limit_query_param, default, 1), self.max_limit)
 
     def get_offset(self, request):
         return self._number(request, self.offset_query_param, 0, 0)

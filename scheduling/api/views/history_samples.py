@@ -4,6 +4,11 @@ One row per sample (raw, 5-minute or hourly, as the retention left it); shares a
 With `?node=` each row carries that node's share instead of the cluster's pending reasons
 (then null), read from the row's JSON in SQL so the other nodes' shares never leave the
 database. With `?queues=true` each row carries its per-queue figures (null otherwise).
+
+Paged by `limit` and `offset`: a page holds at most MAX_ROWS rows, and at most QUEUE_ROWS with
+`?queues=true` (each row then carries up to 50 queues' figures: the whole retention at once
+was 25.8 MB and 2 s of CPU); `next` is the next page's URL while rows remain. QUEUE_ROWS
+covers the default window, so the dashboard's charts read one page.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from .base import BAD_FILTER, ERRORS, REFUSED, RoleView, check_query_parameters
 
 #: The window a request without `since` gets.
 DEFAULT_HOURS = 6
+#: The most rows a page holds with `?queues=true` (and its default): the default window's
+#: raw samples (6 hours every 30 s: 720) fit.
+QUEUE_ROWS = 1000
 
 
 class SampleQuerySerializer(serializers.Serializer):
@@ -32,10 +40,21 @@ class SampleQuerySerializer(serializers.Serializer):
     until = serializers.DateTimeField(required=False, help_text="up to this time (default: now)")
     node = serializers.CharField(required=False, max_length=253, help_text="one node's share too")
     queues = serializers.BooleanField(required=False, default=False, help_text="per-queue figures too")
+    limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text=f"rows in this page (default and most: {MAX_ROWS}, {QUEUE_ROWS} with ?queues=true)",
+    )
+    offset = serializers.IntegerField(required=False, min_value=0, default=0, help_text="rows to skip")
 
     def validate(self, attrs):
         if "since" in attrs and "until" in attrs and attrs["since"] > attrs["until"]:
             raise serializers.ValidationError({"since": ["must not be after until"]})
+        most = QUEUE_ROWS if attrs["queues"] else MAX_ROWS
+        if attrs.get("limit", most) > most:
+            with_queues = " with queues=true" if attrs["queues"] else ""
+            raise serializers.ValidationError({"limit": [f"must be at most {most}{with_queues}"]})
+        attrs.setdefault("limit", most)
         return attrs
 
 
@@ -74,6 +93,7 @@ class SamplesSerializer(serializers.Serializer):
     since = serializers.DateTimeField()
     until = serializers.DateTimeField()
     node = serializers.CharField(allow_null=True)
+    next = serializers.URLField(allow_null=True, help_text="the next page, while rows remain; else null")
     results = SampleSerializer(many=True)
 
 
@@ -93,7 +113,7 @@ COLUMNS = (
 class SampleHistoryView(RoleView, APIView):
     """Cluster usage over time: allocated shares, pending pods, placements and cycle times."""
 
-    extra_query_parameters = ("since", "until", "node", "queues")
+    extra_query_parameters = ("since", "until", "node", "queues", "limit", "offset")
 
     @extend_schema(
         operation_id="history_samples",
@@ -101,8 +121,10 @@ class SampleHistoryView(RoleView, APIView):
         parameters=[SampleQuerySerializer],
         responses={200: SamplesSerializer, 404: ERRORS, **BAD_FILTER, **REFUSED},
         description=(
-            f"Samples oldest first, at most {MAX_ROWS}: raw every 30 s for 6 hours, then 5-minute "
-            "averages for 7 days, then hourly. Unknown parameters are a 400 naming them."
+            f"Samples oldest first, raw every 30 s for 6 hours, then 5-minute averages for 7 days, "
+            f"then hourly; paged by `limit` (default and most: {MAX_ROWS}, {QUEUE_ROWS} with "
+            "?queues=true) and `offset`, `next` giving the next page. Unknown parameters are a 400 "
+            "naming them."
         ),
     )
     def get(self, request):
@@ -123,8 +145,18 @@ class SampleHistoryView(RoleView, APIView):
             columns.append("pending_reasons")
         if query.validated_data["queues"]:
             columns.append("queues")
-        results = [_row(values, node is not None) for values in rows.values(*columns)[:MAX_ROWS]]
-        body = {"since": since, "until": until, "node": node, "results": results}
+        limit, offset = query.validated_data["limit"], query.validated_data["offset"]
+        page = list(rows.values(*columns)[offset : offset + limit + 1])
+        following = None
+        if len(page) > limit:
+            page = page[:limit]
+            params = request.query_params.copy()
+            params["offset"] = str(offset + limit)
+            params.setdefault("until", until.isoformat())  # the next page reads the same window
+            params.setdefault("since", since.isoformat())
+            following = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        results = [_row(values, node is not None) for values in page]
+        body = {"since": since, "until": until, "node": node, "next": following, "results": results}
         return Response(SamplesSerializer(body).data)
 
 

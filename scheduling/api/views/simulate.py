@@ -20,9 +20,8 @@ from rest_framework.views import APIView
 
 from scheduling.api import serializers as s
 from scheduling.api.parsers import ScenarioParser
+from scheduling.engine.budget import OverBudget
 from scheduling.engine.errors import MAX_PROBLEMS, ScenarioProblems
-from scheduling.engine.scenario import parse_scenario, run_scenario
-from scheduling.pipeline.preemption import scenario_settings
 from scheduling.roles import VIEWER
 from scheduling.services import simulations
 
@@ -33,6 +32,27 @@ class ScenarioTooBig(APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
     default_detail = "Scenario too big to simulate."
     default_code = "scenario_too_big"
+
+
+class SimulationsBusy(APIException):
+    """This process runs HAMI_SIMULATE_SYNC_CONCURRENCY simulations already: answered at once,
+    so a viewer never holds a web thread waiting for one."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "Simulations busy; try again shortly."
+    default_code = "simulations_busy"
+
+    def __init__(self, detail=None):
+        super().__init__(detail)
+        self.wait = 1
+
+
+def _refuse_above_max(work: simulations.Work) -> None:
+    limit = simulations.option("SIMULATE_MAX_WORK")
+    if work.units > limit:
+        raise ScenarioTooBig(
+            f"Scenario too big to simulate: {work}, more than HAMI_SIMULATE_MAX_WORK ({limit})."
+        )
 
 
 def every_problem(exc: ScenarioProblems) -> ValidationError:
@@ -83,15 +103,18 @@ class SimulateView(RoleView, APIView):
             413: ERRORS,
             415: ERRORS,
             429: ERRORS,
+            503: ERRORS,
             **REFUSED,
         },
         description=(
             "The same JSON as `manage.py simulate`. A malformed scenario is a 400 naming every "
             f"problem (up to {MAX_PROBLEMS}, then `non_field_errors` counts the rest), keyed by "
-            "where each is, e.g. `nodes[1].devices[0].uuid`. Work is pods x (nodes + cards): up to "
-            "HAMI_SIMULATE_SYNC_MAX_WORK the answer comes at once (200); up to HAMI_SIMULATE_MAX_WORK "
-            "the simulation is queued (202, `url` gives its status and result); above, or a body over "
-            "HAMI_SIMULATE_MAX_BODY_BYTES, 413 naming the limit."
+            "where each is, e.g. `nodes[1].devices[0].uuid`. Work is pods x (nodes + cards) plus "
+            "topology-aware's combination steps: up to HAMI_SIMULATE_SYNC_MAX_WORK the answer comes "
+            "at once (200; a run past HAMI_SIMULATE_SYNC_SECONDS is a 413, and while this process "
+            "runs HAMI_SIMULATE_SYNC_CONCURRENCY already, a 503 with Retry-After); up to "
+            "HAMI_SIMULATE_MAX_WORK the simulation is queued (202, `url` gives its status and "
+            "result); above, or a body over HAMI_SIMULATE_MAX_BODY_BYTES, 413 naming the limit."
         ),
     )
     def post(self, request):
@@ -100,18 +123,24 @@ class SimulateView(RoleView, APIView):
             if not top.isdigit() or int(top) < 1:
                 raise ValidationError({"top": ["must be a positive integer"]})
             top = int(top)
-        work = simulations.measure(request.data)
-        limit = simulations.option("SIMULATE_MAX_WORK")
-        if work.units > limit:
-            raise ScenarioTooBig(
-                f"Scenario too big to simulate: {work}, more than HAMI_SIMULATE_MAX_WORK ({limit})."
-            )
+        _refuse_above_max(simulations.measure(request.data))  # before reading a huge one
         try:
-            if work.units <= simulations.option("SIMULATE_SYNC_MAX_WORK"):
-                return Response(run_scenario(request.data, top=top, **scenario_settings()))
-            parse_scenario(request.data)  # a malformed scenario is a 400 now, not a failed job later
+            work = simulations.weigh(request.data)  # a malformed scenario is a 400 now
         except ScenarioProblems as exc:
             raise every_problem(exc) from None
+        _refuse_above_max(work)
+        if work.units <= simulations.option("SIMULATE_SYNC_MAX_WORK"):
+            try:
+                return Response(simulations.run_now(request.data, top))
+            except ScenarioProblems as exc:
+                raise every_problem(exc) from None
+            except OverBudget as exc:
+                raise ScenarioTooBig(
+                    f"Scenario too big to simulate in the request: {work}, {exc}; "
+                    "HAMI_SIMULATE_SYNC_MAX_WORK sends bigger ones to the background."
+                ) from None
+            except simulations.SimulationsBusy as exc:
+                raise SimulationsBusy(str(exc)) from None
         throttle = QueuedSimulationThrottle()
         if not throttle.allow_request(request, self):
             self.throttled(request, throttle.wait())

@@ -9,10 +9,11 @@ closest on for the rest of the cycle (`Scheduler.reserve`: every later job reads
 `NodeReserved` there, with a warning naming them; the nodes stay ready), so smaller jobs
 cannot keep taking what it needs (no starvation). The runner releases them when it is done.
 
-A gang is tried only when at least `min_member` of its pods are known; its members are
-placed in a `Statement` until the ones already placed plus the ones placed now reach
-`min_member`, and kept only if they do; otherwise every placement of it in this cycle is
-rolled back. Members beyond `min_member` (extras, elastic) wait for a second round, after
+A gang is tried only when at least `min_member` of its pods are known (and of each of its
+parts, `Gang.subgroups`, that part's minimum); its members are placed in a `Statement` until
+the ones already placed plus the ones placed now reach `min_member` and every part its own
+minimum, and kept only if they do; otherwise every placement of it in this cycle is rolled
+back. Members beyond `min_member` (extras, elastic) wait for a second round, after
 every job had its try at its minimum, and never evict: so two elastic gangs on a cluster too
 small for both whole each get their minimum, and a gang short of its minimum may take
 another gang's extras back (`Preemptor.plan`, `minimum`). A gang with a topology key is kept
@@ -25,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from ..annotations import group_ref, queue_ref
+from ..annotations import group_ref, queue_ref, subgroup_of
 from ..decision import PENDING, REJECTED, SCHEDULED, Decision, Hold, Preemption
 from ..errors import PodInvalid
 from ..model import PodSpec
@@ -71,6 +72,58 @@ class Gang:
     #: members are placed already ("" when none are, or it is not known: every value is tried).
     topology_key: str = ""
     domain: str = ""
+    #: The gang's parts, each with its own minimum (a JobSet's jobs, an LWS group's leader and
+    #: workers, Kubeflow replica types, Volcano's `minTaskMember`, KAI's subgroups): each must
+    #: reach it for the gang to start (`min_member` is at least their sum). A pod's part is
+    #: read from its labels (`annotations.subgroup_of`).
+    subgroups: dict[str, int] = field(default_factory=dict)
+    #: Per part, its members already holding cards, and those known (neither finished nor
+    #: rejected); `parts_known` None: the job's members and `parts_placed` are all there are.
+    parts_placed: dict[str, int] = field(default_factory=dict)
+    parts_known: dict[str, int] | None = None
+    #: Members that ended already (succeeded, failed, deleted): they count no more, so a gang
+    #: whose others ran to their end waits for resubmitted members, and says so.
+    finished: int = 0
+
+    def __post_init__(self):
+        self.subgroups = {name: least for name, least in self.subgroups.items() if least > 0}
+        self.min_member = max(self.min_member, sum(self.subgroups.values()))
+
+    def part_of(self, member: Member) -> str:
+        """The member's part ("" for none of them)."""
+        spec = member.spec
+        return subgroup_of(spec.annotations, spec.labels, self.subgroups)
+
+    def known_parts(self, members) -> dict[str, int]:
+        """Per part, its members known: `parts_known`, else `members` and the ones placed."""
+        if self.parts_known is not None:
+            return self.parts_known
+        known = dict(self.parts_placed)
+        for member in members:
+            part = self.part_of(member)
+            known[part] = known.get(part, 0) + 1
+        return known
+
+    def unnamed_parts(self, members) -> bool:
+        """Whether none of the gang's members names a part (no operator label read): then its
+        parts cannot be told apart and only `min_member` holds (`subgroups` set aside)."""
+        if self.subgroups and not any(self.known_parts(members).get(name) for name in self.subgroups):
+            self.subgroups = {}
+            return True
+        return False
+
+    def short_parts(self) -> dict[str, int]:
+        """Per part, how many more members it needs placed to reach its minimum."""
+        return {
+            name: least - self.parts_placed.get(name, 0)
+            for name, least in self.subgroups.items()
+            if self.parts_placed.get(name, 0) < least
+        }
+
+    @property
+    def at_minimum(self) -> bool:
+        """`min_member` placed, and every part its own minimum."""
+        return self.placed >= self.min_member and not self.short_parts()
 
 
 @dataclass
@@ -100,6 +153,10 @@ class Outcome:
     gang_needed: int = 0
     #: The tenants this member evicts (its decision's `preemption` says why and where).
     victims: list[Tenant] = field(default_factory=list)
+    #: Its gang part ("" for none), and per part short of its minimum how many of this
+    #: cycle's placements the commit must keep of it, as `gang_needed` for the whole.
+    part: str = ""
+    parts_needed: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -283,6 +340,8 @@ class JobRunner:
         self.preemptor = preemptor
         self.consolidator = consolidator
         self.nominations = nominations or {}
+        #: per gang placed to its minimum this run, its parts' needs (`Outcome.parts_needed`)
+        self._parts_needed: dict[str, dict[str, int]] = {}
         self._nominated_whole = any(n.whole for n in self.nominations.values())
         self._hold_nominations(1)
 
@@ -347,13 +406,15 @@ class JobRunner:
         value of that node label (`_place_in_domain`), its extras in the value its placed
         members hold when that is known."""
         gang = job.gang
+        if gang is not None:
+            gang.unnamed_parts(job.members)
         if gang is None or not gang.topology_key:
             return self._place(job)
-        if gang.placed >= gang.min_member and gang.domain:
+        if gang.at_minimum and gang.domain:
             pinned, apart = self._pinned(job, gang.topology_key, gang.domain)
             outcomes, rest, needed = self._place(pinned)
             return [*outcomes, *apart], rest, needed
-        if gang.placed < gang.min_member and not self._gate(job, gang):
+        if not gang.at_minimum and not self._gate(job, gang):
             return self._place_in_domain(job, gang)
         return self._place(job)
 
@@ -430,68 +491,122 @@ class JobRunner:
     def _place(self, job: Job) -> tuple[list[Outcome], list[Member], int]:
         """Decide a job up to its minimum: (outcomes, the members left for the extras round,
         how many placements of this cycle the gang needs). A gang's members are tried until
-        `min_member` are placed, and kept only if they get there; a gang already at
-        `min_member` leaves every member to the extras round."""
+        `min_member` are placed and every part (`Gang.subgroups`) has its own minimum, the
+        members of a part still short first, and kept only if they get there; a member of a
+        part at its minimum is tried only while the gang still needs members beyond what the
+        short parts will bring. A gang at its minimum leaves every member to the extras round."""
         gang, config = job.gang, self.scheduler.config
-        needed = max(0, gang.min_member - gang.placed) if gang is not None else 0
-        if gang is not None and needed == 0:
+        if gang is None:
+            return self._place_single(job)
+        short = gang.short_parts()
+        needed = max(gang.min_member - gang.placed, sum(short.values()), 0)
+        if needed == 0:
             return [], list(job.members), 0
-        if gang is not None:
-            held = self._gate(job, gang)
-            if held is not None:
-                return (
-                    [
-                        Outcome(m, job, held_decision(m.spec, config, *held, group=gang.key), None)
-                        for m in job.members
-                    ],
-                    [],
-                    needed,
-                )
+        held = self._gate(job, gang)
+        if held is not None:
+            return (
+                [
+                    Outcome(m, job, held_decision(m.spec, config, *held, group=gang.key), None)
+                    for m in job.members
+                ],
+                [],
+                needed,
+            )
+        part_of = {id(m): gang.part_of(m) for m in job.members}
+        ordered = sorted(job.members, key=lambda m: part_of[id(m)] not in short)
         mark = self.statement.mark()
         outcomes: list[Outcome] = []
         placed: list[Decision] = []
+        by_part: dict[str, int] = {}
         first_miss: tuple[Member, Decision] | None = None
+        part_miss: dict[str, tuple[Member, Decision]] = {}
         rest: list[Member] = []
-        for i, member in enumerate(job.members):
-            if gang is not None and len(placed) >= needed:
-                rest = job.members[i:]
+
+        def still_short() -> dict[str, int]:
+            return {name: n - by_part.get(name, 0) for name, n in short.items() if by_part.get(name, 0) < n}
+
+        for i, member in enumerate(ordered):
+            open_parts = still_short()
+            if len(placed) >= needed and not open_parts:
+                rest.extend(ordered[i:])
                 break
-            outcome, kept = self._try(job, member, minimum=gang is not None)
+            part = part_of[id(member)]
+            if part not in open_parts and needed - len(placed) - sum(open_parts.values()) <= 0:
+                rest.append(member)  # its part is at its minimum: an extra
+                continue
+            outcome, kept = self._try(job, member, minimum=True)
             if kept is not None:
                 placed.append(kept)
-            elif outcome.decision.status != SCHEDULED and not outcome.victims and first_miss is None:
-                first_miss = (member, outcome.decision)
+                by_part[part] = by_part.get(part, 0) + 1
+            elif outcome.decision.status != SCHEDULED and not outcome.victims:
+                first_miss = first_miss or (member, outcome.decision)
+                part_miss.setdefault(part, (member, outcome.decision))
             outcomes.append(outcome)
-        if gang is not None:
-            if len(placed) < needed:
-                self.statement.rollback(mark)
-                message = self._gang_message(gang, len(placed), needed, first_miss)
-                for outcome in outcomes:
-                    decision = outcome.decision
-                    if decision.status == SCHEDULED:
-                        hold_back(decision, GANG_UNSCHEDULABLE, message, group=gang.key)
-                    elif decision.status == PENDING and (
-                        decision.batch is None or decision.batch.reason in (PREEMPTING, CONSOLIDATING)
-                    ):
-                        if outcome.victims:
-                            decision.preemption = Preemption.failed(f"gang rolled back: {message}")
-                            outcome.victims = []
-                        decision.batch = Hold(GANG_UNSCHEDULABLE, message, group=gang.key)
-                placed = []
+        unmet = still_short()
+        if len(placed) < needed or unmet:
+            self.statement.rollback(mark)
+            if unmet:
+                name = next(iter(unmet))
+                message = self._gang_message(
+                    gang,
+                    len(placed),
+                    needed,
+                    part_miss.get(name, first_miss),
+                    (name, short[name] - unmet[name]),
+                )
             else:
-                for outcome in outcomes:
-                    outcome.gang_needed = needed
+                message = self._gang_message(gang, len(placed), needed, first_miss)
+            for outcome in outcomes:
+                decision = outcome.decision
+                if decision.status == SCHEDULED:
+                    hold_back(decision, GANG_UNSCHEDULABLE, message, group=gang.key)
+                elif decision.status == PENDING and (
+                    decision.batch is None or decision.batch.reason in (PREEMPTING, CONSOLIDATING)
+                ):
+                    if outcome.victims:
+                        decision.preemption = Preemption.failed(f"gang rolled back: {message}")
+                        outcome.victims = []
+                    decision.batch = Hold(GANG_UNSCHEDULABLE, message, group=gang.key)
+            rest_outcomes = [
+                Outcome(
+                    m, job, held_decision(m.spec, config, GANG_UNSCHEDULABLE, message, group=gang.key), None
+                )
+                for m in rest
+            ]
+            outcomes.extend(rest_outcomes)
+            rest = []
+            if self.reserve_after is not None and job.waited_seconds >= self.reserve_after:
+                self._reserve(job, outcomes)
+        else:
+            self._parts_needed[gang.key] = short
+            for outcome in outcomes:
+                outcome.gang_needed, outcome.parts_needed = needed, short
+                outcome.part = part_of[id(outcome.member)]
+        return outcomes, rest, needed
+
+    def _place_single(self, job: Job) -> tuple[list[Outcome], list[Member], int]:
+        """A job of one pod (or a few without a gang): each member decided on its own."""
+        outcomes: list[Outcome] = []
+        placed = False
+        for member in job.members:
+            outcome, kept = self._try(job, member)
+            placed = placed or kept is not None
+            outcomes.append(outcome)
         if not placed and self.reserve_after is not None and job.waited_seconds >= self.reserve_after:
             self._reserve(job, outcomes)
-        return outcomes, rest, needed
+        return outcomes, [], 0
 
     def _place_extras(self, job: Job, members: list[Member], needed: int) -> list[Outcome]:
         """A gang's members beyond `min_member`, each kept if it fits as things are: extras
         never evict or move anybody. They are committed with the gang's minimum (`needed`)."""
         outcomes = []
+        gang = job.gang
         for member in members:
             outcome, _ = self._try(job, member, preempt=False)
             outcome.gang_needed = needed
+            if gang is not None and gang.subgroups:
+                outcome.part = gang.part_of(member)
+                outcome.parts_needed = self._parts_needed.get(gang.key, {})
             outcomes.append(outcome)
         return outcomes
 
@@ -652,8 +767,24 @@ class JobRunner:
         )
 
     def _gate(self, job: Job, gang: Gang) -> tuple[str, str] | None:
+        """(reason, message) when the gang cannot be tried this cycle: too few of its members,
+        or of one part's, are known, or its `minResources` exceed its queue's limit."""
         if gang.known < gang.min_member:
-            return NOT_ENOUGH_PODS, f"gang {gang.key}: {gang.known}/{gang.min_member} members known"
+            text = f"gang {gang.key}: {gang.known}/{gang.min_member} members known"
+            if gang.finished:
+                missing = gang.min_member - gang.known
+                text += (
+                    f"; {gang.finished} ended already and count no more: it starts only once "
+                    f"{missing} more member{'s are' if missing > 1 else ' is'} submitted"
+                )
+            return NOT_ENOUGH_PODS, text
+        known = gang.known_parts(job.members)
+        for name, least in gang.subgroups.items():
+            if known.get(name, 0) < least:
+                return (
+                    NOT_ENOUGH_PODS,
+                    f"gang {gang.key}: subgroup {name}: {known.get(name, 0)}/{least} members known",
+                )
         if gang.min_resources:
             why = self.book.over_limit(job.queue, gang.min_resources)
             if why is not None:
@@ -661,8 +792,21 @@ class JobRunner:
         return None
 
     @staticmethod
-    def _gang_message(gang: Gang, placeable: int, needed: int, miss: tuple[Member, Decision] | None) -> str:
+    def _gang_message(
+        gang: Gang,
+        placeable: int,
+        needed: int,
+        miss: tuple[Member, Decision] | None,
+        part: tuple[str, int] | None = None,
+    ) -> str:
+        """`gang ns/x: [subgroup worker: 2/3 placeable; ]5/8 members placeable[ (n already
+        placed)][; pod: why]`; `part` the first part short of its minimum and how many of it
+        were placeable."""
         text = f"{gang.placed + placeable}/{gang.min_member} members placeable"
+        if part is not None:
+            name, fit = part
+            done = gang.parts_placed.get(name, 0)
+            text = f"subgroup {name}: {done + fit}/{gang.subgroups[name]} placeable; {text}"
         if gang.placed:
             text += f" ({gang.placed} already placed)"
         if miss is not None:

@@ -126,6 +126,7 @@ class Tenant:
     holdings: list[tuple[str, int, int]] = field(default_factory=list)  # (card uuid, MiB, cores) per vGPU
     ref: object = None  # the caller's handle (the pipeline's pod id)
     refused: str = ""  # why a recent eviction of it was refused (a disruption budget)
+    part: str = ""  # its gang part (`Gang.subgroups`), "" for none
 
     @property
     def usage(self) -> Usage:
@@ -165,8 +166,11 @@ class Tenants:
         tenants: list[Tenant],
         gang_min: dict[str, int] | None = None,
         gang_budget: dict[str, int] | None = None,
+        part_min: dict[tuple[str, str], int] | None = None,
     ):
         self.by_node: dict[str, list[Tenant]] = {}
+        #: (gang, part) -> that part's own minimum: no member of it is an extra below it
+        self.part_min = dict(part_min or {})
         self.by_gang: dict[str, list[Tenant]] = {}
         self.gang_min = dict(gang_min or {})
         self.gang_budget = dict(gang_budget or {})
@@ -451,7 +455,7 @@ class Preemptor:
         if tenant.queue == queue:
             if tenant.priority < priority:
                 return VictimKind.PREEMPT, f"priority {tenant.priority} < {priority}"
-            if minimum and tenant.gang and tenant.priority <= priority and self._spare(tenant.gang) > 0:
+            if minimum and tenant.gang and tenant.priority <= priority and self._spare_of(tenant) > 0:
                 placed = len(self.tenants.by_gang.get(tenant.gang, []))
                 least = self.tenants.gang_min.get(tenant.gang, 1)
                 return VictimKind.PREEMPT, (
@@ -471,6 +475,21 @@ class Preemptor:
     def _spare(self, gang: str) -> int:
         """How many of `gang`'s placed members are beyond its `min_member` (its extras)."""
         return len(self.tenants.by_gang.get(gang, [])) - self.tenants.gang_min.get(gang, 1)
+
+    def _part_spare(self, tenant: Tenant) -> int | None:
+        """How many members of `tenant`'s gang part are beyond that part's own minimum; None
+        when its part has none."""
+        least = self.tenants.part_min.get((tenant.gang, tenant.part))
+        if least is None:
+            return None
+        return sum(1 for t in self.tenants.by_gang.get(tenant.gang, []) if t.part == tenant.part) - least
+
+    def _spare_of(self, tenant: Tenant) -> int:
+        """How many of `tenant`'s gang may go and leave the gang and the tenant's part at their
+        minimums: a master at its part's minimum is no extra, however many workers run."""
+        part = self._part_spare(tenant)
+        spare = self._spare(tenant.gang)
+        return spare if part is None else min(spare, part)
 
     def _dominant(self, queue: str, delta: Usage, sign: int = 1) -> tuple[float, str]:
         """The queue's dominant share with `delta` added (or taken off): the largest, over the
@@ -583,7 +602,10 @@ class Preemptor:
             members = [tenant]
             if tenant.gang:
                 placed = self.tenants.by_gang.get(tenant.gang, [])
-                if len(placed) - 1 < self.tenants.gang_min.get(tenant.gang, 1):
+                part = self._part_spare(tenant)
+                if len(placed) - 1 < self.tenants.gang_min.get(tenant.gang, 1) or (
+                    part is not None and part < 1
+                ):
                     members = list(placed)
                     blocked = [
                         m
@@ -710,12 +732,17 @@ class Preemptor:
         chosen: list = []
         alone: dict[str, int] = {}  # per gang, how many of its members go alone so far
         for unit in units:  # greedy in preference order, then drop what is not needed
-            gang = unit[0][0].gang if len(unit[0]) == 1 else ""
-            if gang and (spare := self._spare(gang)) > 0:
+            one = unit[0][0] if len(unit[0]) == 1 else None
+            gang = one.gang if one is not None else ""
+            if one is not None and gang and (spare := self._spare(gang)) > 0:
                 left = self.tenants.budget_left(gang)
                 if alone.get(gang, 0) >= (spare if left is None else min(spare, left)):
                     continue  # never below its min_member, nor past its disruption budget
+                part = self._part_spare(one)
+                if part is not None and alone.get(f"{gang}\0{one.part}", 0) >= part:
+                    continue  # nor its part below that part's minimum
                 alone[gang] = alone.get(gang, 0) + 1
+                alone[f"{gang}\0{one.part}"] = alone.get(f"{gang}\0{one.part}", 0) + 1
             chosen.append(unit)
             if here(chosen) >= need and self.fits_without(node, parsed, freed(chosen)):
                 break

@@ -8,9 +8,10 @@ and adds `groups`, `queues` and `evictions`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
-from ..annotations import group_ref, queue_ref
+from ..annotations import group_ref, queue_ref, subgroup_of
 from ..decision import SCHEDULED, Decision
 from ..encoding import PLACEMENT_ANNOTATIONS
 from ..errors import PodInvalid, Problems, ScenarioError
@@ -135,6 +136,25 @@ def parse_queues(raw) -> QueueBook:
     return book
 
 
+def parse_subgroups(raw: object, where: str, found: Problems) -> tuple[tuple[str, int], ...]:
+    """`{part: minimum}` (a job's or a scenario group's `subgroups`) as (name, minimum) pairs;
+    each bad entry noted on `found` naming `<where>.<part>`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        found.note(where, f"must be an object of part names and their minimums, got {raw!r}")
+        return ()
+    parts = []
+    for name, least in raw.items():
+        if not isinstance(name, str) or not name.strip():
+            found.note(where, f"a part name must be a non-empty string, got {name!r}")
+        elif isinstance(least, bool) or not isinstance(least, int) or least < 0:
+            found.note(f"{where}.{name}", f"must be a whole number >= 0, got {least!r}")
+        else:
+            parts.append((name.strip(), least))
+    return tuple(parts)
+
+
 def _group(entry, where: str) -> tuple[tuple[str, str], dict]:
     """One group entry, keyed by (namespace, name); raises ScenarioProblems with every bad field."""
     if not isinstance(entry, dict):
@@ -154,6 +174,7 @@ def _group(entry, where: str) -> tuple[tuple[str, str], dict]:
     topology = entry.get("topology_key", "")
     if not isinstance(topology, str):
         found.note(f"{where}.topology_key", f"must be a node label key, got {topology!r}")
+    subgroups = parse_subgroups(entry.get("subgroups"), f"{where}.subgroups", found)
     found.raise_any()
     assert isinstance(name, str) and isinstance(namespace, str)
     return (namespace, name), {
@@ -162,7 +183,17 @@ def _group(entry, where: str) -> tuple[tuple[str, str], dict]:
         "queue": queue,
         "min_resources": {k: v or 0 for k, v in min_resources.items()},
         "priority": priority if priority is not None else 0,
+        "subgroups": dict(subgroups),
     }
+
+
+def _parts_placed(tenants: list[Tenant], gang: str) -> dict[str, int]:
+    """Per part, the gang's running members (`Tenant.part`)."""
+    placed: dict[str, int] = {}
+    for tenant in tenants:
+        if tenant.gang == gang:
+            placed[tenant.part] = placed.get(tenant.part, 0) + 1
+    return placed
 
 
 def _domain(cluster: Cluster, tenants: list[Tenant], gang: str, key: str) -> str:
@@ -314,6 +345,8 @@ def _tenant(entry: dict, pod: RunningPod, where: str, cluster: Cluster, book: Qu
     if footprint is None or not footprint.holdings:
         return None  # holds no card: never a victim (the live cycle reads card holders only)
     least = terms["min_member"] if terms else (ref.min_member if ref is not None and ref.min_member else 1)
+    parts = (terms or {}).get("subgroups") or {}
+    least = max(least, sum(parts.values()))
     tenant = Tenant(
         key=pod.key,
         namespace=pod.namespace,
@@ -325,6 +358,7 @@ def _tenant(entry: dict, pod: RunningPod, where: str, cluster: Cluster, book: Qu
         preemptible=flag and preemptible(pod.annotations),
         holdings=list(footprint.holdings),
         ref=pod.key,
+        part=subgroup_of(pod.annotations, pod.labels, parts),
     )
     spec = None
     if movable:
@@ -443,17 +477,27 @@ def run_batch_scenario(
                     group.get("min_resources") or {},
                     topology_key=group.get("topology_key") or "",
                     domain=_domain(cluster, tenants, f"{key[0]}/{key[1]}", group.get("topology_key") or ""),
+                    subgroups=dict(group.get("subgroups") or {}),
+                    parts_placed=_parts_placed(tenants, f"{key[0]}/{key[1]}"),
                 )
                 entry.group = terms_of[key] = GangTerms(gang, group["queue"], group["priority"], (position,))
             entry.group.gang.known += 1
         pending.append(entry)
+    part_min = {
+        (f"{ns}/{name}", part): least
+        for (ns, name), group in groups.items()
+        for part, least in (group.get("subgroups") or {}).items()
+        if least > 0
+    }
     jobs, refused = assemble_jobs(pending, book, config)
     decided: dict[int, Decision] = {}
     for member, decision in refused:
         assert isinstance(member.ref, int)
         decided[member.ref] = decision
     preemptor = (
-        Preemptor(scheduler, book, lambda: Tenants(tenants, gang_min), rules) if rules.enabled else None
+        Preemptor(scheduler, book, lambda: Tenants(tenants, gang_min, None, part_min), rules)
+        if rules.enabled
+        else None
     )
     consolidator = (
         Consolidator(preemptor, scheduler.decide_parsed, lambda tenant: movable.get(tenant.ref))

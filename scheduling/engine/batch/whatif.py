@@ -4,10 +4,13 @@ it (`JobRunner`: its queue, its priority, all-or-nothing up to `min_member`, pre
 reclaim over the running tenants, the open nominations held), on a snapshot of its own.
 
     {"pods": [...], "job": {"name": "train", "namespace": "ml", "queue": "research",
-                            "priority": 100, "min_member": 4}}
+                            "priority": 100, "min_member": 4,
+                            "subgroups": {"master": 1, "worker": 3}}}
 
 Every field of `job` is optional: `name` "whatif", the first pod's namespace, the queue the
-pods name (else their namespace's, else `default`), priority 0, `min_member` every pod.
+pods name (else their namespace's, else `default`), priority 0, `min_member` every pod, no
+`subgroups` (the job's parts and each one's own minimum; a pod's part is read from its labels
+as a cycle reads it, `annotations.subgroup_of`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from ..decision import SCHEDULED, Decision
 from ..errors import Problems, ScenarioError
 from ..model import PodSpec
 from .jobs import Gang, GangTerms, JobRunner, Member, Pending, assemble_jobs
-from .scenario import parse_priority
+from .scenario import parse_priority, parse_subgroups
 
-JOB_KEYS = ("name", "namespace", "queue", "priority", "min_member")
+JOB_KEYS = ("name", "namespace", "queue", "priority", "min_member", "subgroups")
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class JobAsk:
     queue: str | None = None
     priority: int = 0
     min_member: int | None = None
+    subgroups: tuple[tuple[str, int], ...] = ()
 
 
 def parse_job(raw: object) -> JobAsk | None:
@@ -55,6 +59,7 @@ def parse_job(raw: object) -> JobAsk | None:
     least = raw.get("min_member")
     if least is not None and (isinstance(least, bool) or not isinstance(least, int) or least < 1):
         found.note("job.min_member", f"must be a whole number >= 1, got {least!r}")
+    subgroups = parse_subgroups(raw.get("subgroups"), "job.subgroups", found)
     found.raise_any()
     return JobAsk(
         name=texts["name"] or "whatif",
@@ -62,6 +67,7 @@ def parse_job(raw: object) -> JobAsk | None:
         queue=texts["queue"],
         priority=priority or 0,
         min_member=least,
+        subgroups=subgroups,
     )
 
 
@@ -72,7 +78,8 @@ def decide_job(runner: JobRunner, pods: list[PodSpec], job: JobAsk) -> tuple[lis
     namespace = job.namespace or (pods[0].namespace if pods else "default")
     pods = [spec if spec.namespace == namespace else replace(spec, namespace=namespace) for spec in pods]
     least = min(job.min_member or len(pods), len(pods)) if pods else 0
-    gang = Gang(f"{namespace}/{job.name}", least, len(pods))
+    gang = Gang(f"{namespace}/{job.name}", least, len(pods), subgroups=dict(job.subgroups))
+    least = gang.min_member  # at least its parts' minimums together
     terms = GangTerms(gang, job.queue, job.priority, (0,))
     pending = [Pending(Member(spec, i), job.priority, (i,), group=terms) for i, spec in enumerate(pods)]
     config = runner.scheduler.config
@@ -100,6 +107,7 @@ def decide_job(runner: JobRunner, pods: list[PodSpec], job: JobAsk) -> tuple[lis
         "queue": queue,
         "priority": job.priority,
         "min_member": least,
+        "subgroups": dict(job.subgroups),
         "members": len(pods),
         "placed": placed,
         "starts": placed >= least > 0,

@@ -12,9 +12,11 @@ GPU holdings of `hami.io/vgpu-devices-allocated` included, idempotently; the sch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..encoding import ALLOCATED, decode_allocation
 from ..errors import PodInvalid
+from ..families import mig
 from ..model import Cluster, Node, RunningPod
 from ..quantity import PODS, amounts, effective_request, is_sidecar
 from .interpod import PodTerm, pod_affinity
@@ -39,6 +41,9 @@ class Footprint:
     anti_affinity: tuple[PodTerm, ...] = ()
     running: bool = False
     holdings: tuple[tuple[str, int, int], ...] = ()
+    #: (card uuid, MIG instance) per reservation of its `hami.io/vgpu-mig-allocations`: the
+    #: exact instances it holds on MIG cards (`families.mig`).
+    instances: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(slots=True)
@@ -128,6 +133,7 @@ def footprint_of(pod, running: bool = False) -> Footprint:
     if pod.affinity:
         anti = pod_affinity(pod.affinity, "affinity", pod.namespace, pod.labels or {}).anti_affinity
     holdings: tuple[tuple[str, int, int], ...] = ()
+    instances: tuple[tuple[str, Any], ...] = ()
     if running:
         value = (pod.annotations or {}).get(ALLOCATED)
         if value:
@@ -135,6 +141,14 @@ def footprint_of(pod, running: bool = False) -> Footprint:
                 holdings = tuple(grant for container in decode_allocation(value) for grant in container)
             except ValueError as exc:
                 raise PodInvalid(f"annotations.{ALLOCATED}", str(exc)) from None
+        reserved = (pod.annotations or {}).get(mig.ALLOCATIONS)
+        if reserved:
+            try:
+                instances = tuple(
+                    (r.uuid, mig.Instance(r.profile, r.placement)) for r in mig.decode_reservations(reserved)
+                )
+            except ValueError as exc:
+                raise PodInvalid(f"annotations.{mig.ALLOCATIONS}", str(exc)) from None
     return Footprint(
         key=pod.key,
         namespace=pod.namespace,
@@ -144,6 +158,7 @@ def footprint_of(pod, running: bool = False) -> Footprint:
         anti_affinity=anti,
         running=running,
         holdings=holdings,
+        instances=instances,
     )
 
 
@@ -159,7 +174,9 @@ def add(node: Node, footprint: Footprint, touch: bool = True) -> None:
     for port in footprint.ports:
         state.ports[port] = state.ports.get(port, 0) + 1
     if footprint.holdings:
-        node.shift(footprint.holdings, 1)
+        node.shift(footprint.holdings, 1, footprint.instances)
+    elif footprint.instances:  # hamiadmin's own pod: its counters are on the cards already
+        node.hold_instances(footprint.instances, 1)
     if touch:
         node.touch()
 
@@ -192,7 +209,9 @@ def _take_off(node: Node, state: NodeHeld, footprint: Footprint) -> None:
         else:
             state.ports.pop(port, None)
     if footprint.holdings:
-        node.shift(footprint.holdings, -1)
+        node.shift(footprint.holdings, -1, footprint.instances)
+    elif footprint.instances:
+        node.hold_instances(footprint.instances, -1)
 
 
 def account_running(cluster: Cluster) -> list[tuple[RunningPod, PodInvalid]]:

@@ -30,7 +30,7 @@ from ..reasons import (
     TAINT_TOLERATION,
     VOLUME_BINDING,
 )
-from ..requests import RESOURCES as GPU_RESOURCES
+from ..requests import FAMILY_OF_RESOURCE as GPU_RESOURCES
 from . import accounting
 from .interpod import PodAffinity, Spread, pod_affinity, spreads
 from .terms import (

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 import zlib
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -437,12 +438,25 @@ class DemoWorkload:
         return 15 + zlib.crc32(name.encode()) % 31
 
     def tick(self, now) -> None:
-        for pod in Pod.objects.select_related("node").filter(namespace=NAMESPACE, status__in=Pod.BOUND):
+        """Bind what was placed a second ago, end what has run its lifetime. A gang's members
+        share one lifetime and one end (the gang's name decides), as the ranks of one job do:
+        members ending apart would leave the rest short of the gang's minimum."""
+        bound = list(
+            Pod.objects.select_related("node", "group").filter(namespace=NAMESPACE, status__in=Pod.BOUND)
+        )
+        started: dict[str, datetime] = {}  # job -> when its first member still placed was placed
+        for pod in bound:
+            job = pod.group.key if pod.group is not None else pod.name
+            if pod.scheduled_at and (job not in started or pod.scheduled_at < started[job]):
+                started[job] = pod.scheduled_at
+        for pod in bound:
             age = (now - pod.scheduled_at).total_seconds() if pod.scheduled_at else 0
             if pod.status == Pod.SCHEDULED and age >= 1:
                 services.mark_bound(pod, pod.node.name)
-            if age >= self.lifetime(pod.name):
-                failed = zlib.crc32(pod.name.encode()) % 10 == 0
+            job = pod.group.key if pod.group is not None else pod.name
+            first = started.get(job)
+            if first is not None and (now - first).total_seconds() >= self.lifetime(job):
+                failed = zlib.crc32(job.encode()) % 10 == 0
                 services.release_pod(pod, Pod.FAILED if failed else Pod.SUCCEEDED)
         alive = Pod.objects.filter(
             namespace=NAMESPACE, status__in=(Pod.PENDING, *Pod.BOUND), parked=False

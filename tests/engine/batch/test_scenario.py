@@ -123,3 +123,38 @@ def test_a_scenario_keeps_an_idle_guarantee_unless_the_queue_lends_it():
     with pytest.raises(ScenarioError) as caught:
         run(raw)
     assert "queues[1].lend_guarantee" in str(caught.value)
+
+
+def test_a_groups_subgroups_hold_each_part_to_its_minimum():
+    """Two cards, a ps that fits nowhere and two workers: min_member 2 alone places the
+    workers; with subgroups {ps: 1, worker: 1} nothing starts. A bad minimum is named."""
+    task = "volcano.sh/task-spec"
+    gang = {"hami.io/group-name": "tf"}
+    raw = {
+        "nodes": [node("n1", card("GPU-0", 8000, slots=1), card("GPU-1", 8000, slots=1))],
+        "pods": [
+            {
+                "name": "ps",
+                "annotations": {**gang, task: "ps"},
+                "containers": [container(limits=ask(gpu=1, mem=64000))],
+            }
+        ]
+        + [
+            {
+                "name": f"w{i}",
+                "annotations": {**gang, task: "worker"},
+                "containers": [container(limits=ask(gpu=1, mem=4000))],
+            }
+            for i in range(2)
+        ],
+        "groups": [{"name": "tf", "min_member": 2}],
+    }
+    assert run(raw)["groups"][0]["placed"] == 2
+    raw["groups"][0]["subgroups"] = {"ps": 1, "worker": 1}
+    (group,) = run(raw)["groups"]
+    assert (group["placed"], group["scheduled"]) == (0, False)
+    assert group["verdict"].startswith("GangUnschedulable: gang default/tf: subgroup ps: 0/1 placeable")
+    raw["groups"][0]["subgroups"] = {"ps": "one"}
+    with pytest.raises(ScenarioError) as caught:
+        run(raw)
+    assert caught.value.where == "groups[0].subgroups.ps"

@@ -1,0 +1,375 @@
+"""Dynamic Resource Allocation against the API server: read `resource.k8s.io/v1`, place the
+pods whose claims ask for DRA devices, write each claim's allocation, then bind.
+
+The calls are `kube.api`'s (`DRA_CALLS`, each with its RBAC grant). `DraCycle.run_once` is one
+pass, run by the agent's loop with `HAMI_DRA` (watcher mode): list the slices, classes, taint
+rules and claims, then the pods; take the pods that are gone out of `reservedFor`; decide the
+pending pods of our scheduler names that have `spec.resourceClaims` with
+`scheduling.engine.dra.DraAllocator` (the engine's chain on DRA cards; one ledger of every
+allocated claim), a gang's members all or nothing, and a pod that does not fit preempting
+claim pods of lower priority; for each placed pod PATCH each claim's `status` (allocation
+results with `consumedCapacity`, config, the node's `nodeSelector`, `reservedFor` the pod)
+carrying the resourceVersion listed, and only then the Binding. A 409 on a claim means it
+changed since the list: what the pod (or its gang) wrote is taken back and the pass plans
+again from a fresh list (up to `replans` times). A pod that cannot be placed gets
+`PodScheduled=False` with the reason code, its words and a hint, and (with the agent's
+recorder) a FailedScheduling Event; placed pods a Scheduled one, preemptions Preempting and
+Preempted ones, as the watcher writes them.
+
+The pass keeps no rows: queues, quotas and the dashboard do not see DRA pods yet
+(docs/kubernetes.md, "Dynamic Resource Allocation", lists what remains).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+
+from scheduling.engine import ClusterConfig
+from scheduling.engine.dra import DEFAULT_DRIVERS, DraAllocator, DraPlacement, read_inventory
+from scheduling.engine.dra.allocate import (
+    NOT_CAPACITY,
+    held,
+    priority_of,
+    released_status,
+    tenants_of,
+    units,
+)
+from scheduling.engine.dra.claims import REASON_WORDS
+
+from . import pods as pod_objects
+from .api import DRA_CALLS, ApiError, KubeApi, rules_for
+from .events import MAX_MESSAGE, EventRecorder, PodRef
+
+log = logging.getLogger("hamiadmin.kube.dra")
+
+#: The outcome of a pod whose claims were written but whose Binding was refused.
+BIND_FAILED = "BindFailed"
+
+
+class ClaimConflict(Exception):
+    """A claim changed between the list and the write (409): plan again."""
+
+
+#: The DRA pass's grants beyond the watcher's own pods, bindings, evictions and pods/status.
+DRA_RBAC_RULES = rules_for(DRA_CALLS)
+
+
+@dataclass
+class DraOutcome:
+    namespace: str
+    name: str
+    node: str | None
+    reason: str = ""
+    message: str = ""
+    #: the node a preemption is clearing for the pod (`status.nominatedNodeName`)
+    nominated: str = ""
+
+
+#: How long a victim whose eviction was refused (a PodDisruptionBudget) is left alone.
+REFUSED_SECONDS = 60.0
+#: A pod whose victims were evicted and are still terminating.
+PREEMPTING = "Preempting"
+
+
+def wants_dra(pod: dict) -> bool:
+    return bool((pod.get("spec") or {}).get("resourceClaims"))
+
+
+class DraCycle:
+    """One pass over the pending DRA pods of `scheduler_names` (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        scheduler_names: tuple[str, ...] = ("hami-scheduler",),
+        drivers: tuple[str, ...] | None = None,
+        config: ClusterConfig | None = None,
+        replans: int = 3,
+        events: EventRecorder | None = None,
+    ):
+        self.api = api
+        #: FailedScheduling, Scheduled, Preempting and Preempted Events (the agent's recorder)
+        self.events = events
+        self.scheduler_names = scheduler_names
+        if drivers is None:
+            drivers = tuple(settings.HAMIADMIN.get("DRA_DRIVERS") or DEFAULT_DRIVERS)
+        self.drivers = tuple(drivers)
+        self.config = config
+        self.replans = replans
+        #: victims whose eviction was refused (uid -> monotonic time they may be tried again)
+        self.refused: dict[str, float] = {}
+
+    def allocator(self) -> DraAllocator:
+        slices, _ = self.api.list_resource_slices()
+        rules, _ = self.api.list_device_taint_rules()
+        classes, _ = self.api.list_device_classes()
+        claims, _ = self.api.list_resource_claims()
+        nodes, _ = self.api.list_nodes()
+        return DraAllocator(
+            read_inventory(slices, self.drivers, rules),
+            {c["metadata"]["name"]: c for c in classes},
+            {(c["metadata"].get("namespace", "default"), c["metadata"]["name"]): c for c in claims},
+            self.config,
+            nodes,
+        )
+
+    def pending(self, pods: list[dict]) -> list[dict]:
+        """The DRA pods of our scheduler names to place, oldest first."""
+        return sorted(
+            (
+                pod
+                for pod in pods
+                if wants_dra(pod)
+                and pod_objects.scheduler_of(pod) in self.scheduler_names
+                and not pod_objects.node_of(pod)
+                and not pod_objects.gates_of(pod)
+                and not pod_objects.final_status(pod)
+                and not pod_objects.meta(pod).get("deletionTimestamp")
+            ),
+            key=lambda pod: ((pod["metadata"].get("creationTimestamp") or ""), pod_objects.key_of(pod)),
+        )
+
+    def run_once(self) -> list[DraOutcome]:
+        """Release the claims of pods gone; place, allocate and bind what fits now (a gang all
+        or nothing, a pod that does not fit preempting lower-priority claim pods); the outcome
+        of every pod tried."""
+        outcomes: dict[tuple[str, str], DraOutcome] = {}
+        for _ in range(self.replans + 1):
+            allocator = self.allocator()
+            everything, _ = self.api.list_pods()  # after the claims: a pod they reserve is listed
+            pending = [
+                pod
+                for pod in self.pending(everything)
+                if pod_objects.key_of(pod) not in outcomes or not outcomes[pod_objects.key_of(pod)].node
+            ]
+            if not pending:
+                break
+            if self.release_gone(everything, allocator):
+                allocator = self.allocator()
+            try:
+                for gang, members, minimum in units(pending, everything):
+                    if gang:
+                        placements = allocator.place_gang(members, minimum, gang)
+                    else:
+                        placements = [self.place_or_preempt(allocator, members[0], everything, outcomes)]
+                    self.commit(allocator, [p for p in placements if p.placed], outcomes)
+                    for placement in placements:
+                        key = (placement.namespace, placement.name)
+                        waiting = outcomes.get(key)
+                        if not placement.placed and (waiting is None or waiting.reason != PREEMPTING):
+                            outcomes[key] = DraOutcome(*key, None, placement.reason, placement.message)
+            except ClaimConflict as exc:
+                log.info("%s; planning again", exc)
+                continue
+            break
+        for outcome in outcomes.values():
+            if outcome.node is None:
+                self.report(outcome)
+        return list(outcomes.values())
+
+    def place_or_preempt(
+        self, allocator: DraAllocator, pod: dict, everything: list[dict], outcomes: dict
+    ) -> DraPlacement:
+        """The pod's placement; when it does not fit for want of capacity, the lower-priority
+        claim pods it preempts are evicted and, once gone, their claims released first. While
+        a victim is still terminating the pod waits (`Preempting`, nominated to the node)."""
+        placement = allocator.place(pod)
+        if placement.placed or placement.reason in NOT_CAPACITY:
+            return placement
+        listed = dict(allocator.claims)  # with the resourceVersions the releases carry
+        now = time.monotonic()
+        tenants = [
+            t
+            for t in tenants_of(everything, allocator.claims, allocator.inventory)
+            if self.refused.get(t.uid, 0.0) <= now
+        ]
+        preempted, victims = allocator.preempt(pod, tenants)
+        if not victims:
+            return placement
+        still = []
+        preemptor = PodRef(placement.namespace, placement.name, placement.uid)
+        for victim in victims:
+            log.info(
+                "pod %s/%s preempts %s on %s", placement.namespace, placement.name, victim.key, victim.node
+            )
+            devices = sorted({f"{d.pool}/{d.name}" for d, _, _ in victim.holdings})
+            try:
+                self.api.evict_pod(victim.namespace, victim.name, victim.uid)
+                if self.events is not None:
+                    self.events.preempting(preemptor, victim.key, victim.node, devices)
+                    self.events.preempted(
+                        PodRef(victim.namespace, victim.name, victim.uid),
+                        f"{placement.namespace}/{placement.name}",
+                        devices,
+                        f"priority {victim.priority} below {priority_of(pod)}",
+                    )
+                self.api.get_pod(victim.namespace, victim.name)
+                still.append(victim.key)
+            except ApiError as exc:
+                if exc.status != 404:  # a disruption budget (429) or another refusal: not again soon
+                    self.refused[victim.uid] = now + REFUSED_SECONDS
+                    if self.events is not None:
+                        self.events.preemption_refused(preemptor, victim.key, str(exc))
+                    still.append(f"{victim.key} ({exc})")
+                    continue
+            for name in victim.claims:
+                self.release(victim.namespace, name, {victim.uid}, listed[(victim.namespace, name)])
+        if still or not preempted.placed:
+            node = victims[0].node
+            key = (placement.namespace, placement.name)
+            outcomes[key] = DraOutcome(
+                *key, None, PREEMPTING, f"preempting on {node}: waiting for {', '.join(still)} to go", node
+            )
+            raise ClaimConflict(f"pod {key[0]}/{key[1]}: victims evicted")
+        return preempted
+
+    def commit(self, allocator: DraAllocator, placements: list[DraPlacement], outcomes: dict) -> None:
+        """Write the claims of every placement, then bind each: a gang's members are all
+        allocated before any is bound, and a 409 takes back every write of the unit."""
+        done: list[tuple[str, list[tuple[str, dict]]]] = []
+        for placement in placements:
+            try:
+                written, undo = self.allocate(placement, allocator)
+            except ClaimConflict:
+                for namespace, writes in reversed(done):  # the last write first
+                    self._undo(namespace, writes)
+                raise
+            done.append((placement.namespace, undo))
+            allocator.record(placement, written)
+        for placement in placements:
+            key = (placement.namespace, placement.name)
+            try:
+                self.api.bind_pod(placement.namespace, placement.name, placement.uid, placement.node or "")
+            except ApiError as exc:  # the claims stay reserved for it: the next pass binds it there
+                log.warning("pod %s/%s: binding to %s failed: %s", *key, placement.node, exc)
+                outcomes[key] = DraOutcome(
+                    *key, None, BIND_FAILED, f"binding to {placement.node} failed: {exc}"
+                )
+                continue
+            outcomes[key] = DraOutcome(*key, placement.node)
+            if self.events is not None:
+                devices = [
+                    f"{r['pool']}/{r['device']}" for found in placement.results.values() for r in found
+                ]
+                ref = PodRef(placement.namespace, placement.name, placement.uid)
+                self.events.scheduled(ref, placement.node or "", devices)
+                self.events.forget(placement.uid)
+
+    def release_gone(self, pods: list[dict], allocator: DraAllocator) -> bool:
+        """Take the pods that are gone (or ended) out of `reservedFor` of the claims allocated
+        on our drivers' devices, deallocating a claim left to nobody, as kube-controller-manager
+        does: so a preemption's freed capacity is seen at once. Whether anything was written."""
+        present = {pod_objects.uid_of(pod) for pod in pods if not pod_objects.final_status(pod)}
+        wrote = False
+        for (namespace, name), claim in allocator.claims.items():
+            if not held(allocator.inventory, [claim]):
+                continue
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            gone = {
+                r.get("uid") for r in reserved if r.get("resource") == "pods" and r.get("uid") not in present
+            }
+            if gone:
+                wrote = self.release(namespace, name, gone, claim) or wrote
+        return wrote
+
+    def release(self, namespace: str, name: str, gone: set[str], claim: dict) -> bool:
+        """Write the claim's status without the pods `gone` (`released_status`), with the
+        resourceVersion listed; a claim changed since (409) or gone is left to the next pass."""
+        try:
+            status = released_status(claim, gone)
+            patch = {
+                "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                "status": {
+                    "reservedFor": status.get("reservedFor"),
+                    "allocation": status.get("allocation"),
+                },
+            }
+            self.api.patch_resource_claim_status(namespace, name, patch)
+        except ApiError as exc:
+            log.info("resourceclaim %s/%s: not released now: %s", namespace, name, exc)
+            return False
+        return True
+
+    def allocate(
+        self, placement: DraPlacement, allocator: DraAllocator
+    ) -> tuple[dict[str, dict], list[tuple[str, dict]]]:
+        """Write each claim's status with the resourceVersion last seen (listed, or as this pass
+        wrote it for an earlier pod of the same gang sharing the claim): the claims as written,
+        and what to write to take them back. On a 409 take back what this pod wrote (the
+        allocation it set, its `reservedFor` entry) and raise ClaimConflict."""
+        assert placement.claims is not None
+        written: list[tuple[str, dict]] = []
+        answers: dict[str, dict] = {}
+        for name, claim in placement.claims.claims.items():
+            seen = allocator.claims.get((placement.namespace, name), claim)
+            patch = {
+                "metadata": {"resourceVersion": seen["metadata"]["resourceVersion"]},
+                "status": placement.status(name, allocator.classes),
+            }
+            try:
+                answers[name] = self.api.patch_resource_claim_status(placement.namespace, name, patch)
+            except ApiError as exc:
+                if exc.status not in (409, 422):
+                    raise
+                self._undo(placement.namespace, written)
+                raise ClaimConflict(f"resourceclaim {name}: {exc}") from exc
+            written.append((name, claim.get("status") or {}))
+        return answers, written
+
+    def _undo(self, namespace: str, written: list[tuple[str, dict]]) -> None:
+        for name, before in written:
+            undo = {
+                "allocation": before.get("allocation"),  # None removes what this pod set
+                "reservedFor": before.get("reservedFor"),
+            }
+            try:
+                self.api.patch_resource_claim_status(namespace, name, {"status": undo})
+            except ApiError as exc:
+                log.warning(
+                    "resourceclaim %s/%s: could not take back its allocation: %s", namespace, name, exc
+                )
+
+    def report(self, outcome: DraOutcome) -> None:
+        """`PodScheduled=False`, reason Unschedulable: the DRA reason code, what it means, the
+        details and the hint (`REASON_WORDS`); `nominatedNodeName` while preempting."""
+        words, hint = REASON_WORDS.get(outcome.reason, ("", ""))
+        text = (
+            f"{outcome.reason}: {words + ': ' if words else ''}{outcome.message}{'. ' + hint if hint else ''}"
+        )
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": text[:1024],
+            "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        try:
+            current = self.api.get_pod(outcome.namespace, outcome.name)
+            if self.events is not None:
+                uid = str(current["metadata"].get("uid") or "")
+                self.events.failed_scheduling(
+                    PodRef(outcome.namespace, outcome.name, uid), text[:MAX_MESSAGE]
+                )
+            others = [
+                c
+                for c in (current.get("status") or {}).get("conditions") or []
+                if c.get("type") != "PodScheduled"
+            ]
+            self.api.patch_pod_status(
+                outcome.namespace,
+                outcome.name,
+                {
+                    "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                    "status": {
+                        "conditions": [*others, condition],
+                        **({"nominatedNodeName": outcome.nominated} if outcome.nominated else {}),
+                    },
+                },
+            )
+        except ApiError as exc:
+            log.info("pod %s/%s: condition not written: %s", outcome.namespace, outcome.name, exc)

@@ -1,0 +1,390 @@
+"""DRA without an API server: ResourceSlices become cards, claims become asks, the engine's
+chain places them, and the claim status is what HAMi's driver reads."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from scheduling.engine.dra import DraAllocator, read_inventory
+from scheduling.engine.dra.allocate import released_status, tenants_of
+from scheduling.engine.dra.cel import CelError, Selectors
+from scheduling.engine.dra.claims import (
+    CONSTRAINT_UNSATISFIED,
+    DEVICE_TAINTED,
+    POOL_INCOMPLETE,
+    SELECTOR_ERROR,
+    SELECTOR_MISMATCH,
+)
+from scheduling.engine.dra.inventory import UNLIMITED_SLOTS
+
+from .dra_objects import CLASS, HAMI, claim_pod, device_class, gpumem_claim, hami_slice
+
+BINPACK = {"hami.io/gpu-scheduler-policy": "binpack"}
+SPREAD = {"hami.io/gpu-scheduler-policy": "spread"}
+
+
+def allocator(slices, claims, rules=None, classes=None) -> DraAllocator:
+    inventory = read_inventory(slices, taint_rules=rules)
+    found = {(c["metadata"].get("namespace", "default"), c["metadata"]["name"]): c for c in claims}
+    return DraAllocator(inventory, classes or {CLASS: device_class()}, found)
+
+
+def test_a_hami_slice_gives_one_card_per_device_with_mib_cores_numa_and_unlimited_slots():
+    inventory = read_inventory([hami_slice("n1", cards=4, memory_gib=16)])
+    cards = {d.name: d for d in inventory.devices}
+    assert sorted(cards) == ["hami-gpu-0", "hami-gpu-1", "hami-gpu-2", "hami-gpu-3"]
+    gpu = cards["hami-gpu-3"]
+    assert (gpu.node, gpu.uuid, gpu.type) == ("n1", "GPU-n1-3", "NVIDIA A100")
+    assert (gpu.memory, gpu.cores, gpu.slots, gpu.shareable) == (16384, 100, UNLIMITED_SLOTS, True)
+    assert [cards[f"hami-gpu-{i}"].numa for i in range(4)] == [0, 0, 1, 1]  # by pcieRoot
+    assert gpu.index == 3  # the minor attribute
+
+
+def test_a_pool_is_used_only_when_all_slices_of_its_newest_generation_are_there():
+    old = hami_slice("n1", pool={"name": "n1", "generation": 1, "resourceSliceCount": 1})
+    half = hami_slice("n1", name="n1-a", pool={"name": "n1", "generation": 2, "resourceSliceCount": 2})
+    inventory = read_inventory([old, half])
+    assert inventory.devices == []
+    assert "1 of 2 ResourceSlices of generation 2" in inventory.incomplete[f"{HAMI}/n1"]
+    other = hami_slice("n1", name="n1-b", pool={"name": "n1", "generation": 2, "resourceSliceCount": 2})
+    for device in other["spec"]["devices"]:
+        device["name"] += "-b"
+    assert len(read_inventory([old, half, other]).devices) == 4
+
+
+def test_other_drivers_are_not_read():
+    foreign = hami_slice("n1")
+    foreign["spec"]["driver"] = "example.com/fpga"
+    assert read_inventory([foreign]).devices == []
+
+
+def test_a_device_taint_rule_cordons_the_device_it_names():
+    rule = {
+        "metadata": {"name": "broken"},
+        "spec": {
+            "deviceSelector": {"driver": HAMI, "pool": "n1", "device": "hami-gpu-0"},
+            "taint": {"key": "broken", "effect": "NoSchedule"},
+        },
+    }
+    cordoned = {d.name: d.cordoned for d in read_inventory([hami_slice("n1")], taint_rules=[rule]).devices}
+    assert cordoned == {"hami-gpu-0": True, "hami-gpu-1": False}
+
+
+def test_binpack_puts_two_8000_mib_claims_on_one_card_and_spread_on_two():
+    for policy, same in ((BINPACK, True), (SPREAD, False)):
+        cycle = allocator([hami_slice("n1", memory_gib=24)], [gpumem_claim("a"), gpumem_claim("b")])
+        first = cycle.place(claim_pod("pa", "a", annotations=policy))
+        second = cycle.place(claim_pod("pb", "b", annotations=policy))
+        devices = [p.results[c][0]["device"] for p, c in ((first, "a"), (second, "b"))]
+        assert (devices[0] == devices[1]) is same, (policy, devices)
+
+
+def test_the_status_is_what_hamis_driver_reads():
+    cycle = allocator([hami_slice("n1")], [gpumem_claim("a", memory_mib=8000, cores=30)])
+    placed = cycle.place(claim_pod("pa", "a"))
+    assert placed.node == "n1"
+    status = placed.status("a", cycle.classes)
+    (result,) = status["allocation"]["devices"]["results"]
+    assert result["request"] == "gpu" and result["driver"] == HAMI and result["pool"] == "n1"
+    assert result["consumedCapacity"] == {"memory": "8000Mi", "cores": "30"}
+    assert len(result["shareID"]) == 36
+    terms = status["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    assert status["reservedFor"] == [{"resource": "pods", "name": "pa", "uid": "uid-pa"}]
+
+
+def test_allocated_claims_count_on_their_devices_kube_schedulers_included():
+    taken = gpumem_claim("theirs", memory_mib=16000)
+    taken["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": HAMI,
+                        "pool": "n1",
+                        "device": "hami-gpu-0",
+                        "consumedCapacity": {"memory": "16000Mi", "cores": "0"},
+                    }
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+                ]
+            },
+        }
+    }
+    cycle = allocator([hami_slice("n1", memory_gib=16)], [taken, gpumem_claim("mine", memory_mib=8000)])
+    placed = cycle.place(claim_pod("p", "mine", annotations=BINPACK))
+    assert placed.results["mine"][0]["device"] == "hami-gpu-1"  # gpu-0 has 384 MiB left
+
+
+def test_a_pod_whose_claims_fit_nowhere_waits_with_the_engines_reasons():
+    cycle = allocator([hami_slice("n1", memory_gib=8)], [gpumem_claim("a", memory_mib=9000)])
+    placed = cycle.place(claim_pod("p", "a"))
+    assert not placed.placed and "CardInsufficientMemory" in placed.message
+
+
+def test_a_cel_selector_on_product_name_picks_the_node_with_that_product():
+    slices = [hami_slice("n1", product="NVIDIA A100"), hami_slice("n2", product="NVIDIA H100")]
+    claim = gpumem_claim("a", selectors=[f'device.attributes["{HAMI}"].productName == "NVIDIA H100"'])
+    assert allocator(slices, [claim]).place(claim_pod("p", "a")).node == "n2"
+    nowhere = gpumem_claim("b", selectors=[f'device.attributes["{HAMI}"].productName == "T4"'])
+    placed = allocator(slices, [nowhere]).place(claim_pod("p", "b"))
+    assert placed.reason == SELECTOR_MISMATCH and "4 SelectorMismatch" in placed.message
+
+
+def test_a_selector_the_library_cannot_evaluate_leaves_the_pod_pending_naming_it():
+    expression = 'device.attributes["x"].nope == 1'
+    placed = allocator([hami_slice("n1")], [gpumem_claim("a", selectors=[expression])]).place(
+        claim_pod("p", "a")
+    )
+    assert placed.reason == SELECTOR_ERROR and expression in placed.message
+
+
+def test_kubernetes_quantity_and_semver_functions():
+    device = read_inventory([hami_slice("n1", memory_gib=40)]).devices[0]
+    selectors = Selectors()
+    assert selectors.matches(f'device.capacity["{HAMI}"].memory.compareTo(quantity("32Gi")) >= 0', device)
+    assert not selectors.matches(f'device.capacity["{HAMI}"].memory.isGreaterThan(quantity("48Gi"))', device)
+    assert selectors.matches(
+        f'device.attributes["{HAMI}"].driverVersion.isGreaterThan(semver("535.0.0"))', device
+    )
+    assert selectors.matches('device.attributes["resource.kubernetes.io"].pcieRoot.startsWith("pci")', device)
+    with pytest.raises(CelError, match="not a bool"):
+        selectors.matches("device.driver", device)
+
+
+def test_a_tainted_device_is_skipped_unless_the_request_tolerates_it():
+    rule = {
+        "metadata": {"name": "r"},
+        "spec": {"deviceSelector": {"driver": HAMI}, "taint": {"key": "maint", "effect": "NoSchedule"}},
+    }
+    placed = allocator([hami_slice("n1")], [gpumem_claim("a")], rules=[rule]).place(claim_pod("p", "a"))
+    assert placed.reason == DEVICE_TAINTED
+    tolerant = gpumem_claim("a")
+    tolerant["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": "maint", "operator": "Exists"}
+    ]
+    assert allocator([hami_slice("n1")], [tolerant], rules=[rule]).place(claim_pod("p", "a")).node == "n1"
+
+
+def test_an_incomplete_pool_is_the_reason_when_no_device_is_left():
+    half = hami_slice("n1", pool={"name": "n1", "generation": 1, "resourceSliceCount": 2})
+    placed = allocator([half], [gpumem_claim("a")]).place(claim_pod("p", "a"))
+    assert placed.reason == POOL_INCOMPLETE
+
+
+def test_match_attribute_keeps_a_two_card_claim_under_one_pcie_root():
+    root = "resource.kubernetes.io/pcieRoot"
+    claim = gpumem_claim("pair", count=2, constraints=[{"matchAttribute": root}])
+    cycle = allocator([hami_slice("n1", cards=4)], [claim])
+    # the first root's cards are busy: the pair must go to the second root, never across
+    cycle.cluster.node("n1").shift([("GPU-n1-0", 16000, 0)], 1)
+    cycle.cluster.node("n1").touch()
+    placed = cycle.place(claim_pod("p", "pair", annotations=SPREAD))
+    assert sorted(r["device"] for r in placed.results["pair"]) == ["hami-gpu-2", "hami-gpu-3"]
+
+
+def test_distinct_attribute_that_cannot_hold_is_unsatisfied():
+    claim = gpumem_claim("pair", count=2, constraints=[{"distinctAttribute": "productName"}])
+    placed = allocator([hami_slice("n1")], [claim]).place(claim_pod("p", "pair"))
+    assert placed.reason == CONSTRAINT_UNSATISFIED
+
+
+def test_first_available_tries_the_subrequests_in_order():
+    claim = gpumem_claim("a")
+    exactly = claim["spec"]["devices"]["requests"][0].pop("exactly")
+    big = copy.deepcopy(exactly)
+    big["capacity"]["requests"]["memory"] = "40000Mi"
+    claim["spec"]["devices"]["requests"][0]["firstAvailable"] = [
+        {"name": "big", **big},
+        {"name": "small", **exactly},
+    ]
+    placed = allocator([hami_slice("n1", memory_gib=16)], [claim]).place(claim_pod("p", "a"))
+    assert placed.results["a"][0]["request"] == "gpu/small"
+
+
+def test_an_allocated_claim_pins_its_pod_to_its_node_and_only_adds_it_to_reserved_for():
+    shared = gpumem_claim("shared")
+    cycle = allocator([hami_slice("n1"), hami_slice("n2")], [shared])
+    first = cycle.place(claim_pod("p1", "shared"))
+    shared["status"] = first.status("shared", cycle.classes)
+    again = allocator([hami_slice("n1"), hami_slice("n2")], [shared]).place(claim_pod("p2", "shared"))
+    assert again.node == first.node
+    status = again.status("shared", cycle.classes)
+    assert [r["name"] for r in status["reservedFor"]] == ["p1", "p2"] and "allocation" not in status
+
+
+def test_a_scenario_in_api_form_decides_in_order_and_shows_the_claim_statuses():
+    from scheduling.engine.scenario import run_scenario
+
+    raw = {
+        "config": {"gpu_scheduler_policy": "binpack"},
+        "resourceSlices": [hami_slice("n1", memory_gib=24)],
+        "deviceClasses": [device_class()],
+        "resourceClaims": [gpumem_claim("a"), gpumem_claim("b"), gpumem_claim("c", memory_mib=30000)],
+        "pods": [claim_pod("pa", "a"), claim_pod("pb", "b"), claim_pod("pc", "c")],
+    }
+    result = run_scenario(raw)
+    placed = {p["name"]: p for p in result["pods"]}
+    assert placed["pa"]["claims"]["a"][0]["device"] == placed["pb"]["claims"]["b"][0]["device"]
+    assert placed["pc"]["status"] == "pending" and "CardInsufficientMemory" in placed["pc"]["message"]
+    statuses = {c["name"]: c["status"] for c in result["resourceClaims"]}
+    assert statuses["a"]["reservedFor"][0]["name"] == "pa" and statuses["c"] is None
+
+
+def test_a_request_above_the_capacity_policy_leaves_the_device_out():
+    slice_ = hami_slice("n1", memory_gib=16)
+    slice_["spec"]["devices"][0]["capacity"]["cores"]["requestPolicy"]["validRange"]["max"] = "50"
+    placed = allocator([slice_], [gpumem_claim("a", cores=60)]).place(claim_pod("p", "a"))
+    assert placed.results["a"][0]["device"] == "hami-gpu-1"
+    slice_["spec"]["devices"][1]["capacity"]["cores"]["requestPolicy"]["validRange"]["max"] = "50"
+    placed = allocator([slice_], [gpumem_claim("a", cores=60)]).place(claim_pod("p", "a"))
+    assert placed.reason == "CapacityPolicyInvalid"
+
+
+def test_simulate_reads_the_dra_example_in_api_form():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "manage.py", "simulate", "examples/dra-hami.yaml"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    pods = {p["name"]: p for p in json.loads(done.stdout)["pods"]}
+    # binpack shares gpu-0 of gpu-node-1 (gpu-1 is cordoned); the H100 selector picks gpu-node-2
+    assert (
+        pods["train-a"]["claims"]["train-a"][0]["device"] == pods["train-b"]["claims"]["train-b"][0]["device"]
+    )
+    assert pods["infer"]["node"] == "gpu-node-2"
+    assert pods["infer"]["claims"]["infer-h100"][0]["consumedCapacity"] == {"memory": "4000Mi", "cores": "30"}
+
+
+def test_a_device_whose_capacity_is_not_a_quantity_is_skipped_naming_the_field():
+    slice_ = hami_slice("n1")
+    slice_["spec"]["devices"][0]["capacity"]["memory"]["value"] = "lots"
+    inventory = read_inventory([slice_])
+    assert [d.name for d in inventory.devices] == ["hami-gpu-1"]
+    assert inventory.skipped[f"{HAMI}/n1/hami-gpu-0"] == "capacity.memory.value: not a quantity"
+
+
+def test_numa_bind_on_the_pod_keeps_a_two_card_claim_on_one_numa_node():
+    cycle = allocator([hami_slice("n1", cards=4, memory_gib=16)], [gpumem_claim("pair", count=2)])
+    cycle.cluster.node("n1").shift([("GPU-n1-0", 16000, 0)], 1)
+    cycle.cluster.node("n1").touch()
+    loose = cycle.place(claim_pod("p", "pair", annotations=SPREAD))
+    assert sorted(r["device"] for r in loose.results["pair"]) == ["hami-gpu-1", "hami-gpu-2"]  # across NUMA
+    cycle.scheduler.unassume(loose.decision)
+    bound = cycle.place(claim_pod("q", "pair", annotations={**SPREAD, "nvidia.com/numa-bind": "true"}))
+    assert sorted(r["device"] for r in bound.results["pair"]) == ["hami-gpu-2", "hami-gpu-3"]
+
+
+def _allocated(claim: dict, node: str, device: str, memory_mib: int, uid: str, name: str) -> dict:
+    claim = copy.deepcopy(claim)
+    result = {"request": "gpu", "driver": HAMI, "pool": node, "device": device, "shareID": "s"}
+    result["consumedCapacity"] = {"memory": f"{memory_mib}Mi", "cores": "0"}
+    claim["status"] = {
+        "allocation": {"devices": {"results": [result]}},
+        "reservedFor": [{"resource": "pods", "name": name, "uid": uid}],
+    }
+    return claim
+
+
+def _bound(name: str, node: str, priority: int = 0, annotations=None) -> dict:
+    pod = claim_pod(name, name, annotations=annotations)
+    pod["spec"]["nodeName"], pod["spec"]["priority"] = node, priority
+    return pod
+
+
+def test_a_gang_that_does_not_fit_whole_takes_every_placement_back():
+    gang = {"hami.io/group-name": "g"}
+    claims = [gpumem_claim(f"w{i}", memory_mib=16000) for i in range(3)]
+    found = allocator([hami_slice("n1", cards=2, memory_gib=16)], claims)
+    pods = [claim_pod(f"w{i}", f"w{i}", annotations=gang) for i in range(3)]
+    placements = found.place_gang(pods, 3, "default/g")
+    assert [p.reason for p in placements] == ["GangUnschedulable"] * 3
+    assert "2 of 3 pending members fit, 3 must" in placements[0].message
+    assert all(not c.get("status") for c in found.claims.values())  # nothing kept
+    assert found.place(claim_pod("w0", "w0")).placed  # the cards are free again
+    assert [p.placed for p in found.place_gang(pods[1:], 1, "default/g")] == [True, False]
+
+
+def test_preemption_takes_the_fewest_lowest_priority_tenants_that_free_enough():
+    slices = [hami_slice("n1", cards=1, memory_gib=16), hami_slice("n2", cards=1, memory_gib=16)]
+    tenants = {
+        ("n1", "a"): (6000, 5),
+        ("n1", "b"): (6000, 1),
+        ("n2", "c"): (14000, 3),
+    }
+    claims, pods = [], []
+    for (node, name), (memory, priority) in tenants.items():
+        claims.append(_allocated(gpumem_claim(name), node, "hami-gpu-0", memory, f"uid-{name}", name))
+        pods.append(_bound(name, node, priority))
+    found = allocator(slices, [*claims, gpumem_claim("high", memory_mib=9000)])
+    high = claim_pod("high", "high")
+    high["spec"]["priority"] = 10
+    assert not found.place(high).placed
+    placement, victims = found.preempt(high, tenants_of(pods, found.claims, found.inventory))
+    # n1: b (priority 1) alone frees 10384 MiB; n2: c alone too, but at priority 3
+    assert [v.key for v in victims] == ["default/b"] and placement.node == "n1"
+    assert "status" not in found.claims[("default", "b")] or not found.claims[("default", "b")]["status"]
+    low = claim_pod("low", "high")
+    low["spec"]["priority"] = 0
+    assert found.preempt(low, tenants_of(pods, found.claims, found.inventory))[1] == []
+
+
+def test_a_non_preemptible_tenant_or_a_shared_claim_is_not_a_victim():
+    slices = [hami_slice("n1", cards=1, memory_gib=16)]
+    kept = _allocated(gpumem_claim("kept"), "n1", "hami-gpu-0", 8000, "uid-kept", "kept")
+    shared = _allocated(gpumem_claim("shared"), "n1", "hami-gpu-0", 8000, "uid-s1", "s1")
+    shared["status"]["reservedFor"].append({"resource": "pods", "name": "s2", "uid": "uid-s2"})
+    pods = [
+        _bound("kept", "n1", annotations={"hami.io/preemptible": "false"}),
+        *(_bound(n, "n1") for n in ("s1", "s2")),
+    ]
+    for pod in pods[1:]:
+        pod["spec"]["resourceClaims"][0]["resourceClaimName"] = "shared"
+    found = allocator(slices, [kept, shared, gpumem_claim("high", memory_mib=8000)])
+    tenants = tenants_of(pods, found.claims, found.inventory)
+    assert [(t.name, t.preemptible) for t in tenants] == [("kept", False)]  # s1, s2 share theirs
+    high = claim_pod("high", "high")
+    high["spec"]["priority"] = 10
+    assert found.preempt(high, tenants)[1] == []
+
+
+def test_released_status_drops_the_gone_pods_and_deallocates_a_claim_left_to_nobody():
+    claim = _allocated(gpumem_claim("c"), "n1", "hami-gpu-0", 8000, "uid-1", "p1")
+    claim["status"]["reservedFor"].append({"resource": "pods", "name": "p2", "uid": "uid-2"})
+    assert released_status(claim, {"uid-1"})["reservedFor"] == [
+        {"resource": "pods", "name": "p2", "uid": "uid-2"}
+    ]
+    assert released_status(claim, {"uid-1", "uid-2"}) == {}
+
+
+def test_the_gang_and_preemption_example_places_the_gang_whole_and_preempts_the_low_pod():
+    from pathlib import Path
+
+    import yaml
+
+    from scheduling.engine.dra.scenario import run_dra_scenario
+
+    root = Path(__file__).resolve().parents[2]
+    raw = yaml.safe_load((root / "examples" / "dra-gang-preemption.yaml").read_text())
+    out = run_dra_scenario(raw)
+    pods = {p["name"]: p for p in out["pods"]}
+    assert [pods[f"train-{i}"]["status"] for i in range(3)] == ["scheduled"] * 3
+    assert pods["serve"]["preempted"] == ["default/batch-low"]
+    assert pods["serve"]["claims"]["serve"][0]["device"] == "hami-gpu-0"
+    claims = {c["name"]: c["status"] for c in out["resourceClaims"]}
+    assert not claims["batch-low"].get("allocation") and not claims["batch-low"].get("reservedFor")

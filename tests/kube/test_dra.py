@@ -1,0 +1,449 @@
+"""DRA through the stand-in API server and the real `kubernetes` client: HAMi-DRA nodes as
+HAMi's driver publishes them, claims as HAMi-DRA's webhook writes them, each claim's status
+as HAMi's driver reads it, then the Binding."""
+
+from __future__ import annotations
+
+import pytest
+
+from kube.api import RBAC_RULES
+from kube.dra import DRA_RBAC_RULES, DraCycle
+from kube.events import EventRecorder
+from tests.engine.dra_objects import HAMI, claim_pod, device_class, gpumem_claim, hami_slice
+
+from .apiserver import DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES
+
+BINPACK = {"hami.io/gpu-scheduler-policy": "binpack"}
+SPREAD = {"hami.io/gpu-scheduler-policy": "spread"}
+
+
+def cluster(apiserver, nodes=("n1",), memory_gib=24):
+    apiserver.put(DEVICE_CLASSES, device_class())
+    for node in nodes:
+        apiserver.put(RESOURCE_SLICES, hami_slice(node, cards=2, memory_gib=memory_gib))
+
+
+def submit(apiserver, name: str, claim: dict, annotations=None):
+    apiserver.put(RESOURCE_CLAIMS, claim)
+    pod = claim_pod(name, claim["metadata"]["name"], annotations=annotations)
+    del pod["metadata"]["uid"]  # the server gives it
+    apiserver.put("pods", pod)
+
+
+def results(apiserver, claim: str) -> list[dict]:
+    return apiserver.get(RESOURCE_CLAIMS, "default", claim)["status"]["allocation"]["devices"]["results"]
+
+
+def test_8000_mib_claims_binpack_onto_one_card_and_spread_across_cards(apiserver, kube):
+    for policy, same in ((BINPACK, True), (SPREAD, False)):
+        apiserver.objects[RESOURCE_CLAIMS].clear()
+        apiserver.objects["pods"].clear()
+        cluster(apiserver)
+        submit(apiserver, "a", gpumem_claim("a", memory_mib=8000), policy)
+        submit(apiserver, "b", gpumem_claim("b", memory_mib=8000), policy)
+        outcomes = DraCycle(kube).run_once()
+        assert sorted((o.name, o.node) for o in outcomes) == [("a", "n1"), ("b", "n1")]
+        devices = [results(apiserver, claim)[0]["device"] for claim in ("a", "b")]
+        assert (devices[0] == devices[1]) is same, (policy, devices)
+    claim = apiserver.get(RESOURCE_CLAIMS, "default", "a")
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert (result["driver"], result["pool"], result["request"]) == (HAMI, "n1", "gpu")
+    assert result["consumedCapacity"]["memory"] == "8000Mi" and "cores" in result["consumedCapacity"]
+    pod = apiserver.get("pods", "default", "a")
+    assert claim["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "a", "uid": pod["metadata"]["uid"]}
+    ]
+    assert pod["spec"]["nodeName"] == "n1"
+
+
+def test_claims_allocated_earlier_count_in_the_next_pass(apiserver, kube):
+    cluster(apiserver, memory_gib=16)
+    submit(apiserver, "a", gpumem_claim("a", memory_mib=12000), BINPACK)
+    DraCycle(kube).run_once()
+    submit(apiserver, "b", gpumem_claim("b", memory_mib=8000), BINPACK)
+    DraCycle(kube).run_once()
+    assert results(apiserver, "a")[0]["device"] != results(apiserver, "b")[0]["device"]
+
+
+def test_a_device_taint_rule_cordons_a_card(apiserver, kube):
+    cluster(apiserver)
+    apiserver.put(
+        DEVICE_TAINT_RULES,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "gpu-0-broken"},
+            "spec": {
+                "deviceSelector": {"driver": HAMI, "pool": "n1", "device": "hami-gpu-0"},
+                "taint": {"key": "broken", "value": "ecc", "effect": "NoSchedule"},
+            },
+        },
+    )
+    for name in ("a", "b"):
+        submit(apiserver, name, gpumem_claim(name, memory_mib=8000), SPREAD)
+    DraCycle(kube).run_once()
+    assert [results(apiserver, c)[0]["device"] for c in ("a", "b")] == ["hami-gpu-1", "hami-gpu-1"]
+
+
+def test_a_claim_changed_under_the_write_is_planned_again(apiserver, kube):
+    cluster(apiserver)
+    submit(apiserver, "a", gpumem_claim("a"))
+    apiserver.before(
+        "PATCH",
+        "/resourceclaims/a/status",
+        lambda: apiserver.update(
+            RESOURCE_CLAIMS, "default", "a", lambda c: c["metadata"].setdefault("labels", {})
+        ),
+    )
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node == "n1"
+    statuses = [r for r in apiserver.calls("PATCH", "/resourceclaims/a/status")]
+    assert len(statuses) == 2  # the first met a 409, the second was planned from a fresh list
+    assert results(apiserver, "a")
+
+
+def test_a_claim_from_a_template_is_found_through_the_pods_status(apiserver, kube):
+    cluster(apiserver)
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("p-gpu-x7k2"))
+    pod = claim_pod("p", "unused")
+    del pod["metadata"]["uid"]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu-8000"}]
+    pod["status"]["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": "p-gpu-x7k2"}]
+    apiserver.put("pods", pod)
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node == "n1" and results(apiserver, "p-gpu-x7k2")
+
+
+def test_a_pod_that_cannot_be_placed_says_why_in_its_condition(apiserver, kube):
+    cluster(apiserver)
+    expression = f'device.attributes["{HAMI}"].productName == "NVIDIA H100"'
+    submit(apiserver, "a", gpumem_claim("a", selectors=[expression]))
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node is None and outcome.reason == "SelectorMismatch"
+    (condition,) = apiserver.get("pods", "default", "a")["status"]["conditions"]
+    assert condition["status"] == "False" and condition["message"].startswith("SelectorMismatch")
+    assert "status" not in apiserver.get(RESOURCE_CLAIMS, "default", "a")
+
+
+def test_the_requests_made_are_granted_by_the_shipped_rules(apiserver, kube):
+    cluster(apiserver)
+    submit(apiserver, "a", gpumem_claim("a"))
+    submit(apiserver, "b", gpumem_claim("b", selectors=['device.attributes["x"].y == 1']))
+    DraCycle(kube).run_once()
+    used = apiserver.grants_used()
+    assert used <= set(RBAC_RULES) and set(DRA_RBAC_RULES) <= set(RBAC_RULES)
+    assert {
+        ("resource.k8s.io", "resourceclaims/status", "patch"),
+        ("resource.k8s.io", "resourceclaims/binding", "patch"),  # 1.36's granular status check
+        ("", "pods/binding", "create"),
+    } <= used
+
+
+def test_simulate_gives_the_live_placements_offline(apiserver, kube):
+    from scheduling.engine.dra.scenario import run_dra_scenario
+
+    cluster(apiserver, nodes=("n1", "n2"))
+    for name, memory in (("a", 8000), ("b", 20000), ("c", 8000), ("d", 16000)):
+        submit(apiserver, name, gpumem_claim(name, memory_mib=memory), BINPACK)
+    raw = {
+        "resourceSlices": apiserver.all(RESOURCE_SLICES),
+        "deviceClasses": apiserver.all(DEVICE_CLASSES),
+        "resourceClaims": apiserver.all(RESOURCE_CLAIMS),
+        "pods": sorted(
+            apiserver.all("pods"), key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"]
+        ),
+    }
+    offline = run_dra_scenario(raw)
+    DraCycle(kube).run_once()
+    live = {c: [(r["pool"], r["device"]) for r in results(apiserver, c)] for c in "abcd"}
+    simulated = {
+        c: [(r["pool"], r["device"]) for r in p["claims"][c]] for p in offline["pods"] for c in p["claims"]
+    }
+    assert simulated == live
+
+
+def test_only_the_configured_drivers_are_read(apiserver, kube, settings):
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "DRA_DRIVERS": ["gpu.nvidia.com"]}
+    cluster(apiserver)
+    submit(apiserver, "a", gpumem_claim("a"))
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node is None and "none published" in outcome.message
+
+
+def test_a_two_card_claim_with_match_attribute_lands_on_one_pcie_root(apiserver, kube):
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("n1", cards=4, memory_gib=16))  # roots: gpu-0,1 | gpu-2,3
+    submit(apiserver, "busy", gpumem_claim("busy", memory_mib=16000))  # fills one card of the first root
+    DraCycle(kube).run_once()
+    pair = gpumem_claim("pair", count=2, constraints=[{"matchAttribute": "resource.kubernetes.io/pcieRoot"}])
+    submit(apiserver, "pair", pair, SPREAD)
+    DraCycle(kube).run_once()
+    busy = results(apiserver, "busy")[0]["device"]
+    chosen = sorted(r["device"] for r in results(apiserver, "pair"))
+    roots = {"hami-gpu-0": 0, "hami-gpu-1": 0, "hami-gpu-2": 1, "hami-gpu-3": 1}
+    assert busy not in chosen and roots[chosen[0]] == roots[chosen[1]]
+
+
+def test_a_cel_selector_on_product_name_places_on_that_product(apiserver, kube):
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("a100-node", product="NVIDIA A100"))
+    apiserver.put(RESOURCE_SLICES, hami_slice("h100-node", product="NVIDIA H100"))
+    expression = f'device.attributes["{HAMI}"].productName.startsWith("NVIDIA H")'
+    submit(apiserver, "a", gpumem_claim("a", selectors=[expression]))
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node == "h100-node" and results(apiserver, "a")[0]["pool"] == "h100-node"
+
+
+def test_pods_sharing_one_claim_in_one_pass_get_one_allocation(apiserver, kube):
+    cluster(apiserver, nodes=("n1", "n2"))
+    submit(apiserver, "p1", gpumem_claim("shared"))
+    pod = claim_pod("p2", "shared")
+    del pod["metadata"]["uid"]
+    apiserver.put("pods", pod)
+    outcomes = DraCycle(kube).run_once()
+    assert len({o.node for o in outcomes}) == 1 and None not in {o.node for o in outcomes}
+    claim = apiserver.get(RESOURCE_CLAIMS, "default", "shared")
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == ["p1", "p2"]
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == 1
+    # the second pod joined the claim as the first left it: no 409, no second plan
+    assert len(apiserver.calls("PATCH", "/resourceclaims/shared/status")) == 2
+
+
+def test_a_refused_binding_keeps_the_claim_and_the_next_pass_binds_there(apiserver, kube):
+    cluster(apiserver, nodes=("n1", "n2"))
+    submit(apiserver, "a", gpumem_claim("a"))
+    apiserver.fail("POST", "/pods/a/binding", 500)
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node is None and outcome.reason == "BindFailed"
+    node = results(apiserver, "a")[0]["pool"]
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node == node == apiserver.get("pods", "default", "a")["spec"]["nodeName"]
+
+
+GANG = {"hami.io/group-name": "train", "hami.io/group-min-member": "4"}
+
+
+def whole_card_pod(apiserver, name: str, annotations=None, priority: int | None = None):
+    submit(apiserver, name, gpumem_claim(name, memory_mib=16000), annotations)
+    if priority is not None:
+        apiserver.update("pods", "default", name, lambda p: p["spec"].__setitem__("priority", priority))
+
+
+def test_a_gang_of_four_claim_pods_is_placed_all_or_nothing(apiserver, kube):
+    cluster(apiserver, nodes=("n1", "n2"), memory_gib=16)  # four cards
+    whole_card_pod(apiserver, "busy")
+    DraCycle(kube).run_once()
+    for i in range(4):
+        whole_card_pod(apiserver, f"w{i}", GANG)
+    outcomes = DraCycle(kube).run_once()
+    assert {(o.name, o.node, o.reason) for o in outcomes} == {
+        (f"w{i}", None, "GangUnschedulable") for i in range(4)
+    }
+    assert not apiserver.calls("PATCH", "/resourceclaims/w0/status")  # three fit: none is written
+    assert not any(apiserver.get("pods", "default", f"w{i}")["spec"].get("nodeName") for i in range(4))
+    (condition,) = apiserver.get("pods", "default", "w3")["status"]["conditions"]
+    assert "3 of 4 pending members fit, 4 must" in condition["message"]
+
+    apiserver.delete("pods", "default", "busy")  # its claim is released on the next pass
+    outcomes = DraCycle(kube).run_once()
+    assert sorted(o.node is not None for o in outcomes) == [True] * 4
+    assert "status" not in apiserver.get(RESOURCE_CLAIMS, "default", "busy") or not apiserver.get(
+        RESOURCE_CLAIMS, "default", "busy"
+    )["status"].get("allocation")
+    cards = {
+        (results(apiserver, f"w{i}")[0]["pool"], results(apiserver, f"w{i}")[0]["device"]) for i in range(4)
+    }
+    assert len(cards) == 4
+
+
+def test_a_high_priority_claim_pod_preempts_a_low_one_on_its_card(apiserver, kube):
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("n1", cards=1, memory_gib=16))
+    submit(apiserver, "low", gpumem_claim("low", memory_mib=12000))
+    DraCycle(kube).run_once()
+    low_uid = apiserver.get("pods", "default", "low")["metadata"]["uid"]
+    submit(apiserver, "high", gpumem_claim("high", memory_mib=12000))
+    apiserver.update("pods", "default", "high", lambda p: p["spec"].__setitem__("priority", 1000))
+    (outcome,) = DraCycle(kube, events=EventRecorder(kube, "hami-scheduler")).run_once()
+    assert outcome.node == "n1"
+    assert [(ns, name) for ns, name, _ in apiserver.evictions] == [("default", "low")]
+    events = {(e["involvedObject"]["name"], e["reason"]): e["message"] for e in apiserver.all("events")}
+    assert events[("low", "Preempted")].startswith("Preempted by default/high on card n1/hami-gpu-0")
+    assert events[("high", "Preempting")] == "Preempting default/low on n1 for cards n1/hami-gpu-0"
+    assert events[("high", "Scheduled")].endswith("to n1 with cards n1/hami-gpu-0")
+    assert apiserver.evictions[0][2]["deleteOptions"]["preconditions"]["uid"] == low_uid
+    low = apiserver.get(RESOURCE_CLAIMS, "default", "low")
+    assert not low["status"].get("reservedFor") and not low["status"].get("allocation")
+    (result,) = results(apiserver, "high")
+    assert (result["device"], result["consumedCapacity"]["memory"]) == ("hami-gpu-0", "12000Mi")
+    assert apiserver.get("pods", "default", "high")["spec"]["nodeName"] == "n1"
+
+
+def test_equal_priority_or_a_non_preemptible_tenant_is_never_a_victim(apiserver, kube):
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("n1", cards=1, memory_gib=16))
+    submit(apiserver, "kept", gpumem_claim("kept", memory_mib=12000), {"hami.io/preemptible": "false"})
+    submit(apiserver, "peer", gpumem_claim("peer", memory_mib=4000))
+    DraCycle(kube).run_once()
+    submit(apiserver, "high", gpumem_claim("high", memory_mib=12000))
+    apiserver.update("pods", "default", "high", lambda p: p["spec"].__setitem__("priority", 1000))
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node is None and "CardInsufficientMemory" in outcome.message
+    assert apiserver.evictions == []
+    submit(apiserver, "same", gpumem_claim("same", memory_mib=4000))
+    (outcome,) = [o for o in DraCycle(kube).run_once() if o.name == "same"]
+    assert outcome.node is None and apiserver.evictions == []
+
+
+def test_a_waiting_pod_condition_says_what_the_code_means_and_what_to_do(apiserver, kube):
+    cluster(apiserver)
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "all-broken"},
+        "spec": {"deviceSelector": {"driver": HAMI}, "taint": {"key": "broken", "effect": "NoSchedule"}},
+    }
+    apiserver.put(DEVICE_TAINT_RULES, rule)
+    submit(apiserver, "a", gpumem_claim("a"))
+    (outcome,) = DraCycle(kube, events=EventRecorder(kube, "hami-scheduler")).run_once()
+    (condition,) = apiserver.get("pods", "default", "a")["status"]["conditions"]
+    (event,) = apiserver.all("events")
+    assert (event["reason"], event["message"]) == ("FailedScheduling", condition["message"])
+    assert outcome.reason == "DeviceTainted"
+    assert condition["message"].startswith("DeviceTainted: every device the request may take has a taint")
+    assert "add a toleration" in condition["message"]
+
+
+def test_an_ended_pod_leaves_its_claim_and_frees_the_card(apiserver, kube):
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("n1", cards=1, memory_gib=16))
+    submit(apiserver, "done", gpumem_claim("done", memory_mib=12000))
+    DraCycle(kube).run_once()
+    apiserver.update("pods", "default", "done", lambda p: p["status"].__setitem__("phase", "Succeeded"))
+    submit(apiserver, "next", gpumem_claim("next", memory_mib=12000))
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node == "n1"
+    assert not apiserver.get(RESOURCE_CLAIMS, "default", "done")["status"].get("allocation")
+
+
+def test_simulate_gives_the_live_gang_and_preemption_offline(apiserver, kube):
+    from scheduling.engine.dra.scenario import run_dra_scenario
+
+    cluster(apiserver, nodes=("n1", "n2"), memory_gib=16)  # four cards
+    submit(apiserver, "low", gpumem_claim("low", memory_mib=12000))
+    DraCycle(kube).run_once()
+    for i in range(3):
+        whole_card_pod(apiserver, f"g{i}", {"hami.io/group-name": "g"})
+    submit(apiserver, "high", gpumem_claim("high", memory_mib=12000))
+    apiserver.update("pods", "default", "high", lambda p: p["spec"].__setitem__("priority", 1000))
+    raw = {
+        "resourceSlices": apiserver.all(RESOURCE_SLICES),
+        "deviceClasses": apiserver.all(DEVICE_CLASSES),
+        "resourceClaims": apiserver.all(RESOURCE_CLAIMS),
+        "pods": sorted(
+            apiserver.all("pods"), key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"]
+        ),
+    }
+    offline = run_dra_scenario(raw)
+    outcomes = DraCycle(kube).run_once()
+    assert all(o.node for o in outcomes) and len(outcomes) == 4
+    assert [name for _, name, _ in apiserver.evictions] == ["low"]
+    (high,) = [p for p in offline["pods"] if p["name"] == "high"]
+    assert high["preempted"] == ["default/low"]
+    live = {c: [(r["pool"], r["device"]) for r in results(apiserver, c)] for c in ("g0", "g1", "g2", "high")}
+    simulated = {
+        c: [(r["pool"], r["device"]) for r in p["claims"][c]] for p in offline["pods"] for c in p["claims"]
+    }
+    assert simulated == live
+
+
+def test_the_watcher_leaves_dra_pods_without_a_device_plugin_gpu_to_the_dra_pass(kube):
+    from kube.sync import PodSync
+
+    sync = PodSync(kube, "hami-scheduler")
+    pod = claim_pod("a", "a")
+    assert not sync.to_queue(pod)
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    assert sync.to_queue(pod)  # both: the device plugin's GPU is the watcher's to place
+    del pod["spec"]["resourceClaims"]
+    assert sync.to_queue(pod)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_agent_runs_the_dra_pass_with_hami_dra(apiserver, kube):
+    from kube.agent import KubeAgent
+    from scheduling.models import Pod
+
+    from .conftest import fast_options, running, wait_until
+
+    cluster(apiserver, nodes=("n1", "n2"), memory_gib=16)
+    for i in range(4):
+        whole_card_pod(apiserver, f"w{i}", GANG)
+    with running(KubeAgent(kube, fast_options(dra=True))):
+        wait_until(
+            lambda: all(apiserver.get("pods", "default", f"w{i}")["spec"].get("nodeName") for i in range(4)),
+            what="the gang of four bound",
+        )
+    assert not Pod.objects.exists()  # the watcher queued none of them
+    assert (
+        len(
+            {
+                (results(apiserver, f"w{i}")[0]["pool"], results(apiserver, f"w{i}")[0]["device"])
+                for i in range(4)
+            }
+        )
+        == 4
+    )
+
+
+def test_node_taints_and_selectors_apply_to_dra_pods(apiserver, kube):
+    cluster(apiserver, nodes=("n1", "n2"))
+    taint = {"key": "reserved", "value": "infer", "effect": "NoSchedule"}
+    apiserver.put("nodes", {"metadata": {"name": "n1", "labels": {"pool": "a"}}, "spec": {"taints": [taint]}})
+    apiserver.put("nodes", {"metadata": {"name": "n2", "labels": {"pool": "b"}}, "spec": {}})
+    submit(apiserver, "plain", gpumem_claim("plain"), BINPACK)
+    submit(apiserver, "tolerant", gpumem_claim("tolerant"), BINPACK)
+    apiserver.update(
+        "pods",
+        "default",
+        "tolerant",
+        lambda p: p["spec"].update(
+            tolerations=[{"key": "reserved", "operator": "Exists"}], nodeSelector={"pool": "a"}
+        ),
+    )
+    submit(apiserver, "nowhere", gpumem_claim("nowhere"))
+    apiserver.update("pods", "default", "nowhere", lambda p: p["spec"].update(nodeSelector={"pool": "c"}))
+    outcomes = {o.name: o for o in DraCycle(kube).run_once()}
+    assert (outcomes["plain"].node, outcomes["tolerant"].node) == ("n2", "n1")
+    assert outcomes["nowhere"].node is None and "NodeAffinity" in outcomes["nowhere"].message
+
+
+def test_a_refused_eviction_leaves_the_preemptor_waiting_and_the_victim_alone(apiserver, kube):
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("n1", cards=1, memory_gib=16))
+    submit(apiserver, "low", gpumem_claim("low", memory_mib=12000))
+    cycle = DraCycle(kube)
+    cycle.run_once()
+    submit(apiserver, "high", gpumem_claim("high", memory_mib=12000))
+    apiserver.update("pods", "default", "high", lambda p: p["spec"].__setitem__("priority", 1000))
+    apiserver.fail("POST", "/pods/low/eviction", 429, reason="TooManyRequests")
+    (outcome,) = cycle.run_once()
+    assert (outcome.node, outcome.reason, outcome.nominated) == (None, "Preempting", "n1")
+    assert len(apiserver.calls("POST", "/pods/low/eviction")) == 1  # not tried again at once
+    assert results(apiserver, "low") and apiserver.get("pods", "default", "low")
+    status = apiserver.get("pods", "default", "high")["status"]
+    assert status["nominatedNodeName"] == "n1" and status["conditions"][0]["message"].startswith("Preempting")
+
+
+def test_a_gang_sharing_one_claim_allocates_it_once_and_reserves_it_for_every_member(apiserver, kube):
+    cluster(apiserver, nodes=("n1", "n2"))
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("shared"))
+    for name in ("m0", "m1"):
+        pod = claim_pod(name, "shared", annotations={"hami.io/group-name": "pair"})
+        del pod["metadata"]["uid"]
+        apiserver.put("pods", pod)
+    outcomes = DraCycle(kube).run_once()
+    assert len({o.node for o in outcomes}) == 1 and None not in {o.node for o in outcomes}
+    claim = apiserver.get(RESOURCE_CLAIMS, "default", "shared")
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == ["m0", "m1"]
+    assert len(apiserver.calls("PATCH", "/resourceclaims/shared/status")) == 2  # no 409, no replan
