@@ -27,33 +27,44 @@ class BoundedLockWaits:
         self.milliseconds = int(getattr(settings, "DB_WEB_LOCK_TIMEOUT_MS", 0) or 0)
 
     def __call__(self, request):
-        if self.milliseconds > 0 and connection.vendor == "postgresql":
+        if self.milliseconds <= 0 or connection.vendor != "postgresql":
+            return self.get_response(request)
+        done = False
+
+        def limit_first(execute, sql, params, many, context):
             # at the request's first query, not before: a request that reads nothing (the
             # schema, a static file) opens no connection for it
-            with connection.execute_wrapper(self._limit_first):
-                return self.get_response(request)
-        return self.get_response(request)
+            nonlocal done
+            if not done:
+                done = True
+                self._limit(context["connection"])
+            return execute(sql, params, many, context)
 
-    def _limit_first(self, execute, sql, params, many, context):
+        with connection.execute_wrapper(limit_first):
+            return self.get_response(request)
+
+    def _limit(self, wrapper) -> None:
         """Set this web connection's `lock_timeout` once per database session. Inside a
         transaction a SET would be undone with it, so there it is set for that transaction
-        alone (`SET LOCAL`) until a query outside one sets it for good."""
-        wrapper = context["connection"]
+        alone (`SET LOCAL`) and again by the next request. Best effort: a failure here is
+        left to the request's own query to meet and report."""
         raw = wrapper.connection
         try:
-            done = raw in _limited
+            if raw in _limited:
+                return
         except TypeError:  # a driver object that takes no weak references: set it every time
-            done = False
-        if not done:
-            scope = "LOCAL " if wrapper.in_atomic_block else ""
+            pass
+        local = wrapper.in_atomic_block
+        try:
             with raw.cursor() as cursor:
-                cursor.execute(f"SET {scope}lock_timeout = {int(self.milliseconds)}")
-            if not scope:
-                try:
-                    _limited.add(raw)
-                except TypeError:
-                    pass
-        return execute(sql, params, many, context)
+                cursor.execute(f"SET {'LOCAL ' if local else ''}lock_timeout = {int(self.milliseconds)}")
+        except Exception:  # noqa: BLE001 - the request's own query says what is wrong
+            return
+        if not local:
+            try:
+                _limited.add(raw)
+            except TypeError:
+                pass
 
     def process_exception(self, request, exception):
         if not lock_wait_ran_out(exception):
