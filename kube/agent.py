@@ -277,6 +277,7 @@ class KubeAgent:
             self.batch[kind.source] = started[-1]
             if kind is WORKLOAD_KIND:
                 self.workload_groups.podgroups = started[-1].snapshot
+                self.pod_sync.workload_groups_read = True
             if kind is KAI_KIND:
                 self.pod_sync.kai_group = started[-1].get
         for informer in started:

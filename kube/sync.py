@@ -110,6 +110,9 @@ class PodSync(Handler):
         #: KAI's PodGroup objects by (namespace, name), once their CRD is read: a pod naming one
         #: with `pod-group-name` takes the object's figures, not its owner's
         self.kai_group: Callable[[str, str], dict | None] | None = None
+        #: Whether the Workload API's PodGroups are read (`KubeAgent`): a group a pod names in
+        #: `spec.schedulingGroup` before its object is read then waits for it.
+        self.workload_groups_read = False
         self.queue_pods = queue_pods
         self.may_write = may_write
         self.on_release = on_release or (lambda uid: None)
@@ -316,7 +319,10 @@ class PodSync(Handler):
         """The submission with the gang of the pod's top controller (`kube.owners`), unless the
         pod names a group itself (annotations, labels, a Workload's group win) or the rule is
         off. Raises OwnerInvalid, OwnerUnavailable."""
-        if self.owners is None or asked.get(GROUP_KEY) is not None:
+        group = asked.get(GROUP_KEY)
+        if group is not None and group.source == "workload" and self.workload_groups_read:
+            return {**asked, GROUP_KEY: replace(group, unknown_size=True)}
+        if self.owners is None or group is not None:
             return asked
         try:
             named = group_ref(asked["annotations"], asked["labels"])

@@ -323,6 +323,10 @@ class GroupRef:
     owner_kind: str = ""
     owner_name: str = ""
     subgroups: tuple[tuple[str, int], ...] = ()
+    #: A group whose object sizes it but is not read yet (a Workload API PodGroup created after
+    #: its pods): created holding its pods until the object says its size, never placed pod
+    #: by pod (kube-scheduler waits for the object too).
+    unknown_size: bool = False
 
 
 def group_ref(annotations: dict, labels: dict | None = None) -> GroupRef | None:

@@ -809,6 +809,11 @@ def _group_keys(submissions: list[Submission]) -> Q:
     return where
 
 
+#: The size a group of unknown size is created with (`GroupRef.unknown_size`): it holds its
+#: pods until its object says how many it needs.
+UNKNOWN_SIZE = 1_000_000
+
+
 def _group_for(
     namespace: str, ref: GroupRef | None, named_queue: str | None, shared: dict[str, Queue] | None = None
 ) -> PodGroup | None:
@@ -819,7 +824,7 @@ def _group_for(
         return None
     held = shared or {}
     defaults = {
-        "min_member": ref.min_member or 1,
+        "min_member": ref.min_member or (UNKNOWN_SIZE if ref.unknown_size else 1),
         "schedule_timeout_seconds": ref.timeout_seconds,
         "source": ref.source,
         "queue": held[named_queue] if named_queue in held else _queue_named(named_queue),

@@ -317,6 +317,23 @@ def test_a_malformed_podgroup_is_refused_out_loud_and_its_pods_wait(kube, apiser
 
 
 @db
+def test_pods_naming_a_podgroup_not_created_yet_wait_for_it_then_start_whole(kube, apiserver):
+    """The job controller made the pods first: their group has no size until its object is
+    read, so none is placed pod by pod (kube-scheduler waits for the object too)."""
+    serve_workload_api(apiserver)
+    apiserver.put("nodes", node_object("gpu-1", t4_register("GPU-a", 4)))
+    for i in range(2):
+        apiserver.put("pods", member(f"w{i}", gpu=1, mem=1000))
+    with running(KubeAgent(kube, fast_options())):
+        wait_until(lambda: Pod.objects.filter(name="w1").exists() and Card.objects.exists(), what="queued")
+        assert group_row().source == "workload"
+        assert not run_cycle().placed, "a gang of unknown size is not placed pod by pod"
+        apiserver.put(WORKLOAD_PODGROUPS, podgroup("train", 2))
+        wait_until(lambda: group_row().min_member == 2, what="the object read")
+        assert len(run_cycle().placed) == 2
+
+
+@db
 def test_two_objects_claiming_one_group_the_second_is_refused_naming_it(kube, apiserver):
     apiserver.serve(VOLCANO_PODGROUPS)
     apiserver.put(
