@@ -30,17 +30,21 @@ BASE_SECONDS = 0.02
 CAP_SECONDS = 0.5
 
 
-def retryable_kind(error: BaseException) -> str | None:
-    """'deadlock' or 'serialization' when `error` (or what caused it) carries such a SQLSTATE."""
+def sqlstates(error: BaseException):
+    """The SQLSTATEs `error` and what caused it carry (at most five links down the chain)."""
     seen = 0
     exc: BaseException | None = error
     while exc is not None and seen < 5:
         state = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
-        if state in RETRYABLE:
-            return RETRYABLE[state]
+        if state:
+            yield state
         exc = exc.__cause__ or exc.__context__
         seen += 1
-    return None
+
+
+def retryable_kind(error: BaseException) -> str | None:
+    """'deadlock' or 'serialization' when `error` (or what caused it) carries such a SQLSTATE."""
+    return next((RETRYABLE[state] for state in sqlstates(error) if state in RETRYABLE), None)
 
 
 #: SQLSTATE 55P03, lock_not_available: a `lock_timeout` ran out (hamiadmin.dbtimeouts).
@@ -49,14 +53,7 @@ LOCK_NOT_AVAILABLE = "55P03"
 
 def lock_wait_ran_out(error: BaseException) -> bool:
     """Whether `error` (or what caused it) is PostgreSQL giving up waiting for a lock."""
-    seen = 0
-    exc: BaseException | None = error
-    while exc is not None and seen < 5:
-        if (getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)) == LOCK_NOT_AVAILABLE:
-            return True
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return False
+    return LOCK_NOT_AVAILABLE in sqlstates(error)
 
 
 def _observe(kind: str) -> None:

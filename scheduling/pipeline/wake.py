@@ -139,14 +139,14 @@ def _wake(specs: list[tuple[str, str, int | None]], now) -> tuple[int, list[int]
     capped: list[int] = []
     whole = Q()
     for namespace, digest, cap in specs:
-        rows = backed_off(now).filter(namespace=namespace, spec_hash=digest)
         if cap is None:
             whole |= Q(namespace=namespace, spec_hash=digest)
             continue
         whole |= Q(namespace=namespace, spec_hash=digest, group__isnull=False)
         limit = max(0, min(cap, WAKE_MAX - len(chosen)))
         singles = list(
-            rows.filter(group__isnull=True)
+            backed_off(now)
+            .filter(namespace=namespace, spec_hash=digest, group__isnull=True)
             .order_by("-priority", "submitted_at", "id")
             .values_list("pk", flat=True)[: limit + 1]
         )

@@ -40,7 +40,7 @@ from scheduling.pipeline.batch import fair_share_book, queue_usage
 from scheduling.pipeline.rowlocks import lock_namespace_quotas, lock_pod_group, lock_queue_tree
 from scheduling.pipeline.triggers import request_cycle
 
-from .pods import capacity_changed
+from .pods import capacity_changed, members_due
 
 log = logging.getLogger(__name__)
 
@@ -384,9 +384,7 @@ def rescale_owner_gang(pk: int, min_member: int, subgroups: list[dict], message:
         ]
         group.save(update_fields=["min_member", "subgroups", "conditions", "updated_at"])
         request_cycle(f"pod group {group.key} resized by its owner")
-    Pod.objects.filter(group_id=pk, status=Pod.PENDING, next_attempt_at__isnull=False).update(
-        next_attempt_at=None
-    )
+    members_due(pk)
     return True
 
 

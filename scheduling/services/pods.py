@@ -846,11 +846,13 @@ def _group_for(
         if "min_member" in changed or "subgroups" in changed:
             # its backed-off members may start now: tried at once, after this commit (pods are
             # never locked after a group: the lock order), as `rescale_owner_gang` does
-            transaction.on_commit(partial(_members_due, group.pk), robust=True)
+            transaction.on_commit(partial(members_due, group.pk), robust=True)
     return group
 
 
-def _members_due(group_id: int) -> None:
+def members_due(group_id: int) -> None:
+    """The group's backed-off pending members tried at once (its size or parts changed). Its
+    own statement, after the group's transaction: pods are never locked after a group."""
     Pod.objects.filter(group_id=group_id, status=Pod.PENDING, next_attempt_at__isnull=False).update(
         next_attempt_at=None
     )
