@@ -4,6 +4,11 @@ relist of a quiet cluster) and new specs (every pod re-queued).
 
     python -m bench.submit [--pods 5000] [--batch 500] [--backends postgresql,sqlite]
 
+It also prints the server CPU of one `POST pods/` and one `POST pods/<ns>/<name>/complete/`
+(the median of up to 1,000 each, through Django's test client in the child: every
+middleware, token authentication, the database; Redis too when REDIS_URL is set for it
+with BENCH_REDIS_URL), the cost the one-request-per-pod load test pays per pod.
+
 Each run gets a throwaway database as `bench.pipeline` makes them: a PostgreSQL database
 `hamiadmin_bench_<pid>_<random>` created on the server of DATABASE_URL and dropped after
 (skipped when that server cannot be reached), or a temporary SQLite file; the work runs in
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 from bench.pipeline import POD_SHAPES, admin_sql, bench_database_name, postgres_server_url, with_database
@@ -96,6 +102,54 @@ def over_rest(namespace: str, count: int, batch: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+def request_cpu(namespace: str, count: int) -> dict[str, float]:
+    """Server CPU per request, in ms (median of `count`): `POST pods/` of new pods, then
+    `POST pods/<ns>/<name>/complete/` of the same pods once a cycle placed them. Through
+    Django's test client in this process: every middleware, token authentication, the
+    database and (with REDIS_URL) Redis, no HTTP server or client."""
+    from rest_framework.test import APIClient
+
+    from scheduling import services
+    from scheduling.api.tokens import issue_role_token
+    from scheduling.pipeline import run_cycle
+
+    for n in range(max(1, count // 64 + 1)):  # 8 cards of 16,000 MiB a node: room for them all
+        cards = [
+            {"uuid": f"GPU-{namespace}-{n}-{i}", "index": i, "memory": 16000, "type": "NVIDIA-Tesla T4"}
+            for i in range(8)
+        ]
+        services.report_inventory(f"{namespace}-{n}", {}, {}, cards)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_role_token('bench', 'operator')}")
+
+    def pod_body(n: int) -> dict:
+        limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}
+        return {
+            "namespace": namespace,
+            "name": f"c{n:05d}",
+            "containers": [{"name": "main", "resources": {"limits": limits}}],
+        }
+
+    def median_ms(calls, expected: int) -> float:
+        spent = []
+        for call in calls:
+            started = time.process_time()
+            answer = call()
+            spent.append(time.process_time() - started)
+            if answer.status_code != expected:
+                raise RuntimeError(f"answered {answer.status_code}: {answer.content[:300]!r}")
+        return round(sorted(spent)[len(spent) // 2] * 1000, 2)
+
+    submit = median_ms(
+        (partial(client.post, "/api/v1/pods/", pod_body(n), format="json") for n in range(count)), 201
+    )
+    while run_cycle(trigger="bench").placed:
+        pass
+    paths = (f"/api/v1/pods/{namespace}/c{n:05d}/complete/" for n in range(count))
+    complete = median_ms((partial(client.post, path) for path in paths), 200)
+    return {"POST pods/": submit, "POST .../complete/": complete}
+
+
 def main_child(args) -> None:
     import django
 
@@ -103,6 +157,7 @@ def main_child(args) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0, interactive=False)
+    cpu = request_cpu("rest-cpu", min(args.pods, 1000))  # first: the only pods its cycles see
     rates: dict[str, dict[str, float]] = {}
     for phase, step in (("new", 0), ("unchanged", 0), ("requeued", 500)):
         rates[phase] = {
@@ -113,11 +168,17 @@ def main_child(args) -> None:
         "submit_pod": over_rest("rest-single", args.pods, 0),
         "submit_pods": over_rest("rest-bulk", args.pods, args.batch),
     }
-    print(json.dumps({"backend": args.child, "pods": args.pods, "batch": args.batch, "rates": rates}))
+    print(
+        json.dumps(
+            {"backend": args.child, "pods": args.pods, "batch": args.batch, "rates": rates, "cpu": cpu}
+        )
+    )
 
 
 def run_child(database_url: str, backend: str, args, scratch: str) -> dict:
     env = {key: value for key, value in os.environ.items() if key != "REDIS_URL"}
+    if os.environ.get("BENCH_REDIS_URL"):  # a Redis of the bench's own: throttles, wake-ups
+        env["REDIS_URL"] = os.environ["BENCH_REDIS_URL"]
     env.update(
         {
             "DATABASE_URL": database_url,
@@ -162,6 +223,10 @@ def print_table(rows: list[dict], args) -> None:
         for phase, _ in PHASES:
             one, many = row["rates"][phase]["submit_pod"], row["rates"][phase]["submit_pods"]
             print(f"{row['backend']:<11} {phase:<11} {one:>12.0f} {many:>20.0f} {many / one:>7.1f}x")
+    for row in rows:
+        if "cpu" in row:
+            spent = ", ".join(f"{request} {ms:.2f} ms" for request, ms in row["cpu"].items())
+            print(f"{row['backend']:<11} server CPU per request (median): {spent}")
     print()
     print(f"{args.pods} pods per phase; " + "; ".join(f"{phase}: {what}" for phase, what in PHASES) + ".")
 

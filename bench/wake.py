@@ -1,6 +1,6 @@
 """Wake benchmark (issue 29): a release among many backed-off pods.
 
-    python -m bench.wake [--nodes 2000] [--pending 20000] [--rounds 10]
+    python -m bench.wake [--nodes 2000] [--pending 20000] [--rounds 10] [--sqlite] [--profile PATH]
 
 `--nodes` nodes x 8 cards (40,960 MiB), all full but for the card one tenant holds; then
 `--pending` pods of 20 shapes wait, backed off: 80% can never fit (they ask more than a card),
@@ -11,9 +11,16 @@ SQLite when the server cannot be reached):
 - the wake at the start of the next cycle (`pipeline.wake.wake_movable`: one pod per spec
   decided on the standing snapshot, then the fitting specs made due) and how many pods it woke;
 - the cycle that follows (the woken pods decided, one placed on the freed card);
+- release to placement: from the release's call to the end of that cycle's commit;
 
 then the placed pod is the next round's tenant and the other woken pods go back to backing off.
-Prints the medians and the worst, in ms, and beside them what a release paid before: waking
+Then, while the tenant is released every 100 ms (each release done between two cycles, as a
+request lands between the worker's cycles, its time counted), `--rounds` new pods that fit
+(2,000 MiB, on cards of the last nodes left with 3,000 MiB free: too little for any waiting
+shape) are submitted one at a time and the cycles run back to back until each is placed:
+submission to placement, the call to the end of the placing cycle's commit.
+Prints the medians, 99th percentiles (nearest rank: with fewer than 100 rounds, the
+worst) and the worst, in ms, and beside them what a release paid before: waking
 every backed-off pod inside the request (`services.wake_pending_pods`).
 """
 
@@ -50,6 +57,7 @@ def child(args) -> dict:
 
     django.setup()
     from django.core.management import call_command
+    from django.db import connection
     from django.db.models import F
     from django.utils import timezone
 
@@ -64,6 +72,11 @@ def child(args) -> dict:
     free = Card.objects.order_by("pk").first()
     Card.objects.exclude(pk=free.pk).update(
         used_slots=F("slots"), used_memory=F("memory"), used_cores=F("cores")
+    )
+    # room for the newcomers only: a slot and 3,000 MiB on each card of the last nodes
+    last = [f"node{n:04d}" for n in range(max(1, args.nodes - -(-args.rounds // 8)), args.nodes)]
+    Card.objects.filter(node__name__in=last).update(
+        used_slots=F("slots") - 1, used_memory=F("memory") - 3000, used_cores=0
     )
     tenant = services.submit_pod("bench", "tenant-0", {}, containers(40960))
     run_cycle()
@@ -85,21 +98,38 @@ def child(args) -> dict:
             )
         )
     Pod.objects.bulk_create(rows, batch_size=2000)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:  # the statistics autovacuum keeps on a live server
+            cursor.execute("ANALYZE")
     wake_movable()  # warm: the standing snapshot read, every shape decided once
-    release, wake, cycle, woken = [], [], [], []
+    run_cycle()
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+    release, wake, cycle, placed, woken = [], [], [], [], []
     for round_ in range(args.rounds):
         started = time.perf_counter()
         services.release_pod(tenant, Pod.SUCCEEDED)
         release.append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
+        begun = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         woken.append(wake_movable())
-        wake.append((time.perf_counter() - started) * 1000)
-        started = time.perf_counter()
+        wake.append((time.perf_counter() - begun) * 1000)
+        begun = time.perf_counter()
         report = run_cycle()
-        cycle.append((time.perf_counter() - started) * 1000)
+        if profiler is not None:
+            profiler.disable()
+        cycle.append((time.perf_counter() - begun) * 1000)
+        placed.append((time.perf_counter() - started) * 1000)
         assert report.placed, f"round {round_}: nothing placed"
         tenant = Pod.objects.get(namespace="bench", name=report.placed[0][0].split("/", 1)[1])
         Pod.objects.filter(status=Pod.PENDING, next_attempt_at__isnull=True).update(next_attempt_at=later)
+    newcomer, releases = newcomers(args.rounds, tenant, profiler)
+    if profiler is not None:
+        profiler.dump_stats(args.profile)
     Pod.objects.filter(status=Pod.PENDING).update(next_attempt_at=later)
     started = time.perf_counter()
     everyone = services.wake_pending_pods()  # what every release did before, inside its request
@@ -112,16 +142,64 @@ def child(args) -> dict:
         "release_ms": summary(release),
         "wake_ms": summary(wake),
         "cycle_ms": summary(cycle),
+        "placed_ms": summary(placed),
         "woken": statistics.median(woken),
+        "newcomer_ms": summary(newcomer),
+        "releases": releases,
     }
+
+
+def newcomers(count: int, tenant, profiler) -> tuple[list[float], int]:
+    """Submission to placement (ms) of `count` new pods that fit, one at a time, while the
+    pod on the freed card is released every 100 ms; and how many releases were made."""
+    from scheduling import services
+    from scheduling.models import Pod
+    from scheduling.pipeline import run_cycle
+
+    period = 0.1
+    waited: list[float] = []
+    releases = 0
+    next_release = time.perf_counter() + period
+
+    def cycle():
+        nonlocal tenant, releases, next_release
+        if tenant is not None and time.perf_counter() >= next_release:
+            services.release_pod(tenant, Pod.SUCCEEDED)
+            tenant, releases = None, releases + 1
+            next_release = max(next_release + period, time.perf_counter() - period)
+        if profiler is not None:
+            profiler.enable()
+        report = run_cycle()
+        if profiler is not None:
+            profiler.disable()
+        placed = [key.split("/", 1)[1] for key, *_ in report.placed]
+        waiting = [name for name in placed if name.startswith("wait")]
+        if waiting:
+            tenant = Pod.objects.get(namespace="bench", name=waiting[0])
+        return placed
+
+    for n in range(count):
+        gap = time.perf_counter() + (n * 0.037) % period  # land at another point between releases
+        while time.perf_counter() < gap:
+            cycle()
+        name = f"new{n:04d}"
+        started = time.perf_counter()
+        services.submit_pod("bench", name, {}, containers(2000))
+        while name not in cycle():
+            assert time.perf_counter() - started < 60, f"{name} not placed in 60 s"
+        waited.append((time.perf_counter() - started) * 1000)
+    return waited, releases
 
 
 def containers(mem: int) -> list[dict]:
     return [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": mem}}}]
 
 
-def summary(values: list[float]) -> tuple[float, float]:
-    return round(statistics.median(values), 1), round(max(values), 1)
+def summary(values: list[float]) -> tuple[float, float, float]:
+    """Median, 99th percentile (nearest rank) and worst, in ms."""
+    ranked = sorted(values)
+    p99 = ranked[min(len(ranked) - 1, max(0, -(-99 * len(ranked) // 100) - 1))]
+    return round(statistics.median(values), 1), round(p99, 1), round(max(values), 1)
 
 
 def main() -> None:
@@ -129,6 +207,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--pending", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--sqlite", action="store_true", help="SQLite even when PostgreSQL answers")
+    parser.add_argument("--profile", metavar="PATH", help="cProfile the wakes and cycles into PATH")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -137,7 +217,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         server = postgres_server_url()
         drop = f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"
-        error = admin_sql(server, drop, f"CREATE DATABASE {DATABASE}")
+        error = "--sqlite" if args.sqlite else admin_sql(server, drop, f"CREATE DATABASE {DATABASE}")
         url = (
             with_database(server, DATABASE)
             if error is None
@@ -153,6 +233,8 @@ def main() -> None:
         )
         command = [sys.executable, "-m", "bench.wake", "--child", "--nodes", str(args.nodes)]
         command += ["--pending", str(args.pending), "--rounds", str(args.rounds)]
+        if args.profile:
+            command += ["--profile", str(Path(args.profile).resolve())]
         try:
             out = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
         finally:
@@ -165,10 +247,17 @@ def main() -> None:
     print(
         f"wake bench: {row['pending']} backed-off pods (20 shapes, 80% never fit), {row['nodes']} nodes x 8 cards ({backend})"
     )
-    print("                median ms   max ms")
-    for key, label in (("release_ms", "release"), ("wake_ms", "wake"), ("cycle_ms", "cycle")):
-        median, worst = row[key]
-        print(f"  {label:<12} {median:>10} {worst:>8}")
+    print("                        median ms   p99 ms   max ms")
+    for key, label in (
+        ("release_ms", "release"),
+        ("wake_ms", "wake"),
+        ("cycle_ms", "cycle"),
+        ("placed_ms", "release to placement"),
+        ("newcomer_ms", "new pod to placement"),
+    ):
+        median, p99, worst = row[key]
+        print(f"  {label:<20} {median:>10} {p99:>8} {worst:>8}")
+    print(f"  new pods placed while the tenant was released every 100 ms ({row['releases']} releases)")
     print(f"  woken per release (median): {row['woken']:.0f} of {row['pending']}")
     print(
         f"  before: waking every backed-off pod in the request: {row['wake_all_ms']} ms ({row['woken_all']} pods)"

@@ -12,7 +12,9 @@ address, and one client's typos must not lock out the others, nor an agent's rep
   or sign-ins as the same user name) within AUTH_FAILURE_WINDOW_SECONDS, that credential's
   further attempts from that address are answered 429 with Retry-After until the window
   (which starts at its first failure) ends: a sign-in as that user from there waits even
-  with the right password (a password is short enough to guess).
+  with the right password (a password is short enough to guess). A token (API, extender,
+  metrics) is looked up in the counters only once it failed (issue 29: no round trip for a
+  right one), so a key that became right meanwhile goes on.
 - After AUTH_FAILURE_LIMIT failures of **any credentials from one address**, every further
   failure from it is answered 429 with Retry-After instead of 401; a token that is right
   still passes (tokens are 32-40 random characters: guessing one is hopeless, so a right
@@ -102,18 +104,26 @@ def _cache_failed(exc: Exception) -> None:
 def retry_after(scope: str) -> int:
     """Seconds until `scope` (an address, or `pair(address, credential)`) is out of its
     block; 0 when it is not blocked."""
+    return retry_afters(scope)[0]
+
+
+def retry_afters(*scopes: str) -> list[int]:
+    """`retry_after` of each scope, read in one round trip."""
     limit, _ = _limits()
     if limit <= 0:
-        return 0
-    count_key, until_key = _keys(scope)
+        return [0] * len(scopes)
+    keys = [_keys(scope) for scope in scopes]
     try:
-        found = caches["shared"].get_many([count_key, until_key])
+        found = caches["shared"].get_many([key for pair_of_keys in keys for key in pair_of_keys])
     except Exception as exc:  # noqa: BLE001 - fail open, see the module docstring
         _cache_failed(exc)
-        return 0
-    if int(found.get(count_key) or 0) < limit:
-        return 0
-    return max(1, math.ceil(float(found.get(until_key) or 0) - time.time()))
+        return [0] * len(scopes)
+    return [
+        0
+        if int(found.get(count_key) or 0) < limit
+        else max(1, math.ceil(float(found.get(until_key) or 0) - time.time()))
+        for count_key, until_key in keys
+    ]
 
 
 def record_failure(client: str, kind: str, credential: str = "") -> int:
@@ -174,16 +184,25 @@ class FailedCredentialsThrottle:
             return self.get_response(request)
         client = client_of(request)
         credential = credential_of(request, kind)
-        wait = retry_after(pair(client, credential))
-        if wait:
-            return _refused(kind, wait)
+        if kind in SIGN_INS:  # a password: its block holds even when it is right
+            wait = retry_after(pair(client, credential))
+            if wait:
+                return _refused(kind, wait)
         response = self.get_response(request)
         if response.status_code == 401:
-            wait = retry_after(client)
+            # A token is looked at only once it failed (a right one costs no round trip):
+            # one that failed too often from here waits, uncounted; else the address decides.
+            blocked, wait = retry_afters(pair(client, credential), client)
+            if blocked and kind not in SIGN_INS:
+                return _refused(kind, blocked)
             record_failure(client, kind, credential)
             if wait:
                 return _refused(kind, wait)
         return response
+
+
+#: The attempts that present a password (`attempt_kind`): checked before they are judged.
+SIGN_INS = ("login", "admin")
 
 
 def _refused(kind: str, wait: int) -> JsonResponse:

@@ -358,6 +358,10 @@ HAMIADMIN: dict[str, Any] = {
     # Failed credentials per client address (hamiadmin/auth_failures.py): 0 switches it off.
     "AUTH_FAILURE_LIMIT": env_int("HAMI_AUTH_FAILURE_LIMIT", "10"),
     "AUTH_FAILURE_WINDOW_SECONDS": env_int("HAMI_AUTH_FAILURE_WINDOW_SECONDS", "300"),
+    # What an API token stands for (its user and role) is kept this long per process
+    # (scheduling/api/authentication.py): a token revoked or a role changed takes effect in
+    # the other processes within it. 0: read on every request.
+    "TOKEN_CACHE_SECONDS": env_float("HAMI_TOKEN_CACHE_SECONDS", "5"),
 }
 
 # Celery beat: the safety cycle and housekeeping (scheduling/tasks.py).
@@ -379,7 +383,8 @@ CELERY_BEAT_SCHEDULE = {
 # --- REST framework ---------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        # DRF's TokenAuthentication, the key's user and role kept per process a few seconds
+        "scheduling.api.authentication.CachedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

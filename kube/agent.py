@@ -43,15 +43,19 @@ from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Decision, Nomination, Pod
 from scheduling.pipeline.snapshot import card_tenants
 
+from . import nodes as node_objects
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .binder import BIND_COMPLETED, Binder, BindOutcome, half_done, node_name
 from .bound import BoundPodSync
-from .dra import DraCycle
+from .dra import DraCycle, placed_unbound, withdraw_queued
+from .draclaims import ClaimWriter
+from .drastate import PASS as DRA_PASS
+from .drastate import ClaimSharers, DraState, DraSync, PodGroupsSeen
 from .events import MAX_MESSAGE, EventRecorder, PodRef
 from .evictor import Evictor
 from .groups import KAI_KIND, KINDS, GroupKind, GroupSync, KaiGroupSync
-from .informer import Backoff, Handlers, Informer
+from .informer import Backoff, Handler, Handlers, Informer
 from .leader import LeaderElector
 from .owners import OwnerGangs
 from .quotas import QuotaSync
@@ -186,6 +190,9 @@ class KubeAgent:
         self.batch: dict[str, Informer] = {}
         #: Watcher mode: claims, volumes and storage classes, slim (`kube.volumes`).
         self.storage: dict[str, Informer] = {}
+        #: Watcher mode with `HAMI_DRA`: the DRA objects (`kube.drastate`), and what they say.
+        self.dra_informers: dict[str, Informer] = {}
+        self.dra_state: DraState | None = None
         self._threads: list[threading.Thread] = []
         self._term: threading.Event | None = None
         self.bind_retry_at: dict[str, tuple[int, float]] = {}  # uid -> (failures, not before)
@@ -228,6 +235,7 @@ class KubeAgent:
                 self.all_pods,
                 *self.batch.values(),
                 *self.storage.values(),
+                *self.dra_informers.values(),
             )
             if informer
         ]
@@ -264,12 +272,15 @@ class KubeAgent:
                 continue
             if kind is WORKLOAD_KIND:
                 started += self._start_workloads(timeout)
+            handler: Handler = self.group_syncs[kind.source]
+            if kind is WORKLOAD_KIND and self.dra is not None:  # its claims choose the path
+                handler = Handlers(PodGroupsSeen(lambda: self.dra_state, self.dra_changed), handler)
             started.append(
                 Informer(
                     f"podgroups.{kind.group}",
                     getattr(self.api, kind.lister),
                     getattr(self.api, kind.watcher),
-                    self.group_syncs[kind.source],
+                    handler,
                     watch_timeout=timeout,
                     backoff=self._api_backoff(),
                 )
@@ -305,6 +316,10 @@ class KubeAgent:
             backoff=self._api_backoff(),
         )
         return [self.batch[WORKLOADS]]
+
+    def _workload_podgroup(self, namespace: str, name: str) -> dict | None:
+        informer = self.batch.get(WORKLOAD_KIND.source)
+        return informer.get(namespace, name) if informer is not None else None
 
     def _workload(self, namespace: str, name: str) -> dict | None:
         informer = self.batch.get(WORKLOADS)
@@ -369,6 +384,109 @@ class KubeAgent:
             lambda name: classes.get("", name),
         )
 
+    def start_dra_informers(self, stop: threading.Event) -> None:
+        """Watcher mode with `HAMI_DRA`: ResourceSlices, DeviceTaintRules, DeviceClasses and
+        ResourceClaims (`kube.drastate`), read before the nodes and pods so DRA devices are
+        cards and claims asks from the first pass; the pods the cycle cannot place are left to
+        the DRA pass (`DraCycle.takes`)."""
+        self.dra_informers = {}
+        self.dra_state = None
+        if self.dra is None:
+            return
+        timeout = self.options.watch_timeout
+        readers = (
+            ("resourceslices", self.api.list_resource_slices, self.api.watch_resource_slices),
+            ("devicetaintrules", self.api.list_device_taint_rules, self.api.watch_device_taint_rules),
+            ("deviceclasses", self.api.list_device_classes, self.api.watch_device_classes),
+            ("resourceclaims", self.api.list_resource_claims, self.api.watch_resource_claims),
+        )
+        informers = self.dra_informers
+        state = DraState(
+            lambda: informers["resourceslices"].snapshot(),
+            lambda: informers["devicetaintrules"].snapshot(),
+            lambda namespace, name: informers["deviceclasses"].get(namespace, name),
+            lambda namespace, name: informers["resourceclaims"].get(namespace, name),
+            self.dra.drivers,
+            list_classes=lambda: informers["deviceclasses"].snapshot(),
+        )
+        for name, lister, watcher in readers:
+            informers[name] = Informer(
+                f"dra-{name}",
+                lister,
+                watcher,
+                DraSync(state, name, self.dra_changed),
+                watch_timeout=timeout,
+                backoff=self._api_backoff(),
+            )
+        for informer in informers.values():
+            self._start(informer, stop)
+        self.dra_state = state
+        self.pod_sync.dra = self.node_sync.dra = self.binder.dra = state
+        self.bound_sync.dra = state
+        self.bound_sync.lookup = lambda namespace, name: (
+            self.all_pods.get(namespace, name) if self.all_pods else None
+        )
+        self.dra.takes = lambda pod: state.asks(pod).get("path") == DRA_PASS
+        self.dra.held = placed_unbound
+        self.dra.withdraw = withdraw_queued
+        state.sharers = ClaimSharers(state, self.dra_changed)
+        state.podgroups = self._workload_podgroup
+
+    def _pod_handlers(self, every_pod: bool) -> Handler:
+        """What the pod informer calls: the claims' sharers first (`HAMI_DRA`), so the watcher
+        reads a pod's asks with them counted; the bound pods' sync when it sees every pod."""
+        handlers: list[Handler] = []
+        if self.dra_state is not None and self.dra_state.sharers is not None:
+            handlers.append(self.dra_state.sharers)
+        handlers.append(self.pod_sync)
+        if every_pod:
+            handlers.append(self.bound_sync)
+        return handlers[0] if len(handlers) == 1 else Handlers(*handlers)
+
+    def release_dra_claims(self) -> None:
+        """Give back the claims of the pods the cycle placed that ended (`kube.draclaims`)."""
+        claims = self.dra_informers.get("resourceclaims")
+        if self.dra_state is None or claims is None or not claims.has_synced.is_set() or not self.is_leader():
+            return
+        try:
+            ClaimWriter(self.api, self.dra_state).release_ended(claims.snapshot())
+        except ApiUnavailable as exc:
+            log.warning("claims of ended pods not given back yet: %s", exc)
+
+    def dra_changed(self, resource: str, obj: dict | None) -> None:
+        """A DRA object changed: devices and taint rules report the nodes' cards again; any
+        change submits again our waiting pods with claims (a submission that stores the same
+        spec writes nothing); a claim's change also re-counts the bound pods it is reserved for.
+        A change of devices or classes also submits again the waiting pods asking extended
+        resources, which a DeviceClass may now map, or no longer (`DraState.extended`)."""
+        if not self.is_leader() or any(not i.has_synced.is_set() for i in self.dra_informers.values()):
+            return
+        if resource in ("resourceslices", "devicetaintrules") and self.nodes is not None:
+            state = self.dra_state
+            names = (state.node_names() if state is not None else set()) | self.node_sync.dra_nodes
+            for node in self.nodes.snapshot():
+                if node_objects.name_of(node) in names:
+                    try:
+                        self.node_sync.apply(node)
+                    except Exception:  # noqa: BLE001 - one node must not stop the others
+                        log.exception("node %s: DRA devices not reported", node_objects.name_of(node))
+        if resource == "resourceclaims" and obj is not None:
+            self.bound_sync.claim_changed(obj)
+        if self.pods is None or not self.pods.has_synced.is_set():
+            return
+        waiting = [
+            pod
+            for pod in self.pods.snapshot()
+            if (
+                pod_objects.spec(pod).get("resourceClaims")
+                or self.pod_sync.dra_extended(pod)
+                or (resource != "resourceclaims" and pod_objects.asks_gpu(pod))
+            )
+            and self.pod_sync.to_queue(pod)
+        ]
+        if waiting:
+            self.pod_sync.queue_batch(waiting)
+
     def resubmit_claimants(self, namespace: str | None, claim: str | None) -> None:
         """A claim (`namespace`/`claim`), or a volume or class (None), changed: submit again the
         waiting pods of ours whose volumes may be judged differently now (a submission that
@@ -397,6 +515,7 @@ class KubeAgent:
         self._threads, self._term, self.batch = [], stop, {}
         self.start_batch_informers(stop)
         self.start_storage_informers(stop)
+        self.start_dra_informers(stop)
         deadline = time.monotonic() + self.options.groups_wait_seconds
         for source in (*(kind.source for kind in GROUP_KINDS), WORKLOADS):
             groups = self.batch.get(source)
@@ -404,7 +523,7 @@ class KubeAgent:
                 groups.has_synced.is_set() or stop.is_set() or time.monotonic() >= deadline
             ):
                 groups.has_synced.wait(0.05)
-        for storage in self.storage.values():
+        for storage in (*self.storage.values(), *self.dra_informers.values()):
             while not (storage.has_synced.is_set() or stop.is_set() or time.monotonic() >= deadline):
                 storage.has_synced.wait(0.05)
         selector, timeout = self.pod_selector(), self.options.watch_timeout
@@ -414,7 +533,7 @@ class KubeAgent:
             "pods",
             lambda: self.api.list_pods(selector),
             lambda version, seconds: self.api.watch_pods(version, selector, seconds),
-            Handlers(self.pod_sync, self.bound_sync) if every_pod else self.pod_sync,
+            self._pod_handlers(every_pod),
             watch_timeout=timeout,
             backoff=self._api_backoff(),
         )
@@ -528,6 +647,7 @@ class KubeAgent:
             if self.pods is not None and self.pods.has_synced.is_set():
                 self.compare_with_tables(now)
                 self.rescale_owner_gangs()
+            self.release_dra_claims()
         self.bound_sync.flush()
         if self.pods is None or not self.pods.has_synced.is_set():
             return

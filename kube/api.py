@@ -171,7 +171,7 @@ class KubeApi:
     @needs(("", "pods/status", "patch"))
     def patch_pod_status(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of the status subresource (the `PodScheduled` condition,
-        `nominatedNodeName`): only `status` changes. A merge patch replaces a list whole, so a
+        `nominatedNodeName`, KEP-5004's `extendedResourceClaimStatus`): only `status` changes. A merge patch replaces a list whole, so a
         patch of `conditions` carries all of them and the `metadata.resourceVersion` they were
         read at: the server refuses it (409) if the pod changed since."""
         return self._call(
@@ -405,6 +405,24 @@ class KubeApi:
     def list_device_taint_rules(self) -> tuple[list[dict], str]:
         return self._dra_list(self.resource.list_device_taint_rule)
 
+    @needs((DRA_GROUP, "resourceslices", "watch"))
+    def watch_resource_slices(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(self.resource.list_resource_slice, resource_version, timeout_seconds)
+
+    @needs((DRA_GROUP, "resourceclaims", "watch"))
+    def watch_resource_claims(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(
+            self.resource.list_resource_claim_for_all_namespaces, resource_version, timeout_seconds
+        )
+
+    @needs((DRA_GROUP, "deviceclasses", "watch"))
+    def watch_device_classes(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(self.resource.list_device_class, resource_version, timeout_seconds)
+
+    @needs((DRA_GROUP, "devicetaintrules", "watch"))
+    def watch_device_taint_rules(self, resource_version: str, timeout_seconds: int = 60):
+        return self._watch(self.resource.list_device_taint_rule, resource_version, timeout_seconds)
+
     @needs((DRA_GROUP, "resourceclaims/status", "patch"))
     def patch_resource_claim_status(self, namespace: str, name: str, patch: dict) -> dict:
         """JSON merge patch of the status subresource; with `metadata.resourceVersion` the
@@ -417,6 +435,18 @@ class KubeApi:
             patch,
             _content_type=MERGE_PATCH,
         )
+
+    @needs((DRA_GROUP, "resourceclaims", "create"))
+    def create_resource_claim(self, namespace: str, claim: dict) -> dict:
+        """POST a ResourceClaim (KEP-5004's special claim, `kube.draclaims`); with
+        `metadata.generateName` and no name the server names it. The claim as created."""
+        return self._call(self.resource.create_namespaced_resource_claim, namespace, claim)
+
+    @needs((DRA_GROUP, "resourceclaims", "delete"))
+    def delete_resource_claim(self, namespace: str, name: str, uid: str = "") -> None:
+        """DELETE a ResourceClaim; `uid`: only that incarnation (409 otherwise)."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        self._call(self.resource.delete_namespaced_resource_claim, name, namespace, body=options)
 
     # -- the Workload API (scheduling.k8s.io/v1beta1), when served ---------------------
 
@@ -558,14 +588,22 @@ def claim_binding() -> None:
     subresource; older servers ignore the grant."""
 
 
-#: What the DRA pass (`kube.dra.DraCycle`, with `HAMI_DRA`) adds to the watcher's calls.
+#: What DRA (`HAMI_DRA`: the informers of `kube.drastate`, the binder's claim writes, the
+#: special claims of extended resources it creates and deletes, and the pass of
+#: `kube.dra.DraCycle`) adds to the watcher's calls.
 DRA_CALLS = (
     KubeApi.list_resource_slices,
+    KubeApi.watch_resource_slices,
     KubeApi.list_resource_claims,
+    KubeApi.watch_resource_claims,
     KubeApi.list_device_classes,
+    KubeApi.watch_device_classes,
     KubeApi.list_device_taint_rules,
+    KubeApi.watch_device_taint_rules,
     KubeApi.patch_resource_claim_status,
     claim_binding,
+    KubeApi.create_resource_claim,
+    KubeApi.delete_resource_claim,
 )
 
 #: The calls each identity makes. Their grants are the RBAC rules deploy/k8s must give it,

@@ -48,6 +48,8 @@ from scheduling.ops import metrics
 
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
+from .draclaims import ClaimConflict, ClaimWriter, claims_of
+from .drastate import DraState
 from .events import ACTOR
 from .nodelock import KEY as NODE_LOCK
 from .nodelock import NodeLock, NodeLocked
@@ -156,6 +158,9 @@ class Binder:
             seconds = float(settings.HAMIADMIN.get("NODE_LOCK_SECONDS", 15))
             node_lock = NodeLock(api, seconds, clock) if seconds > 0 else None
         self.node_lock: NodeLock | None = node_lock  # type: ignore[assignment]
+        #: the DRA informers' state (`HAMI_DRA`): a pod placed on DRA devices gets its claims
+        #: allocated and reserved before the Binding (`kube.draclaims`)
+        self.dra: DraState | None = None
 
     def annotations(self, row: Pod, phase: str) -> dict[str, str]:
         """SPEC 8's six placement annotations for `row` (`encoding.placement_annotations`), and
@@ -264,18 +269,16 @@ class Binder:
         try:
             annotated = self.annotate(row, self.annotations(row, "allocating"), refuse_gated=True)
             if pod_objects.node_of(annotated) != node:
-                self.prebind(row, node)
+                special = self.prebind(row, node)
                 try:
-                    self.api.bind_pod(row.namespace, row.name, row.uid, node)
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
-                    # Bound already: by us (a retry after a lost answer) is success.
-                    current = self.api.get_pod(row.namespace, row.name)
-                    if not pod_objects.node_of(current) and pod_objects.gates_of(current):
-                        raise Gated(pod_objects.gates_of(current)) from exc
-                    if pod_objects.node_of(current) != node:
-                        raise BoundElsewhere(pod_objects.node_of(current) or "?") from exc
+                    self._bind_to(row, node)
+                except ApiUnavailable:
+                    raise  # bound or not, the next read tells: the claim stays for now
+                except Exception:
+                    if special is not None and self.dra is not None:
+                        # refused: the special claim goes, as kube-scheduler's Unreserve deletes it
+                        ClaimWriter(self.api, self.dra).drop(row.namespace, *special)
+                    raise
         except PodGone:
             services.release_pod(row, Pod.DELETED, expected_uid=row.uid)
             return BindResult(BindOutcome.GONE, "the pod was deleted or replaced")
@@ -294,7 +297,8 @@ class Binder:
         except VolumeConflict as exc:
             metrics.bind_failed("refused")
             self._mark_failed(row)
-            requeue(row, f"volumes for {node}: {exc}", retry_after)
+            what = "resource claims" if isinstance(exc, ClaimConflict) else "volumes"
+            requeue(row, f"{what} for {node}: {exc}", retry_after)
             return BindResult(BindOutcome.FAILED, str(exc))
         except ApiError as exc:
             metrics.bind_failed("refused")
@@ -312,14 +316,36 @@ class Binder:
                 return BindResult(BindOutcome.BOUND, f"bind-phase not updated: {exc}")
         return BindResult(BindOutcome.BOUND)
 
-    def prebind(self, row: Pod, node: str) -> None:
+    def _bind_to(self, row: Pod, node: str) -> None:
+        """The Binding; a 409 because we bound it already (a retry after a lost answer) is
+        success. Raises Gated, BoundElsewhere, ApiError, ApiUnavailable."""
+        try:
+            self.api.bind_pod(row.namespace, row.name, row.uid, node)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            current = self.api.get_pod(row.namespace, row.name)
+            if not pod_objects.node_of(current) and pod_objects.gates_of(current):
+                raise Gated(pod_objects.gates_of(current)) from exc
+            if pod_objects.node_of(current) != node:
+                raise BoundElsewhere(pod_objects.node_of(current) or "?") from exc
+
+    def prebind(self, row: Pod, node: str) -> tuple[str, str] | None:
         """kube-scheduler's VolumeBinding PreBind (`kube.volumes.prebind`): the claims the pod
-        stores get the volume or provisioner chosen on `node`, before the Binding. Raises
-        VolumeConflict when one changed since the pod was placed."""
+        stores get the volume or provisioner chosen on `node`, before the Binding; then its
+        ResourceClaims their allocation (`kube.draclaims`, DynamicResources' PreBind), the
+        special claim of its extended resources created first. The special claim created
+        (name, uid), or None. Raises VolumeConflict (a ClaimConflict for a ResourceClaim) when
+        one changed since the pod was placed."""
         labels = row.node.labels if row.node is not None and isinstance(row.node.labels, dict) else {}
         planned = bindings(row.scheduling, row.namespace, row.name, node, labels)
         if planned:
             prebind(self.api, row.namespace, node, planned)
+        if self.dra is not None and claims_of(row).get("requests"):
+            writer = ClaimWriter(self.api, self.dra)
+            writer.prebind(row, node)
+            return writer.special
+        return None
 
     def _mark_failed(self, row: Pod) -> None:
         try:

@@ -30,13 +30,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduling import services
+from scheduling.engine.dra.allocate import held
+from scheduling.engine.dra.claims import DraUnsupported, claim_names
 from scheduling.engine.encoding import ALLOCATED, TO_ALLOCATE
 from scheduling.engine.errors import PodInvalid
-from scheduling.engine.families import held_allocation, mig
+from scheduling.engine.families import DRA, held_allocation, mig
 from scheduling.engine.quantity import CPU, effective_request
 from scheduling.models import BoundPod, Pod
 
 from . import pods as pod_objects
+from .drastate import DraState
 from .informer import Handler, cache_key
 
 log = logging.getLogger("hamiadmin.kube.bound")
@@ -93,6 +96,8 @@ class BoundView:
     anti_affinity: list | None = None
     allocated: str = ""
     mig_allocations: str = ""
+    #: the ResourceClaims it names (object names): what they hold counts with it (`kube.drastate`)
+    claims: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -150,6 +155,11 @@ class BoundPodSync(Handler):
         self._labels, self._requests = _Shared(), _Shared()
         self._terms = _Shared(key=lambda terms: json.dumps(terms, sort_keys=True, default=str))
         self._logged: dict[tuple[str, str], str] = {}
+        #: the DRA informers' state (`HAMI_DRA`): a pod's allocated claims hold its devices
+        self.dra: DraState | None = None
+        #: the informer's cached view of a pod (namespace, name), to count it again when a
+        #: claim it names changes
+        self.lookup: Callable[[str, str], object] | None = None
 
     # -- the projection -----------------------------------------------------------------
 
@@ -185,6 +195,7 @@ class BoundPodSync(Handler):
             anti_affinity=self._terms(_anti_affinity(obj)),
             allocated=allocated if isinstance(allocated, str) else "",
             mig_allocations=reserved if isinstance(reserved, str) else "",
+            claims=_claim_names(obj),
         )
 
     def _requests_of(self, obj: dict) -> tuple[tuple[str, int], ...]:
@@ -249,7 +260,7 @@ class BoundPodSync(Handler):
                 batch = items[start : start + BATCH]
                 stored = [view for _, view in batch if isinstance(view, BoundView)]
                 ours = _placed_by_us([view.uid for view in stored if view.uid])
-                rows = [view.row() for view in stored if view.uid not in ours]
+                rows = [self._with_claims(view) for view in stored if view.uid not in ours]
                 gone = [
                     {"namespace": namespace, "name": name, "uid": view if isinstance(view, str) else view.uid}
                     for (namespace, name), view in batch
@@ -270,6 +281,51 @@ class BoundPodSync(Handler):
                 if listed is not None and self.listed is None:
                     self.listed = listed
         return done
+
+    def _with_claims(self, view: BoundView) -> dict:
+        """The view's row, its allocated claims' devices added to `allocated` (one container a
+        claim, `UUID,DRA,MiB,cores:` per result; a claim shared by several pods counts with
+        the first pod it is reserved for only)."""
+        row = view.row()
+        if not view.claims or self.dra is None:
+            return row
+        extra = []
+        for name in view.claims:
+            claim = self.dra.claims.get((view.namespace, name))
+            status = claim.get("status") if isinstance(claim, dict) else None
+            allocation = status.get("allocation") if isinstance(status, dict) else None
+            reserved = status.get("reservedFor") if isinstance(status, dict) else None
+            if not isinstance(allocation, dict) or not isinstance(reserved, list) or not reserved:
+                continue
+            if not isinstance(reserved[0], dict) or reserved[0].get("uid") != view.uid:
+                continue
+            try:
+                holdings = held(self.dra.inventory(), [claim])
+            except DraUnsupported as exc:
+                log.warning("resourceclaim %s/%s: not counted: %s", view.namespace, name, exc.message)
+                continue
+            if holdings:
+                extra.append(
+                    "".join(f"{d.uuid},{DRA.vendor},{memory},{cores}:" for d, memory, cores in holdings)
+                )
+        if extra:
+            row["allocated"] = (row["allocated"] or "") + "".join(f"{part};" for part in extra)
+        return row
+
+    def claim_changed(self, claim: dict) -> None:
+        """A ResourceClaim changed: the bound pods it is reserved for are written again at the
+        next flush (what it holds counts with them)."""
+        if self.lookup is None:
+            return
+        meta = _mapping(claim.get("metadata"))
+        status = _mapping(claim.get("status"))
+        namespace = meta.get("namespace") or "default"
+        for entry in status.get("reservedFor") or []:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            view = self.lookup(namespace, name) if isinstance(name, str) else None
+            if isinstance(view, BoundView):
+                with self.lock:
+                    self.pending[view.key] = view
 
     def _forget_unlisted(self, listed: set[tuple[str, str]]) -> None:
         """After a full list: forget the stored pods it lacks (deleted while no watch was open)."""
@@ -301,6 +357,28 @@ def _placed_by_us(uids: list[str]) -> set[str]:
     if not uids:
         return set()
     return set(Pod.objects.filter(uid__in=uids, status__in=Pod.BOUND).values_list("uid", flat=True))
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _claim_names(obj: dict) -> tuple[str, ...]:
+    """The ResourceClaims a pod names (a template's as generated), object names, once each,
+    and the special claim of its extended resources (KEP-5004: kube-scheduler's, named in
+    `status.extendedResourceClaimStatus`)."""
+    found: list[str] = []
+    if pod_objects.spec(obj).get("resourceClaims"):
+        try:
+            found = [claim for _, claim in claim_names(obj) if isinstance(claim, str) and claim]
+        except (DraUnsupported, AttributeError, TypeError):
+            found = []
+    special = _mapping(_mapping(obj.get("status")).get("extendedResourceClaimStatus")).get(
+        "resourceClaimName"
+    )
+    if isinstance(special, str) and special and special not in found:
+        found.append(special)
+    return tuple(sys.intern(claim) for claim in found)
 
 
 def _ports(obj: dict) -> tuple[tuple[int, str, str], ...]:

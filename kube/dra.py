@@ -6,7 +6,9 @@ pass, run by the agent's loop with `HAMI_DRA` (watcher mode): list the slices, c
 rules and claims, then the pods; take the pods that are gone out of `reservedFor`; decide the
 pending pods of our scheduler names that have `spec.resourceClaims` with
 `scheduling.engine.dra.DraAllocator` (the engine's chain on DRA cards; one ledger of every
-allocated claim), a gang's members all or nothing, and a pod that does not fit preempting
+allocated claim), a gang's members all or nothing (a Workload API PodGroup's members are one
+gang; a claim of the PodGroup's `spec.resourceClaims`, KEP-5729, is allocated once for them
+and reserved for the PodGroup until it is gone), and a pod that does not fit preempting
 claim pods of lower priority; for each placed pod PATCH each claim's `status` (allocation
 results with `consumedCapacity`, config, the node's `nodeSelector`, `reservedFor` the pod)
 carrying the resourceVersion listed, and only then the Binding. A 409 on a claim means it
@@ -16,23 +18,31 @@ again from a fresh list (up to `replans` times). A pod that cannot be placed get
 recorder) a FailedScheduling Event; placed pods a Scheduled one, preemptions Preempting and
 Preempted ones, as the watcher writes them.
 
-The pass keeps no rows: queues, quotas and the dashboard do not see DRA pods yet
-(docs/kubernetes.md, "Dynamic Resource Allocation", lists what remains).
+The pods whose claims one scheduling decision can place go through the cycle instead
+(`kube.drastate`): the agent sets `takes` so this pass only places the others (several
+`firstAvailable` subrequests, attribute constraints, partitions, pods that only join
+allocated claims). It keeps no rows; what the cycle placed and has not bound yet counts here
+as held (`placed_unbound`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
 
+from scheduling import services
 from scheduling.engine import ClusterConfig
+from scheduling.engine.batch.jobs import NOT_ENOUGH_PODS
 from scheduling.engine.dra import DEFAULT_DRIVERS, DraAllocator, DraPlacement, read_inventory
 from scheduling.engine.dra.allocate import (
     NOT_CAPACITY,
+    PODGROUPS,
+    WORKLOAD_GROUP,
     held,
     priority_of,
     released_status,
@@ -40,10 +50,15 @@ from scheduling.engine.dra.allocate import (
     units,
 )
 from scheduling.engine.dra.claims import REASON_WORDS
+from scheduling.engine.errors import PodInvalid
+from scheduling.engine.families.dra import MODE as DRA_MODE
+from scheduling.models import Allocation, Pod
 
 from . import pods as pod_objects
-from .api import DRA_CALLS, ApiError, KubeApi, rules_for
+from .api import DRA_CALLS, WORKLOAD_API, ApiError, ApiUnavailable, KubeApi, rules_for
 from .events import MAX_MESSAGE, EventRecorder, PodRef
+from .groups import GroupInvalid
+from .workloads import workload_group_fields
 
 log = logging.getLogger("hamiadmin.kube.dra")
 
@@ -76,6 +91,45 @@ REFUSED_SECONDS = 60.0
 PREEMPTING = "Preempting"
 
 
+def placed_unbound(allocator: DraAllocator) -> list:
+    """What the scheduling cycle placed on DRA cards and the binder has not written to the
+    claims yet (pods `scheduled`, not bound): counted by the pass as held, so the two never
+    give one device's capacity twice. A pod whose claims were just written counts twice
+    until it is bound, which only errs on the safe side."""
+    rows = Allocation.objects.filter(active=True, pod__status=Pod.SCHEDULED, card__mode=DRA_MODE).values_list(
+        "card__uuid", "memory", "cores"
+    )
+    return [
+        (allocator.by_uuid[uuid], memory, cores) for uuid, memory, cores in rows if uuid in allocator.by_uuid
+    ]
+
+
+def withdraw_queued(pods: list[dict]) -> set[tuple[str, str]]:
+    """The pods the pass is to place that the watcher queued for the cycle before their claims
+    said otherwise (a claim another waiting pod names too, or one allocated since): their
+    waiting rows are withdrawn (ended as deleted; queued again should the claims say so), so
+    the cycle and the pass never both place one pod. The pods the cycle placed already (the
+    binder is on them) are returned: the pass leaves them this time."""
+    keys = {pod_objects.key_of(pod): pod_objects.uid_of(pod) for pod in pods}
+    if not keys:
+        return set()
+    rows = Pod.objects.filter(
+        namespace__in={namespace for namespace, _ in keys},
+        name__in={name for _, name in keys},
+        status__in=(Pod.PENDING, Pod.SCHEDULED),
+    )
+    busy = set()
+    for row in rows:
+        key = (row.namespace, row.name)
+        if key not in keys or (row.uid and keys[key] and row.uid != keys[key]):
+            continue
+        if row.status == Pod.SCHEDULED:
+            busy.add(key)
+        elif services.release_pod(row, Pod.DELETED, expected_uid=row.uid) is not None:
+            log.info("pod %s/%s: handed from the cycle to the DRA pass", *key)
+    return busy
+
+
 def wants_dra(pod: dict) -> bool:
     return bool((pod.get("spec") or {}).get("resourceClaims"))
 
@@ -103,6 +157,18 @@ class DraCycle:
         self.replans = replans
         #: victims whose eviction was refused (uid -> monotonic time they may be tried again)
         self.refused: dict[str, float] = {}
+        #: which pending pods this pass takes (the agent leaves it the pods the scheduling
+        #: cycle cannot place, `kube.drastate`); None: every DRA pod of ours
+        self.takes: Callable[[dict], bool] | None = None
+        #: what others hold beyond the claims (the agent: `placed_unbound`, the cycle's
+        #: placements not written to their claims yet); nothing when the pass runs alone
+        self.held: Callable[[DraAllocator], list] = lambda allocator: []
+        #: the pods to place that the cycle holds (the agent: `withdraw_queued`); none alone
+        self.withdraw: Callable[[list[dict]], set[tuple[str, str]]] = lambda pods: set()
+        #: whether the Workload API serves PodGroups (discovery, asked until it does)
+        self.podgroups_served = False
+        #: the Workload API PodGroups listed with the claims; None when not served
+        self.podgroups: list[dict] | None = None
 
     def allocator(self) -> DraAllocator:
         slices, _ = self.api.list_resource_slices()
@@ -110,13 +176,86 @@ class DraCycle:
         classes, _ = self.api.list_device_classes()
         claims, _ = self.api.list_resource_claims()
         nodes, _ = self.api.list_nodes()
-        return DraAllocator(
+        self.podgroups = self.list_podgroups()  # after the claims: a PodGroup they reserve is listed
+        allocator = DraAllocator(
             read_inventory(slices, self.drivers, rules),
             {c["metadata"]["name"]: c for c in classes},
             {(c["metadata"].get("namespace", "default"), c["metadata"]["name"]): c for c in claims},
             self.config,
             nodes,
+            {pod_objects.key_of(g): g for g in self.podgroups or []},
         )
+        allocator.hold(self.held(allocator))
+        return allocator
+
+    def list_podgroups(self) -> list[dict] | None:
+        """The Workload API's PodGroups (`scheduling.k8s.io/v1beta1`), or None while discovery
+        says they are not served (asked each pass until they are, as the agent's informers
+        ask once): their members are one gang, and their `spec.resourceClaims` the gang's."""
+        if not self.podgroups_served:
+            try:
+                served = self.api.served_resources(*WORKLOAD_API)
+            except (ApiError, ApiUnavailable) as exc:
+                log.info("discovery of %s/%s failed: %s", *WORKLOAD_API, exc)
+                return None
+            if not served or PODGROUPS not in served:
+                return None
+            self.podgroups_served = True
+        try:
+            found, _ = self.api.list_workload_podgroups()
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            self.podgroups_served = False  # no longer served: discovery again next pass
+            return None
+        return found
+
+    def minimums(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], str]]:
+        """Each listed PodGroup's minimum (`kube.workloads.workload_group_fields`, as the cycle
+        reads it: `gang.minCount`, 1 for `basic`, else its Workload template's), and why a
+        PodGroup that cannot be read keeps its members waiting."""
+        found: dict[tuple[str, str], int] = {}
+        refused: dict[tuple[str, str], str] = {}
+        workloads: list[dict] | None = None
+
+        def workload_of(namespace: str, name: str) -> dict | None:
+            nonlocal workloads
+            if workloads is None:
+                workloads, _ = self.api.list_workloads()
+            return next((w for w in workloads if pod_objects.key_of(w) == (namespace, name)), None)
+
+        for obj in self.podgroups or []:
+            key = pod_objects.key_of(obj)
+            try:
+                found[key] = workload_group_fields(obj, workload_of)["min_member"]
+            except GroupInvalid as exc:
+                refused[key] = f"PodGroup {key[0]}/{key[1]} cannot be read: {exc}"
+            except ApiError as exc:
+                refused[key] = f"PodGroup {key[0]}/{key[1]}: its Workload could not be listed: {exc}"
+        return found, refused
+
+    def waiting_for_podgroup(
+        self, pending: list[dict], minimums: dict, refused: dict, outcomes: dict
+    ) -> list[dict]:
+        """`pending` less the pods naming a Workload API PodGroup not listed (or unreadable)
+        while the API is served: they wait for it, as kube-scheduler waits, with a reason."""
+        if self.podgroups is None:
+            return pending
+        kept = []
+        for pod in pending:
+            try:
+                ref = pod_objects.workload_group(pod)
+            except PodInvalid:
+                ref = None
+            key = (pod_objects.key_of(pod)[0] or "default", ref.name if ref is not None else "")
+            if ref is None or key in minimums:
+                kept.append(pod)
+                continue
+            why = refused.get(key) or f"PodGroup {key[0]}/{key[1]} is not read yet: its members wait for it"
+            outcomes[pod_objects.key_of(pod)] = DraOutcome(
+                *pod_objects.key_of(pod), None, NOT_ENOUGH_PODS, why
+            )
+        return kept
 
     def pending(self, pods: list[dict]) -> list[dict]:
         """The DRA pods of our scheduler names to place, oldest first."""
@@ -130,6 +269,7 @@ class DraCycle:
                 and not pod_objects.gates_of(pod)
                 and not pod_objects.final_status(pod)
                 and not pod_objects.meta(pod).get("deletionTimestamp")
+                and (self.takes is None or self.takes(pod))
             ),
             key=lambda pod: ((pod["metadata"].get("creationTimestamp") or ""), pod_objects.key_of(pod)),
         )
@@ -147,12 +287,16 @@ class DraCycle:
                 for pod in self.pending(everything)
                 if pod_objects.key_of(pod) not in outcomes or not outcomes[pod_objects.key_of(pod)].node
             ]
-            if not pending:
-                break
+            busy = self.withdraw(pending)
+            pending = [pod for pod in pending if pod_objects.key_of(pod) not in busy]
             if self.release_gone(everything, allocator):
                 allocator = self.allocator()
+            minimums, refused = self.minimums()
+            pending = self.waiting_for_podgroup(pending, minimums, refused, outcomes)
+            if not pending:
+                break
             try:
-                for gang, members, minimum in units(pending, everything):
+                for gang, members, minimum in units(pending, everything, minimums):
                     if gang:
                         placements = allocator.place_gang(members, minimum, gang)
                     else:
@@ -263,8 +407,12 @@ class DraCycle:
     def release_gone(self, pods: list[dict], allocator: DraAllocator) -> bool:
         """Take the pods that are gone (or ended) out of `reservedFor` of the claims allocated
         on our drivers' devices, deallocating a claim left to nobody, as kube-controller-manager
-        does: so a preemption's freed capacity is seen at once. Whether anything was written."""
+        does: so a preemption's freed capacity is seen at once. A claim reserved for a Workload
+        API PodGroup (KEP-5729) stays while the PodGroup exists, whatever its pods do; once the
+        PodGroup is gone it is taken out too (never while PodGroups are not listed). Whether
+        anything was written."""
         present = {pod_objects.uid_of(pod) for pod in pods if not pod_objects.final_status(pod)}
+        groups = None if self.podgroups is None else {pod_objects.uid_of(g) for g in self.podgroups}
         wrote = False
         for (namespace, name), claim in allocator.claims.items():
             if not held(allocator.inventory, [claim]):
@@ -272,6 +420,13 @@ class DraCycle:
             reserved = (claim.get("status") or {}).get("reservedFor") or []
             gone = {
                 r.get("uid") for r in reserved if r.get("resource") == "pods" and r.get("uid") not in present
+            } | {
+                r.get("uid")
+                for r in reserved
+                if groups is not None
+                and r.get("apiGroup") == WORKLOAD_GROUP
+                and r.get("resource") == PODGROUPS
+                and r.get("uid") not in groups
             }
             if gone:
                 wrote = self.release(namespace, name, gone, claim) or wrote
@@ -307,9 +462,15 @@ class DraCycle:
         answers: dict[str, dict] = {}
         for name, claim in placement.claims.claims.items():
             seen = allocator.claims.get((placement.namespace, name), claim)
+            status = placement.status(name, allocator.classes)
+            if "allocation" not in status and status["reservedFor"] == (seen.get("status") or {}).get(
+                "reservedFor"
+            ):
+                answers[name] = seen  # reserved for it already (its PodGroup's claim): no write
+                continue
             patch = {
                 "metadata": {"resourceVersion": seen["metadata"]["resourceVersion"]},
-                "status": placement.status(name, allocator.classes),
+                "status": status,
             }
             try:
                 answers[name] = self.api.patch_resource_claim_status(placement.namespace, name, patch)

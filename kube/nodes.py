@@ -252,3 +252,25 @@ def inventory(node: dict) -> NodeInventory | None:
         k: _storable(name, k, annotations[k]) for k in KEPT_ANNOTATIONS if isinstance(annotations.get(k), str)
     }
     return NodeInventory(name=raw_name, labels=labels, annotations=kept, devices=devices, **rule_fields(node))
+
+
+def plain_inventory(node: dict) -> NodeInventory:
+    """A node without HAMi's register annotation as an inventory without cards (its labels,
+    kept annotations and rule fields): what its DRA devices are reported with
+    (`kube.drastate`). Raises InventoryInvalid naming the field."""
+    metadata = metadata_of(node)
+    raw_name = metadata.get("name")
+    name = printable(raw_name or "")
+    if not isinstance(raw_name, str) or not raw_name.strip():
+        raise InventoryInvalid(name, NAME, "required: a non-empty string")
+    if len(raw_name) > 253:
+        raise InventoryInvalid(name, NAME, "at most 253 characters")
+    _storable(name, NAME, raw_name)
+    annotations = metadata.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise InventoryInvalid(name, "metadata.annotations", "must be an object of strings")
+    labels = _strings(name, "metadata.labels", metadata.get("labels"))
+    kept = {
+        k: _storable(name, k, annotations[k]) for k in KEPT_ANNOTATIONS if isinstance(annotations.get(k), str)
+    }
+    return NodeInventory(name=raw_name, labels=labels, annotations=kept, devices=[], **rule_fields(node))

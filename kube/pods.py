@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Protocol
 
 from hamiadmin.hamiconfig import HamiConfig, current
 from scheduling.engine.annotations import GroupRef, group_ref
 from scheduling.engine.encoding import PLACEMENT_ANNOTATIONS
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.families import written_annotations
+from scheduling.engine.families.dra import PREFIX as DRA_PREFIX
 from scheduling.engine.quantity import LARGEST_QUANTITY, quantity
 from scheduling.engine.requests import FAMILY_OF_RESOURCE, GPUMEM
 from scheduling.storable import printable, why_unstorable
@@ -258,7 +260,9 @@ def _containers(pod: dict, key: str) -> list:
 
 
 #: The resources of the device families the engine registers beside NVIDIA (Ascend's chips).
-OTHER_FAMILIES = frozenset(name for name, family in FAMILY_OF_RESOURCE.items() if family != "nvidia")
+OTHER_FAMILIES = frozenset(
+    name for name, family in FAMILY_OF_RESOURCE.items() if family not in ("nvidia", "dra")
+)
 
 
 def container_asks_gpu(container, config: HamiConfig | None = None, others: bool = True) -> bool:
@@ -419,7 +423,9 @@ def gates_of(pod: dict) -> list:
     return gates if isinstance(gates, list) else []
 
 
-def submission(pod: dict, config: HamiConfig | None = None, volumes: Volumes | None = None) -> dict:
+def submission(
+    pod: dict, config: HamiConfig | None = None, volumes: Volumes | None = None, dra: DraAsks | None = None
+) -> dict:
     """Keyword arguments of `services.submit_pod` for this pod, every one of them storable.
 
     The containers keep cpu, memory, ephemeral-storage and extended requests and host ports,
@@ -437,6 +443,11 @@ def submission(pod: dict, config: HamiConfig | None = None, volumes: Volumes | N
     `volumes`: the agent's claims, volumes and classes; with them, a pod whose volumes name
     claims stores those volumes and what they are judged against (`kube.volumes`), without
     them its volumes are not judged (the extender: kube-scheduler judges them).
+    `dra`: the agent's DRA state (`kube.drastate`); with it, a pod with `spec.resourceClaims`
+    gets a container per request asking the DRA family's resources, its candidate devices as
+    `nvidia.com/use-gpuuuid`, and `resourceClaims` (a `hold` while they cannot be asked for);
+    so does a pod whose extended resources a DeviceClass maps (KEP-5004), those resources
+    taken from its own containers (`strip`).
     """
     config = config or current()
     if not isinstance(pod, dict):
@@ -450,7 +461,7 @@ def submission(pod: dict, config: HamiConfig | None = None, volumes: Volumes | N
         priority = 0
     if abs(priority) > INT32:
         raise PodInvalid("priority", f"must be a 32-bit integer, got {priority}")
-    return {
+    found = {
         "namespace": _text(metadata.get("namespace"), "namespace", 63, default="default"),
         "name": name,
         "annotations": _annotations(pod),
@@ -464,6 +475,58 @@ def submission(pod: dict, config: HamiConfig | None = None, volumes: Volumes | N
         ),
         **_workload_group(pod),
     }
+    _refuse_dra_names(found["containers"], "containers")
+    _refuse_dra_names(found["init_containers"], "initContainers")
+    if dra is not None:
+        asked = dra.asks(pod)
+        if asked.get("path") == "cycle":
+            if asked.get("strip"):
+                found["containers"] = _stripped(found["containers"], asked["strip"], config)
+                found["init_containers"] = _stripped(found["init_containers"], asked["strip"], config)
+            found["containers"] = [*found["containers"], *asked["containers"]]
+            found["annotations"] = {**found["annotations"], **asked["annotations"]}
+            found["scheduling"] = {
+                **found["scheduling"],
+                **{key: _document(value, key) for key, value in asked["scheduling"].items()},
+            }
+    return found
+
+
+def _stripped(containers: list[dict], names: list[str], config: HamiConfig) -> list[dict]:
+    """The containers without the resources `names` (as written, and as stored under SPEC 2's
+    names): a DRA-family container asks for them instead."""
+    canonical = config.resources.canonical()
+    gone = set(names) | {canonical[name] for name in names if name in canonical}
+    kept = []
+    for container in containers:
+        resources = {
+            section: {k: v for k, v in values.items() if k not in gone}
+            for section, values in (container.get("resources") or {}).items()
+        }
+        kept.append({**container, "resources": {k: v for k, v in resources.items() if v}})
+    return kept
+
+
+class DraAsks(Protocol):
+    """What `submission` reads of the agent's DRA state (`kube.drastate.DraState`)."""
+
+    def asks(self, pod: dict) -> dict: ...
+
+
+def _refuse_dra_names(containers: list[dict], key: str) -> None:
+    """The DRA family's resource names are hamiadmin's own, made from claims: a pod naming them
+    itself is refused, naming the field."""
+    for position, container in enumerate(containers):
+        resources = container.get("resources") if isinstance(container, dict) else None
+        for section in ("limits", "requests"):
+            values = resources.get(section) if isinstance(resources, dict) else None
+            for resource in values if isinstance(values, dict) else ():
+                if isinstance(resource, str) and resource.startswith(DRA_PREFIX):
+                    raise PodInvalid(
+                        f"{key}[{position}].resources.{section}.{resource}",
+                        "hamiadmin's own name for the devices a ResourceClaim asks; "
+                        "ask for DRA devices with spec.resourceClaims",
+                    )
 
 
 def _claims(pod: dict, name: str, volumes: Volumes | None) -> dict:

@@ -33,6 +33,7 @@ from scheduling.storable import printable, why_unstorable
 from . import nodes as node_objects
 from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
+from .drastate import CYCLE, DraState
 from .events import ACTOR, EventRecorder, PodRef
 from .informer import Handler
 from .owners import OwnerGangs, OwnerInvalid, OwnerUnavailable
@@ -120,6 +121,9 @@ class PodSync(Handler):
         #: the claims, volumes and classes a pod's volumes are judged against (watcher mode);
         #: None: pods' volumes are not judged (`pods.submission`)
         self.volumes: Volumes | None = None
+        #: the DRA informers' state (watcher mode with `HAMI_DRA`): pods with claims are asked
+        #: for through it (`kube.drastate`); None: such pods are left to the DRA pass or wait
+        self.dra: DraState | None = None
 
     # -- informer callbacks ---------------------------------------------------------------
 
@@ -179,7 +183,7 @@ class PodSync(Handler):
         if row is None or not same_pod:
             return False
         try:
-            wanted = pod_objects.submission(obj, volumes=self.volumes)
+            wanted = pod_objects.submission(obj, volumes=self.volumes, dra=self.dra)
         except PodInvalid:
             return False  # `apply` records the refusal
         return row[1] == services.spec_hash(
@@ -208,14 +212,24 @@ class PodSync(Handler):
 
     def to_queue(self, obj: dict) -> bool:
         """Whether `apply` would queue the pod: not ended, no node yet, asking for our scheduler,
-        and not a DRA pod with no device-plugin GPU (its claims are the DRA pass's: `kube.dra`)."""
-        return (
-            not pod_objects.final_status(obj)
-            and not pod_objects.node_of(obj)
-            and self.queue_pods
-            and pod_objects.scheduler_of(obj) in self.scheduler_names
-            and not (pod_objects.spec(obj).get("resourceClaims") and not pod_objects.asks_gpu(obj))
-        )
+        and, for a pod with claims and no device-plugin GPU, one the cycle places
+        (`DraState.asks`; the DRA pass, `kube.dra`, places the others). A pod asking an
+        extended resource (`nvidia.com/gpu`) is queued either way: as a device-plugin pod, or,
+        with `HAMI_DRA` and a DeviceClass of ours mapping it, asking DRA devices (`submission`)."""
+        if (
+            pod_objects.final_status(obj)
+            or pod_objects.node_of(obj)
+            or not self.queue_pods
+            or pod_objects.scheduler_of(obj) not in self.scheduler_names
+        ):
+            return False
+        if pod_objects.spec(obj).get("resourceClaims") and not pod_objects.asks_gpu(obj):
+            return self.dra is not None and self.dra.asks(obj).get("path") == CYCLE
+        return True
+
+    def dra_extended(self, obj: dict) -> bool:
+        """Whether the pod asks extended resources a DeviceClass of ours maps (KEP-5004)."""
+        return self.dra is not None and bool(self.dra.extended(obj))
 
     def apply(self, obj: dict) -> None:
         ended = pod_objects.final_status(obj)
@@ -281,7 +295,7 @@ class PodSync(Handler):
         arguments, read = [], []
         for obj in objs:
             try:
-                asked = pod_objects.submission(obj, volumes=self.volumes)
+                asked = pod_objects.submission(obj, volumes=self.volumes, dra=self.dra)
             except PodInvalid as exc:
                 self.refuse(obj, str(exc))
                 continue
@@ -408,6 +422,10 @@ class NodeSync(Handler):
         self.may_write = may_write
         self.invalid: dict[str, str] = {}  # node -> why, logged once per distinct reason
         self.refusals = Refusals(events)
+        #: the DRA informers' state (`HAMI_DRA`): a node's DRA devices are reported as its cards
+        self.dra: DraState | None = None
+        #: nodes last reported with DRA devices (so losing them all is reported too)
+        self.dra_nodes: set[str] = set()
 
     def changed(self, kind: str, obj: dict) -> None:
         if not self.may_write():
@@ -430,13 +448,31 @@ class NodeSync(Handler):
 
     def apply(self, obj: dict) -> None:
         name = node_objects.name_of(obj)
+        dra_devices, dra_marks = self.dra.node_report(name) if self.dra is not None else ([], {})
         try:
             found = node_objects.inventory(obj)
+            if found is None and (dra_devices or name in self.dra_nodes):
+                found = node_objects.plain_inventory(obj)
         except node_objects.InventoryInvalid as exc:
             self.refuse(obj, f"malformed {exc.where}: {exc.message}", mark=exc.where not in UNMARKED)
             return
         if found is None:
             return
+        marks = None
+        if found.devices and dra_devices:
+            if self.invalid.get(f"dra:{name}") is None:
+                log.warning(
+                    "node %s: HAMi's device plugin registers its cards and a DRA driver publishes "
+                    "devices; HAMi runs one mode per cluster, so the DRA devices are left out",
+                    name,
+                )
+                self.invalid[f"dra:{name}"] = "both"
+        elif not found.devices and (dra_devices or name in self.dra_nodes):
+            found.devices, marks = dra_devices, dra_marks
+            if dra_devices:
+                self.dra_nodes.add(name)
+            else:
+                self.dra_nodes.discard(name)
         if not node_objects.is_ready(obj):
             self.not_ready(name, "Kubernetes reports the node NotReady")
             return
@@ -449,6 +485,7 @@ class NodeSync(Handler):
                 taints=found.taints,
                 unschedulable=found.unschedulable,
                 allocatable=found.allocatable,
+                dra=marks,
             )
         except ScenarioError as exc:
             self.refuse(obj, f"inventory refused: {exc}")

@@ -20,7 +20,8 @@ the node is from taking it. Closeness, compared in this order (lower is closer):
 The scheduler keeps the K closest (ClusterConfig.closest_nodes) with their card tables.
 For a pod whose one GPU container is the failing one (`columns.sweepable`),
 `closest_columns` computes these keys for every node at once over the card columns, so
-only the K kept nodes are evaluated.
+only the K kept nodes are evaluated; `ClosestKeys` keeps them per pod shape from decision to
+decision and computes again only those of the nodes that changed.
 `hints` says, per close node, the smallest change that would make the pod fit, as data
 (kinds: `not-ready`, `reserved`, `never`, `free`, `numa`, `mutex`, `blocked`); `explain.hint_words`
 puts them in words. `unschedulable` is cluster-wide: no node could ever take the pod.
@@ -394,6 +395,38 @@ def closest_columns(
     The `missing` closest freeable cards are the smallest (MiB, cores) shortfalls; which
     cards they are (ties by position) only matters to the card table of a kept node, which
     `node_closeness` measures again."""
+    found = node_keys(columns, ask, policy)
+    if found is None:
+        return None
+    failed, never, key = found
+    c = columns
+    at = _ranked(failed, key)
+    cards_failed = failed[c.node_of]
+    never_anywhere = bool(len(at)) and bool(never[at].all())
+    return ClosestColumns(
+        failed=len(at),
+        top=at[: max(0, keep)].tolist(),
+        never=never_anywhere,
+        largest=int(c.memory[cards_failed].max(initial=0)),
+        most=int(c.sizes[at].max(initial=0)),
+        scope=columns_scope(c, policy, failed) if never_anywhere and restricts(policy) else None,
+    )
+
+
+def _ranked(failed: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The positions of the failed nodes, closest first (ties by position: node name)."""
+    at = np.flatnonzero(failed)
+    return at[np.lexsort((at, *key[::-1, at]))]
+
+
+def node_keys(
+    columns: CardColumns, ask: ContainerAsk, policy: PodPolicy
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per node of `columns`, for `closest_columns`: whether the pod fails there, whether it
+    never could (`never_fits`), and its closeness key without the name as six rows (not
+    usable, never, missing, blocked, MiB short, cores short). Each node's answer reads its
+    own cards only, so the keys of a few nodes come from their columns alone
+    (`CardColumns.subset`, `ClosestKeys`). None as `closest_columns`."""
     codes = card_codes(columns, ask, policy, card_by_card=False)
     if codes is None or len(codes[1]) > len(_SWEEP_REASONS):
         return None
@@ -434,19 +467,122 @@ def closest_columns(
     key[0][rows], key[1][rows] = missing, blocked
     key[2][rows] = np.where(open_, memory_taken.sum(axis=1), _FAR)
     key[3][rows] = np.where(open_, cores_taken.sum(axis=1), _FAR)
-    key = [(~usable).astype(np.int64), never.astype(np.int64), *key]
-    at = np.flatnonzero(failed)
-    order = np.lexsort((at, *(k[at] for k in reversed(key))))
-    cards_failed = failed[c.node_of]
-    never_anywhere = bool(len(at)) and bool(never[at].all())
-    return ClosestColumns(
-        failed=len(at),
-        top=at[order[: max(0, keep)]].tolist(),
-        never=never_anywhere,
-        largest=int(c.memory[cards_failed].max(initial=0)),
-        most=int(c.sizes[at].max(initial=0)),
-        scope=columns_scope(c, policy, failed) if never_anywhere and restricts(policy) else None,
+    return failed, never, np.stack([(~usable).astype(np.int64), never.astype(np.int64), *key])
+
+
+class ClosestKeys:
+    """`closest_columns` for one pod shape, kept from decision to decision (issue 29): every
+    node's key as columns (`node_keys`), and the failed nodes closest first, `head` more than
+    `keep` of them. That head is every failed node whose key is at most its last one's, so it
+    stays exact as nodes change: a changed node leaves it, and comes back if its new key is
+    within that bound. `update` computes the keys of the nodes changed since (over their cards
+    only) and merges them; when nothing changed, `answer` is the last one as it was. Only when
+    the head runs shorter than `keep` (its nodes moved away) are the failed nodes sorted
+    again. The answer is always `closest_columns`' over the same columns."""
+
+    __slots__ = (
+        "ask",
+        "policy",
+        "keep",
+        "length",
+        "failed",
+        "never",
+        "key",
+        "largest",
+        "sizes",
+        "head",
+        "whole",
+        "_answer",
     )
+
+    def __init__(
+        self,
+        columns: CardColumns,
+        ask: ContainerAsk,
+        policy: PodPolicy,
+        keep: int,
+        found: tuple[np.ndarray, np.ndarray, np.ndarray],
+        head: int = 64,
+    ) -> None:
+        self.ask, self.policy, self.keep = ask, policy, max(0, keep)
+        #: how many failed nodes the head holds: `head` beyond the `keep` closest, so a few
+        #: leaving it do not make every failed node be sorted again
+        self.length = self.keep + max(0, head)
+        self.failed, self.never, self.key = found
+        #: per node its largest card (MiB) and its card count: they change only with the
+        #: columns read again whole (`CardColumns.refill`), which makes new keys
+        self.largest = np.zeros(columns.count, dtype=np.int64)
+        np.maximum.at(self.largest, columns.node_of, columns.memory)
+        self.sizes = columns.sizes
+        self.head: list[tuple] = []
+        self.whole = False  # the head holds every failed node
+        self._answer: ClosestColumns | None = None
+        self._sort()
+
+    @classmethod
+    def build(
+        cls, columns: CardColumns, ask: ContainerAsk, policy: PodPolicy, keep: int, head: int = 64
+    ) -> ClosestKeys | None:
+        """Every node's key from `columns`; None where `closest_columns` answers None."""
+        found = node_keys(columns, ask, policy)
+        return None if found is None else cls(columns, ask, policy, keep, found, head)
+
+    def _sort(self) -> None:
+        """The head from every failed node."""
+        order = _ranked(self.failed, self.key)
+        self.whole = len(order) <= self.length
+        rows = order[: self.length]
+        self.head = [
+            (*key, row) for key, row in zip(self.key[:, rows].T.tolist(), rows.tolist(), strict=True)
+        ]
+
+    def update(self, columns: CardColumns, rows: list[int]) -> bool:
+        """Take the keys of the nodes at `rows` (their columns changed) from `columns`. False,
+        nothing changed, when they cannot be computed over the columns (`node_keys`' None)."""
+        if not rows:
+            return True
+        changed = sorted(set(rows))
+        found = node_keys(columns.subset(changed), self.ask, self.policy)
+        if found is None:
+            return False
+        failed, never, key = found
+        at = np.array(changed, dtype=np.int64)
+        self.failed[at], self.never[at], self.key[:, at] = failed, never, key
+        # every failed node outside the head has a key past its last one
+        bound = None if self.whole or not self.head else self.head[-1]
+        gone = set(changed)
+        head = [entry for entry in self.head if entry[-1] not in gone]
+        came = np.flatnonzero(failed)
+        for entry in zip(*key[:, came].tolist(), at[came].tolist(), strict=True):
+            if bound is None or entry <= bound:
+                head.append(entry)
+        head.sort()
+        if len(head) > self.length:
+            head, self.whole = head[: self.length], False
+        self.head = head
+        if not self.whole and len(head) < self.keep:
+            self._sort()  # a node past the head may be among the closest now
+        self._answer = None
+        return True
+
+    def answer(self, columns: CardColumns) -> ClosestColumns:
+        """`closest_columns(columns, ask, policy, keep)`, for the columns last updated from."""
+        found = self._answer
+        if found is None:
+            failed = self.failed
+            count = int(np.count_nonzero(failed))
+            never_anywhere = bool(count) and not bool((failed & ~self.never).any())
+            found = self._answer = ClosestColumns(
+                failed=count,
+                top=[entry[-1] for entry in self.head[: self.keep]],
+                never=never_anywhere,
+                largest=int(np.where(failed, self.largest, 0).max(initial=0)),
+                most=int(np.where(failed, self.sizes, 0).max(initial=0)),
+                scope=columns_scope(columns, self.policy, failed)
+                if never_anywhere and restricts(self.policy)
+                else None,
+            )
+        return found
 
 
 def passed_checks(reason: str | None, stage: str | None) -> bool:

@@ -8,36 +8,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import NO_GPU
 from .families import FAMILIES, NVIDIA
+from .grants import DeviceGrant
 from .outcomes import CONFLICT, PENDING, REJECTED, SCHEDULED
 from .reasons import CODES, NODE_RULES, SCHEDULING_GATED
 
 if TYPE_CHECKING:
     from .fit import NodeFailure
     from .triage import Triage
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceGrant:
-    """One vGPU given to a container: which card, how many MiB and cores; on a card cut into
-    instances (MIG), the instance (`families.mig.Instance`: profile and placement)."""
-
-    uuid: str
-    memory: int
-    cores: int
-    index: int = 0
-    instance: Any = None
-    #: The device family of the card (`families`): which annotations carry this grant.
-    family: str = "nvidia"
-
-    def as_dict(self) -> dict:
-        found = {"uuid": self.uuid, "memory": self.memory, "cores": self.cores}
-        if self.family != "nvidia":
-            found["family"] = self.family
-        if self.instance is not None:
-            placement = self.instance.placement
-            found["profile"] = self.instance.profile
-            found["placement"] = {"start": placement.start, "size": placement.size}
-        return found
 
 
 @dataclass(frozen=True, slots=True)

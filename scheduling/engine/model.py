@@ -292,6 +292,10 @@ class PodSpec:
     #: volumes are not judged (no one gave their storage).
     volumes: list[dict] = field(default_factory=list)
     storage: Any = None
+    #: What the watcher read of the pod's ResourceClaims (`Pod.scheduling["resourceClaims"]`:
+    #: the claims, the request each DRA container stands for, and a `hold` while they cannot
+    #: be asked for, `claimhold`); None for a pod without claims.
+    claims: Any = None
 
     @property
     def key(self) -> str:

@@ -46,6 +46,47 @@ _name = itemgetter(1)
 _Entry = TypeVar("_Entry", tuple[float, str], tuple[str, float])
 
 
+class _Packed:
+    """A sorted list of pairs kept as two arrays until it must change: `(first[i], second[i])`
+    read as a tuple, with `second` mapped through `table` (a row index into node names, or a
+    failure id into a sweep's failures). A new shape's index built from a sweep holds its
+    fitting keys and failed entries this way: ~12 bytes a node instead of a tuple, a float and
+    a list slot (~88), so 100 shapes cached at 50,000 nodes stay out of the heap until a shape
+    is re-decided after a change (`NodeIndex.update` unpacks it then, once)."""
+
+    __slots__ = ("first", "second", "table")
+
+    def __init__(self, first: np.ndarray, second: np.ndarray, table) -> None:
+        self.first, self.second, self.table = first, second, table
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def __bool__(self) -> bool:
+        return len(self.first) > 0
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self._pairs(self.first[i], self.second[i])
+        first = self.first[i]
+        return (first.item() if isinstance(first, np.generic) else first, self.table[int(self.second[i])])
+
+    def __iter__(self):
+        return iter(self.unpacked())
+
+    def _pairs(self, first: np.ndarray, second: np.ndarray) -> list:
+        table = self.table
+        if isinstance(table, np.ndarray):
+            seconds = table[second].tolist()
+        else:
+            seconds = list(map(table.__getitem__, second.tolist()))
+        return list(zip(first.tolist(), seconds, strict=True))
+
+    def unpacked(self) -> list:
+        """The same pairs as a plain list."""
+        return self._pairs(self.first, self.second)
+
+
 class NodeIndex:
     """One pod shape under one node policy: every node's verdict, kept in the order a decision
     reads them, so a decision costs the nodes that changed since the last one, not a sweep.
@@ -130,7 +171,8 @@ class NodeIndex:
 
     def rebuild_swept(self, swept: Swept) -> None:
         """Every node afresh from a sweep (nodes in name order), as array operations: the
-        verdict objects are made only for the nodes that change later (`update`)."""
+        verdict objects are made only for the nodes that change later (`update`), and the
+        sorted keys, failed entries and distinct values stay arrays (`_Packed`) until then."""
         self.base = swept
         self.held = {}
         fits = swept.fits
@@ -138,13 +180,15 @@ class NodeIndex:
         values = self.sign * swept.score[fit]
         order = np.argsort(values, kind="stable")  # equal values stay by name
         fit, values = fit[order], values[order]
-        self.fit_keys = list(zip(values.tolist(), swept.names[fit].tolist(), strict=True))
+        names = swept.names
+        # (value, name) as `rebuild` makes them: names by row
+        self.fit_keys = _Packed(values, fit.astype(np.int32), names)  # type: ignore[assignment]
         self.fit_entries = None
         failed = np.flatnonzero(~fits)
-        self._fail_names = fail_names = swept.names[failed].tolist()
         failures = swept.failures
         fail_ids = swept.fail_id[failed]
-        self.fail_entries = list(zip(fail_names, map(failures.__getitem__, fail_ids.tolist()), strict=True))
+        self._fail_names = None
+        self.fail_entries = _Packed(names[failed], fail_ids.astype(np.int32), failures)  # type: ignore[assignment]
         reasons: dict[str, int] = {}
         carriers: dict[str, int] = {}
         messages: dict[str, int] = {}
@@ -164,17 +208,33 @@ class NodeIndex:
             sizes = np.diff(np.append(starts, len(values)))
         else:
             distinct = sizes = values
-        self.values = distinct.tolist()
-        self.multiplicity = dict(zip(self.values, sizes.tolist(), strict=True))
+        # `values` and `multiplicity` as arrays too: made into a list and a dict by `_unpack`
+        self.values = distinct  # type: ignore[assignment]
+        self.multiplicity = sizes  # type: ignore[assignment]
         self.near = set(distinct[:-1][np.diff(distinct) < TOLERANCE].tolist())
         self._ranking = None
+
+    def _unpack(self) -> None:
+        """The packed lists of `rebuild_swept` as the plain lists and dict `_add` and `_remove`
+        change in place (once per sweep, on the first update)."""
+        if isinstance(self.fit_keys, _Packed):
+            self.fit_keys = self.fit_keys.unpacked()
+            self.fail_entries = self.fail_entries.unpacked()  # type: ignore[union-attr]
+            self._fail_names = None
+            values = self.values.tolist()  # type: ignore[attr-defined]
+            self.multiplicity = dict(zip(values, self.multiplicity.tolist(), strict=True))  # type: ignore[attr-defined]
+            self.values = values
 
     @property
     def fail_names(self) -> list[str]:
         """The failed nodes' names, sorted."""
         names = self._fail_names
         if names is None:
-            names = self._fail_names = [name for name, _ in self.fail_entries]
+            entries = self.fail_entries
+            if isinstance(entries, _Packed):
+                names = self._fail_names = entries.first.tolist()
+            else:
+                names = self._fail_names = [name for name, _ in entries]
         return names
 
     def _held(self, name: str) -> NodeVerdict | None:
@@ -194,6 +254,8 @@ class NodeIndex:
         old = self._held(name)
         if old is verdict:
             return
+        if isinstance(self.fit_keys, _Packed):
+            self._unpack()
         if old is not None:
             self._remove(name, old)
         self._add(name, verdict)
@@ -337,7 +399,7 @@ class NodeIndex:
         values = self.values
         runs: list[tuple[float, float]] = []
         for value in sorted(self.near):
-            after = values[bisect_left(values, value) + 1]
+            after = float(values[bisect_left(values, value) + 1])
             if runs and runs[-1][1] == value:
                 runs[-1] = (runs[-1][0], after)
             else:

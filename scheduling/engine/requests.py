@@ -129,10 +129,11 @@ def parse_container(
             raise PodInvalid(path, f"{label}: must be {what}, got {raw!r}")
         return value
 
-    count = read(GPU, "a positive integer", 1, None)
-    memory = read(GPUMEM, "a non-negative integer (MiB)", 0, None)
-    percentage = read(GPUMEM_PERCENTAGE, "a percentage from 0 to 100", 0, 100)
-    cores = read(GPUCORES, "a non-negative integer (percent of the card)", 0, None)
+    names = chip.resources  # NVIDIA's, or the DRA family's (`families.dra`): the same shape
+    count = read(names.count, "a positive integer", 1, None)
+    memory = read(names.memory, "a non-negative integer (MiB)", 0, None)
+    percentage = read(names.memory_percentage, "a percentage from 0 to 100", 0, 100)
+    cores = read(names.cores, "a non-negative integer (percent of the card)", 0, None)
 
     warnings: tuple[tuple[str, str], ...] = ()
     # Whole cards: no memory named, and no percentage or 100 (HAMi: a percentage of 0 shares).
@@ -142,7 +143,7 @@ def parse_container(
     if cores is not None and cores > WHOLE_CARD_CORES:
         warnings = (
             (
-                found[GPUCORES][1],
+                found[names.cores][1],
                 f"{label}: {cores} is above {WHOLE_CARD_CORES}, taken as {WHOLE_CARD_CORES}",
             ),
         )
@@ -160,6 +161,7 @@ def parse_container(
         memory_percentage=percentage or 0,
         cores=cores,
         warnings=warnings,
+        family=chip.name,
     )
 
 

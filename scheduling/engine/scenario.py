@@ -12,7 +12,7 @@ from .batch.scenario import check_batch, run_batch_scenario, wants_batch
 from .dra.scenario import run_dra_scenario, wants_dra
 from .encoding import ALLOCATED, decode_allocation, links_to_pairs
 from .errors import PodInvalid, Problems, ScenarioError
-from .families import family_of_type, held_allocation, mig
+from .families import family_of_card, held_allocation, mig
 from .kubefields import (
     node_field_problems,
     node_fields,
@@ -125,7 +125,7 @@ def parse_card(raw, where: str, position: int) -> tuple[Card, dict]:
         cordoned=cordoned,
         mode=mode if isinstance(mode, str) else "",
         partition=partition,
-        family=family_of_type(card_type),
+        family=family_of_card(card_type, mode if isinstance(mode, str) else ""),
         **numbers,
     )
     card.used_slots, card.used_memory, card.used_cores = used_numbers
@@ -491,7 +491,7 @@ def run_scenario(
     cycle instead (`engine.batch.scenario`), under `rules` and `consolidation` (the server's
     preemption options; the scenario's `preemption` overrides them)."""
     if wants_dra(raw):  # ResourceSlices and claims in their API form (engine.dra.scenario)
-        return run_dra_scenario(raw, top)
+        return run_dra_scenario(raw, top, config=parse_config(raw.get("config")))
     cluster, config, pods = parse_scenario(raw)
     if wants_batch(raw):
         return run_batch_scenario(

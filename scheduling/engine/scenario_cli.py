@@ -25,7 +25,7 @@ from .batch.scenario import run_batch_scenario, wants_batch
 from .dra.scenario import run_dra_scenario, wants_dra
 from .errors import ScenarioError, ScenarioProblems
 from .explain import SELF_EXCLUDED, as_sentence, summary_of, what_would_fit
-from .scenario import parse_scenario, read_scenario_file, schedule_in_order
+from .scenario import parse_config, parse_scenario, read_scenario_file, schedule_in_order
 from .triage import VERDICT_WORDS
 
 #: The preemption options `run_batch_scenario` takes (`rules`, `consolidation`), read when a
@@ -176,7 +176,7 @@ def run_file(
     evictions), or a DRA scenario's whole answer and None. Raises ScenarioError."""
     raw = read_scenario_file(path)
     if wants_dra(raw):  # ResourceSlices and claims: placements and claim statuses, as JSON
-        return run_dra_scenario(raw, top), None
+        return run_dra_scenario(raw, top, config=parse_config(raw.get("config"))), None
     cluster, config, pods = parse_scenario(raw)
     if wants_batch(raw):  # decided as one live cycle, with its results
         extra = run_batch_scenario(raw, cluster, config, pods, top=top, **batch_settings())

@@ -127,6 +127,7 @@ def _copy_node(node: Node, name: str, suffix: str) -> Node:
             used_memory=0,
             used_cores=0,
             cordoned=False,
+            gangs=(),
             partition=card.partition.emptied() if card.partition is not None else None,
         )
         for card in node.cards
@@ -137,8 +138,9 @@ def _copy_node(node: Node, name: str, suffix: str) -> Node:
 
 def apply_edits(cluster: Cluster, config: ClusterConfig, edits: Edits) -> tuple[Cluster, ClusterConfig]:
     """The snapshot with `edits` applied. Changes `cluster`'s cards in place (callers pass a
-    snapshot of their own) and returns a new Cluster when nodes are added; an edit naming a
-    node or card the snapshot does not have raises ScenarioError naming it."""
+    snapshot of their own) and returns a new Cluster when nodes are added, with the same
+    `running` pods (the added nodes hold none); an edit naming a node or card the snapshot
+    does not have raises ScenarioError naming it."""
     cards: dict[str, Card] = {card.uuid: card for node in cluster.nodes for card in node.cards}
     for i, uuid in enumerate(edits.cordon):
         if uuid not in cards:
@@ -178,7 +180,7 @@ def apply_edits(cluster: Cluster, config: ClusterConfig, edits: Edits) -> tuple[
             taken.add(name)
             nodes.append(_copy_node(source, name, f"-whatif-{i}"))
             made += 1
-    return Cluster(nodes), config
+    return Cluster(nodes, running=list(cluster.running)), config
 
 
 def decide_all(cluster: Cluster, config: ClusterConfig, pods: list[PodSpec]) -> list[Decision]:

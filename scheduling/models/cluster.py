@@ -101,6 +101,11 @@ class Card(models.Model):
     cordoned = models.BooleanField(default=False)
     present = models.BooleanField(default=True)
     links = models.JSONField(default=dict, blank=True, help_text="pair scores: {other card uuid: score}")
+    dra = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="a DRA driver's device (mode `dra`): driver, pool, device, shareable, capacity names",
+    )
     mig_profiles = models.JSONField(
         default=list,
         blank=True,

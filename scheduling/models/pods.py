@@ -218,6 +218,8 @@ SCHEDULING_FIELDS = {
     "persistentVolumeClaims": "storage",
     "persistentVolumes": "storage",
     "storageClasses": "storage",
+    # the pod's ResourceClaims as the watcher read them (`engine.claimhold`, `kube.drastate`)
+    "resourceClaims": "claims",
 }
 #: The reason a gated pod shows instead of a decision (kube-scheduler's name).
 SCHEDULING_GATED = "SchedulingGated"

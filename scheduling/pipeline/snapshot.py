@@ -18,7 +18,7 @@ from scheduling.engine import Cluster, ClusterConfig
 from scheduling.engine import Node as EngineNode
 from scheduling.engine.encoding import ALLOCATED, links_to_pairs
 from scheduling.engine.errors import ScenarioError
-from scheduling.engine.families import family_of_type, mig
+from scheduling.engine.families import family_of_card, mig
 from scheduling.engine.model import RunningPod
 from scheduling.engine.noderules import account_running
 from scheduling.models import Allocation, BoundPod, Card, Node, Pod, SchedulerConfig
@@ -71,7 +71,7 @@ def engine_card(values, used=(0, 0, 0)) -> EngineCard:
         used_memory=used[1],
         used_cores=used[2],
         partition=_partition(uuid, mode, profiles),
-        family=family_of_type(card_type),
+        family=family_of_card(card_type, mode),
     )
 
 

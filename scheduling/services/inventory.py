@@ -120,8 +120,12 @@ def report_inventory(
     taints=None,
     unschedulable=None,
     allocatable=None,
+    dra=None,
 ) -> Node:
     """An agent's report of its node: upsert the node and its cards, and beat its heart.
+
+    `dra`: the watcher's DRA devices (card UUID -> driver, pool, device, shareable,
+    capacity names; `kube.drastate`), stored as `Card.dra`; agents never send it.
 
     `taints`, `unschedulable` and `allocatable` are the Kubernetes Node's (SPEC 10, API forms:
     `spec.taints`, `spec.unschedulable`, `status.allocatable`); each left as stored when None
@@ -214,6 +218,8 @@ def report_inventory(
                 "mig_profiles": card.partition.as_wire() if card.partition else [],
                 "present": True,
             }
+            if dra is not None:
+                values["dra"] = dict(dra.get(card.uuid) or {})
             if "cordoned" in device:
                 values["cordoned"] = device["cordoned"]
             observed = _observed(device, f"devices[{positions[card.uuid]}]")
@@ -242,7 +248,7 @@ def report_inventory(
             Card.objects.bulk_create(creates)
         if updates:
             Card.objects.bulk_update(
-                updates, ["present", "cordoned", "over_capacity", *CAPACITY_FIELDS, "updated_at"]
+                updates, ["present", "cordoned", "over_capacity", "dra", *CAPACITY_FIELDS, "updated_at"]
             )
         if measured:
             # Apart from `updated_at`: measurements move on every report, and the pages'

@@ -3,11 +3,15 @@ per-pod paths stay free of duplicate reads (the load test sends hundreds a secon
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduling.models import Pod
+from scheduling.api import serializers as s
+from scheduling.models import Decision, Eviction, Pod
 from scheduling.pipeline import run_cycle
 
 from .conftest import gpu_pod
@@ -41,7 +45,9 @@ def test_a_complete_locks_the_pod_once_and_reads_no_released_allocation(cluster,
     sent = statements(queries)
     assert sum(sql.startswith('SELECT "scheduling_pod"') for sql in sent) == 1, sent
     assert not any('FROM "scheduling_node"' in sql for sql in sent)  # read with the pod
-    assert sum('FROM "scheduling_allocation"' in sql for sql in sent) == 1  # the release's own read
+    # the release's own: one UPDATE that returns what it released, no read before it
+    assert sum('"scheduling_allocation"' in sql for sql in sent) == 1, sent
+    assert any(sql.startswith('UPDATE "scheduling_allocation"') and "RETURNING" in sql for sql in sent)
     assert Pod.objects.get(name="p").status == Pod.SUCCEEDED
 
 
@@ -59,3 +65,70 @@ def test_a_complete_answer_reads_no_eviction_or_nomination_list_the_pod_has_none
     assert sum('FROM "scheduling_eviction"' in sql for sql in sent) == 1, sent
     assert sum('FROM "scheduling_nomination"' in sql for sql in sent) == 1, sent
     assert not any('FROM "scheduling_nomination" INNER JOIN' in sql for sql in sent), sent
+
+
+def rendered(data) -> str:
+    """An answer as the client reads it: JSON text, keys in the order written."""
+    return json.dumps(data, cls=DjangoJSONEncoder)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"uid": "u-1", "priority": 7, "labels": {"team": "a"}},
+        {"annotations": {"hami.io/gpu-scheduler-policy": "spread,no-such-chain"}},  # a warning
+        {"schedulingGates": [{"name": "wait-for-quota"}]},  # gated: a reason and a verdict
+        {"initContainers": [{"name": "init", "resources": {}}]},
+    ],
+)
+def test_a_new_pods_answer_is_what_the_serializer_writes_for_its_row(cluster, operator, extra):
+    """The hand-built answer of `POST pods/` for a new row (`new_pod_answer`) is the
+    serializer's answer of the same row read back: the same keys, order and values."""
+    body = {**gpu_pod("p", mem=1000), **extra}
+    if "annotations" in extra:
+        body["annotations"] = extra["annotations"]
+    answer = operator.post("/api/v1/pods/", body, format="json")
+    assert answer.status_code == 201, answer.content
+    pod = Pod.objects.get(name="p")
+    warnings = answer.json()["warnings"]
+    assert ("gpu" in str(warnings)) == ("annotations" in extra)
+    by_serializer = s.PodSubmittedSerializer(pod, context={"warnings": warnings, "new_row": True}).data
+    assert json.loads(answer.content) == json.loads(rendered(by_serializer))
+    assert list(answer.json()) == list(by_serializer)  # the keys in the serializer's order
+
+
+def test_a_completed_pods_answer_and_its_decision_are_what_the_serializers_write(cluster, operator):
+    assert operator.post("/api/v1/pods/", gpu_pod("p", mem=1000), format="json").status_code == 201
+    run_cycle(trigger="test")
+    answer = operator.post("/api/v1/pods/default/p/complete/")
+    assert answer.status_code == 200, answer.content
+    pod = Pod.objects.select_related("node").get(name="p")
+    assert answer.json()["decision"]["outcome"] == "scheduled"
+    by_serializer = s.PodDetailSerializer(pod, context={"released": True}).data
+    assert json.loads(answer.content) == json.loads(rendered(by_serializer))
+    assert list(answer.json()) == list(by_serializer)
+    assert list(answer.json()["decision"]) == list(by_serializer["decision"])
+
+
+def test_a_pending_decision_renders_as_the_serializer_renders_it(cluster, operator):
+    """A decision that names failed nodes, reasons and an error renders by hand as
+    `DecisionSerializer` renders it."""
+    assert operator.post("/api/v1/pods/", gpu_pod("big", mem=100_000), format="json").status_code == 201
+    run_cycle(trigger="test")
+    decision = Decision.objects.select_related("pod").get(pod__name="big")
+    assert decision.outcome != "scheduled" and decision.payload.get("failed_nodes")
+    by_hand = s.decision_answer(decision, decision.pod.key)
+    assert rendered(by_hand) == rendered(s.DecisionSerializer(decision).data)
+
+
+def test_a_completed_pod_in_an_eviction_is_answered_with_its_evictions(cluster, operator):
+    """A pod that was a preemptor keeps its `preemptions` in the answer (the serializer's path)."""
+    assert operator.post("/api/v1/pods/", gpu_pod("victim", mem=1000), format="json").status_code == 201
+    assert operator.post("/api/v1/pods/", gpu_pod("p", mem=1000), format="json").status_code == 201
+    run_cycle(trigger="test")
+    victim, preemptor = Pod.objects.get(name="victim"), Pod.objects.get(name="p")
+    Eviction.objects.create(victim=victim, preemptor=preemptor, state=Eviction.DONE)
+    answer = operator.post("/api/v1/pods/default/p/complete/")
+    assert answer.status_code == 200, answer.content
+    assert [row["victim"] for row in answer.json()["preemptions"]] == ["default/victim"]

@@ -127,6 +127,10 @@ def test_two_processes_on_sqlite_never_over_commit(figures):
         url, "seed", "--nodes", str(SIZES["nodes"] // 2), "--cards", "4", "--pods", str(SIZES["sqlite_pods"])
     )
     started = time.monotonic()
+    # Both workers start their first cycle together (`--control`): the one set up first would
+    # otherwise drain the small queue before the other ran a cycle, and nothing overlapped.
+    control = Path(folder) / "control"
+    control.mkdir()
     workers = [
         spawn(
             "tests.pipeline.cycle_worker",
@@ -136,12 +140,16 @@ def test_two_processes_on_sqlite_never_over_commit(figures):
             "--deadline",
             "90",
             "--shuffle",
+            "--control",
+            str(control),
             HAMI_SINGLE_FLIGHT=0,
         )
         for seed in range(2)
     ]
-    churn = spawn("tests.chaos.driver", url, "churn", "--seconds", str(CHURN_SECONDS / 2))
     try:
+        wait_until(lambda: len(list(control.glob("ready-*"))) == len(workers), 60, "both workers set up")
+        (control / "go").touch()
+        churn = spawn("tests.chaos.driver", url, "churn", "--seconds", str(CHURN_SECONDS / 2))
         out, err = churn.communicate(timeout=60)
         assert churn.returncode == 0, err[-3000:]
         churned = json.loads(out.strip().splitlines()[-1])

@@ -12,14 +12,27 @@ from scheduling.engine.dra.allocate import released_status, tenants_of
 from scheduling.engine.dra.cel import CelError, Selectors
 from scheduling.engine.dra.claims import (
     CONSTRAINT_UNSATISFIED,
+    COUNTERS_EXHAUSTED,
     DEVICE_TAINTED,
     POOL_INCOMPLETE,
     SELECTOR_ERROR,
     SELECTOR_MISMATCH,
 )
-from scheduling.engine.dra.inventory import UNLIMITED_SLOTS
+from scheduling.engine.dra.inventory import UNLIMITED_SLOTS, Consumption
 
-from .dra_objects import CLASS, HAMI, claim_pod, device_class, gpumem_claim, hami_slice
+from .dra_objects import (
+    CLASS,
+    HAMI,
+    NVIDIA,
+    allocated,
+    claim_pod,
+    device_claim,
+    device_class,
+    gpumem_claim,
+    hami_slice,
+    mig_slices,
+    nvidia_class,
+)
 
 BINPACK = {"hami.io/gpu-scheduler-policy": "binpack"}
 SPREAD = {"hami.io/gpu-scheduler-policy": "spread"}
@@ -96,27 +109,7 @@ def test_the_status_is_what_hamis_driver_reads():
 
 
 def test_allocated_claims_count_on_their_devices_kube_schedulers_included():
-    taken = gpumem_claim("theirs", memory_mib=16000)
-    taken["status"] = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {
-                        "request": "gpu",
-                        "driver": HAMI,
-                        "pool": "n1",
-                        "device": "hami-gpu-0",
-                        "consumedCapacity": {"memory": "16000Mi", "cores": "0"},
-                    }
-                ]
-            },
-            "nodeSelector": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
-                ]
-            },
-        }
-    }
+    taken = allocated(gpumem_claim("theirs", memory_mib=16000), "n1", "hami-gpu-0", 16000)
     cycle = allocator([hami_slice("n1", memory_gib=16)], [taken, gpumem_claim("mine", memory_mib=8000)])
     placed = cycle.place(claim_pod("p", "mine", annotations=BINPACK))
     assert placed.results["mine"][0]["device"] == "hami-gpu-1"  # gpu-0 has 384 MiB left
@@ -377,14 +370,185 @@ def test_the_gang_and_preemption_example_places_the_gang_whole_and_preempts_the_
 
     import yaml
 
-    from scheduling.engine.dra.scenario import run_dra_scenario
+    from scheduling.engine.scenario import run_scenario
 
     root = Path(__file__).resolve().parents[2]
     raw = yaml.safe_load((root / "examples" / "dra-gang-preemption.yaml").read_text())
-    out = run_dra_scenario(raw)
+    out = run_scenario(raw)
     pods = {p["name"]: p for p in out["pods"]}
     assert [pods[f"train-{i}"]["status"] for i in range(3)] == ["scheduled"] * 3
     assert pods["serve"]["preempted"] == ["default/batch-low"]
     assert pods["serve"]["claims"]["serve"][0]["device"] == "hami-gpu-0"
     claims = {c["name"]: c["status"] for c in out["resourceClaims"]}
     assert not claims["batch-low"].get("allocation") and not claims["batch-low"].get("reservedFor")
+
+
+# Partitions (KEP-4815): NVIDIA's dynamic MIG, a whole A100 and its 1g/2g/3g placements
+# drawing on one counter set per GPU (8 memory slices, 98 multiprocessors).
+
+MIG_CLASSES = {
+    "gpu.nvidia.com": nvidia_class("gpu.nvidia.com", "gpu"),
+    "mig.nvidia.com": nvidia_class("mig.nvidia.com", "mig"),
+}
+COUNTER_SET = (NVIDIA, "n1", "gpu-0-counter-set")
+
+
+def mig_allocator(claims, gpus: int = 1, allocated=()) -> DraAllocator:
+    return allocator(mig_slices("n1", gpus), [*claims, *allocated], classes=MIG_CLASSES)
+
+
+def profile(name: str) -> str:
+    return f"device.attributes['{NVIDIA}'].profile == '{name}'"
+
+
+def drawn(inventory, devices: list[str]) -> dict[str, int]:
+    """What `devices` (names) draw together from gpu-0's counter set."""
+    by_name = {d.name: d for d in inventory.devices}
+    total: dict[str, int] = {}
+    for name in devices:
+        for consumption in by_name[name].consumes:
+            for counter, amount in consumption.counters.items():
+                total[counter] = total.get(counter, 0) + int(amount)
+    return total
+
+
+def test_counter_sets_and_the_devices_drawing_on_them_are_read_in_either_slice_layout():
+    for together in (False, True):  # 1.34+: a slice of their own; 1.32-1.33: beside the devices
+        inventory = read_inventory(mig_slices("n1", together=together))
+        assert inventory.skipped == {} and inventory.incomplete == {}
+        assert inventory.counters[COUNTER_SET]["multiprocessors"] == 98
+        assert len(inventory.counters[COUNTER_SET]) == 9
+        by_name = {d.name: d for d in inventory.devices}
+        assert len(by_name) == 1 + 7 + 3 + 2
+        whole = by_name["gpu-0"]
+        assert (whole.uuid, whole.memory, whole.slots, whole.partition) == ("GPU-n1-0", 40960, 1, True)
+        part = by_name["gpu-0-mig-2g.10gb-1"]
+        assert part.consumes == (
+            Consumption(
+                "gpu-0-counter-set", {"memory-slice-2": 1, "memory-slice-3": 1, "multiprocessors": 28}
+            ),
+        )
+        assert (part.uuid, part.memory, part.type) == (
+            f"{NVIDIA}/n1/gpu-0-mig-2g.10gb-1",  # no uuid of its own before it is created
+            10240,
+            "NVIDIA A100-SXM4-40GB",
+        )
+    hami = read_inventory([hami_slice("n1")]).devices[0]
+    assert not hami.partition and hami.card().uuid == "GPU-n1-0"  # a device of its own: unchanged
+
+
+def test_a_device_naming_a_counter_set_or_counter_its_pool_lacks_is_skipped_naming_the_field():
+    counters, devices = mig_slices("n1")
+    first, second = devices["spec"]["devices"][1:3]
+    first["consumesCounters"][0]["counterSet"] = "gpu-9-counter-set"
+    second["consumesCounters"][0]["counters"]["tensor-cores"] = {"value": "1"}
+    skipped = read_inventory([counters, devices]).skipped
+    assert skipped == {
+        f"{NVIDIA}/n1/{first['name']}": "consumesCounters[0].counterSet: no counter set 'gpu-9-counter-set' in pool n1",
+        f"{NVIDIA}/n1/{second['name']}": (
+            "consumesCounters[0].counters.tensor-cores: not a counter of counter set 'gpu-0-counter-set'"
+        ),
+    }
+    counters["spec"]["sharedCounters"][0]["counters"]["multiprocessors"]["value"] = "many"
+    skipped = read_inventory([counters, devices]).skipped
+    assert skipped[f"{NVIDIA}/n1/gpu-0"].endswith(
+        "spec.sharedCounters[0].counters.multiprocessors.value: not a quantity"
+    )
+    assert read_inventory([devices]).incomplete  # the counters' slice is part of the pool
+
+
+def test_a_uuid_several_devices_publish_names_none_of_their_cards():
+    slices = mig_slices("n1")
+    for device in slices[1]["spec"]["devices"]:
+        device["attributes"]["uuid"] = {"string": "GPU-n1-0"}  # as NVIDIA's vGPU partitions do
+    uuids = [d.uuid for d in read_inventory(slices).devices]
+    assert len(set(uuids)) == len(uuids) and f"{NVIDIA}/n1/gpu-0" in uuids
+
+
+def test_the_whole_gpu_and_its_partitions_exclude_each_other():
+    claims = [device_claim("whole", "gpu.nvidia.com"), device_claim("part", "mig.nvidia.com")]
+    cycle = mig_allocator(claims)
+    whole = cycle.place(claim_pod("pw", "whole"))
+    assert [r["device"] for r in whole.results["whole"]] == ["gpu-0"]
+    part = cycle.place(claim_pod("pp", "part"))
+    assert part.reason == COUNTERS_EXHAUSTED and "12 CountersExhausted" in part.message
+
+    cycle = mig_allocator(claims)
+    part = cycle.place(claim_pod("pp", "part"))
+    (result,) = part.results["part"]
+    assert result["device"].startswith("gpu-0-mig-") and "consumedCapacity" not in result
+    whole = cycle.place(claim_pod("pw", "whole"))
+    assert whole.reason == COUNTERS_EXHAUSTED and "1 CountersExhausted" in whole.message
+    cycle.scheduler.unassume(part.decision)  # the partition gone, the whole GPU fits again
+    assert cycle.place(claim_pod("pw", "whole")).placed
+
+
+def test_counters_are_never_exceeded_across_several_pods():
+    asked = ["3g.20gb", "1g.5gb", "2g.10gb", "1g.5gb", "2g.10gb", "3g.20gb", "1g.5gb", "1g.5gb"]
+    claims = [device_claim(f"c{i}", "mig.nvidia.com", selectors=[profile(p)]) for i, p in enumerate(asked)]
+    cycle = mig_allocator([*claims, device_claim("whole", "gpu.nvidia.com")])
+    placements = [cycle.place(claim_pod(f"p{i}", f"c{i}")) for i in range(len(asked))]
+    taken = [p.results[f"c{i}"][0]["device"] for i, p in enumerate(placements) if p.placed]
+    assert len(taken) >= 4 and len(set(taken)) == len(taken)
+    total = drawn(cycle.inventory, taken)
+    assert total["multiprocessors"] <= 98 and all(total.get(f"memory-slice-{n}", 0) <= 1 for n in range(8))
+    assert {p.reason for p in placements if not p.placed} <= {COUNTERS_EXHAUSTED}
+    assert cycle.place(claim_pod("pw", "whole")).reason == COUNTERS_EXHAUSTED
+
+    sevens = [device_claim(f"s{i}", "mig.nvidia.com", selectors=[profile("1g.5gb")]) for i in range(8)]
+    cycle = mig_allocator([*sevens, device_claim("big", "mig.nvidia.com", selectors=[profile("2g.10gb")])])
+    placed = [cycle.place(claim_pod(f"s{i}", f"s{i}")) for i in range(8)]
+    assert [p.placed for p in placed] == [True] * 7 + [False]  # seven 1g draw all 98 multiprocessors
+    assert placed[7].reason == COUNTERS_EXHAUSTED
+    assert cycle.place(claim_pod("big", "big")).reason == COUNTERS_EXHAUSTED
+
+
+def test_devices_chosen_together_for_one_claim_stay_within_the_counters():
+    either = f"device.attributes['{NVIDIA}'].type == 'gpu' || {profile('3g.20gb')}"
+    classes = {**MIG_CLASSES, "nvidia": device_class("nvidia", f"device.driver == '{NVIDIA}'")}
+    claims = [device_claim("two", "nvidia", count=2, selectors=[either])]
+    cycle = allocator(mig_slices("n1"), claims, classes=classes)
+    two = cycle.place(claim_pod("p2", "two"))  # the whole GPU with a 3g would exceed: two 3g
+    assert sorted(r["device"] for r in two.results["two"]) == ["gpu-0-mig-3g.20gb-0", "gpu-0-mig-3g.20gb-1"]
+    claims = [device_claim("three", "nvidia", count=3, selectors=[either])]
+    cycle = allocator(mig_slices("n1"), claims, classes=classes)
+    three = cycle.place(claim_pod("p3", "three"))  # each fits alone, no three together
+    assert three.reason == COUNTERS_EXHAUSTED and "shared counters together" in three.message
+
+
+def test_claims_allocated_already_count_against_the_counters():
+    def allocated(name: str, device: str) -> dict:
+        claim = device_claim(name, "mig.nvidia.com")
+        result = {"request": "gpu", "driver": NVIDIA, "pool": "n1", "device": device}
+        claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+        return claim
+
+    theirs = [allocated("k1", "gpu-0-mig-1g.5gb-0"), allocated("k2", "gpu-0-mig-2g.10gb-1")]
+    claims = [
+        device_claim("whole", "gpu.nvidia.com"),
+        device_claim("two", "mig.nvidia.com", selectors=[profile("2g.10gb")]),
+        device_claim("three", "mig.nvidia.com", selectors=[profile("3g.20gb")]),
+    ]
+    cycle = mig_allocator(claims, allocated=theirs)
+    assert cycle.place(claim_pod("pw", "whole")).reason == COUNTERS_EXHAUSTED
+    two = cycle.place(claim_pod("p2", "two"))  # slice 0 and 2g-1 are held: only 2g-2 is left
+    assert [r["device"] for r in two.results["two"]] == ["gpu-0-mig-2g.10gb-2"]
+    three = cycle.place(claim_pod("p3", "three"))  # slices 0-3 and 4-5 drawn
+    assert three.reason == COUNTERS_EXHAUSTED
+    assert drawn(cycle.inventory, ["gpu-0-mig-1g.5gb-0", "gpu-0-mig-2g.10gb-1", "gpu-0-mig-2g.10gb-2"]) == {
+        "memory-slice-0": 1,
+        "memory-slice-2": 1,
+        "memory-slice-3": 1,
+        "memory-slice-4": 1,
+        "memory-slice-5": 1,
+        "multiprocessors": 70,
+    }
+
+
+def test_a_second_gpu_takes_what_the_first_gpus_counters_refuse():
+    claims = [device_claim("whole", "gpu.nvidia.com"), device_claim("part", "mig.nvidia.com")]
+    cycle = mig_allocator(claims, gpus=2)
+    part = cycle.place(claim_pod("pp", "part"))
+    parent = part.results["part"][0]["device"].split("-mig-")[0]
+    whole = cycle.place(claim_pod("pw", "whole"))
+    assert [r["device"] for r in whole.results["whole"]] == [{"gpu-0": "gpu-1", "gpu-1": "gpu-0"}[parent]]

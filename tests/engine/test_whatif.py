@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine.errors import ScenarioError
+from scheduling.engine.noderules import account_running
 from scheduling.engine.scenario import parse_scenario
 from scheduling.engine.whatif import apply_edits, capacity, decide_all, parse_edits, parse_whatif
 
@@ -96,3 +97,28 @@ def test_capacity_counts_per_node_and_in_all_and_stops_at_the_limit():
     assert capacity(cluster, config, shape, limit=2).as_dict()["more"] is True
     # the snapshot itself is not changed
     assert cluster.node("a").cards[0].used_memory == 0
+
+
+def test_adding_nodes_keeps_the_pods_others_bound_and_the_copies_hold_none_of_them():
+    """An `add` edit returns a new Cluster: the running pods (kube-scheduler's, HAMi's before
+    the switch) stay on it, so accounting them again (idempotent, as every snapshot does)
+    leaves their cards held; the copies start empty, gangs included."""
+    raw = scenario([node("a", card("A0", 16000))], [])
+    raw["running"] = [
+        {
+            "name": "old",
+            "namespace": "ml",
+            "node": "a",
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": "1"}}}],
+            "annotations": {"hami.io/vgpu-devices-allocated": "A0,NVIDIA,15000,0:;"},
+        }
+    ]
+    cluster, config, _ = parse_scenario(raw)
+    cluster.node("a").cards[0].gangs = ("ml/old-group",)
+    cluster, config = apply_edits(cluster, config, parse_edits({"add": [{"like": "a", "count": 1}]}))
+    assert [p.key for p in cluster.running] == ["ml/old"]
+    assert account_running(cluster) == []
+    held = {c.uuid: (c.used_slots, c.used_memory, c.gangs) for n in cluster.nodes for c in n.cards}
+    assert held == {"A0": (1, 15000, ("ml/old-group",)), "A0-whatif-1": (0, 0, ())}
+    (decision,) = decide_all(cluster, config, [one(ask(gpu=1, mem=8000))])
+    assert (decision.status, decision.node) == ("scheduled", "a-whatif-1")

@@ -42,8 +42,12 @@ kube calls, with the semantics those calls rely on:
   watch of ResourceSlices, ResourceClaims, ResourceClaimTemplates, DeviceClasses and
   DeviceTaintRules in the API's own field names, get of a claim, and the `resourceclaims/status`
   merge patch (only `status` kept; 409 on a stale resourceVersion; 422 when a set allocation
-  changes or `reservedFor` is set without one). No resourceclaim controller runs: a test puts
-  the claim of a template and the pod's `status.resourceClaimStatuses` itself;
+  changes or `reservedFor` is set without one); create of a claim (`generateName` honoured as
+  the real server does: the base cut to 58 characters and 5 random characters of its alphabet
+  added; 409 AlreadyExists; 422 without a name), and delete (404; 409 when the precondition's
+  uid is not the claim's). No resourceclaim controller nor garbage collector runs: a test puts
+  the claim of a template and the pod's `status.resourceClaimStatuses` itself. The pods/status
+  patch validates `extendedResourceClaimStatus` as the real server does (422);
 - label selectors (`key=value`, `key!=value`) on lists;
 - the pod proxy (`pods/{name}:{port}/proxy/{path}`, GET): answers what a test set in
   `proxied[(namespace, name, port)]` (bytes), 503 with the API server's words when nothing
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import re
 import socket
 import threading
@@ -309,6 +314,18 @@ ROUTES = [
         r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$",
         "get_resource_claim",
         ("resource.k8s.io", RESOURCE_CLAIMS, "get"),
+    ),
+    (
+        "POST",
+        r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims$",
+        "create_resource_claim",
+        ("resource.k8s.io", RESOURCE_CLAIMS, "create"),
+    ),
+    (
+        "DELETE",
+        r"^/apis/resource\.k8s\.io/v1/namespaces/([^/]+)/resourceclaims/([^/]+)$",
+        "delete_resource_claim",
+        ("resource.k8s.io", RESOURCE_CLAIMS, "delete"),
     ),
     (
         "PATCH",
@@ -582,7 +599,7 @@ class StandInApiServer:
         parts = urlsplit(handler.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         body = None
-        if method in ("POST", "PUT", "PATCH"):  # read it first: the connection is kept alive
+        if method in ("POST", "PUT", "PATCH", "DELETE"):  # read it first: the connection is kept alive
             length = int(handler.headers.get("Content-Length") or 0)
             raw = handler.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else {}
@@ -744,8 +761,15 @@ class StandInApiServer:
         handler.send_json(200, self._merge_patched(handler, body, namespace, name, body))
 
     def patch_pod_status(self, handler, query, body, namespace, name):
-        """The status subresource: only `status` is taken from the patch, as a real server does."""
+        """The status subresource: only `status` is taken from the patch, as a real server does;
+        an `extendedResourceClaimStatus` it sets is validated (`_extended_status_errors`)."""
         wanted = {"status": body.get("status") or {}}
+        if (wanted["status"] or {}).get("extendedResourceClaimStatus") is not None:
+            with self.lock:
+                pod = merge_patch(self._pod(namespace, name), wanted)
+            errors = extended_status_errors(pod)
+            if errors:
+                raise Failure(422, "Invalid", f'Pod "{name}" is invalid: {", ".join(errors)}')
         handler.send_json(200, self._merge_patched(handler, body, namespace, name, wanted))
 
     def _merge_patched(self, handler, body, namespace, name, patch):
@@ -924,8 +948,9 @@ class StandInApiServer:
         """Only `status` changes; 409 on a stale `metadata.resourceVersion`; a write of
         `allocation` or `reservedFor` also uses the `resourceclaims/binding` patch grant, the
         synthetic subresource a 1.36 server authorizes it against; 422 as validation
-        answers when an allocation is changed once set (immutable) or `reservedFor` names pods
-        of a claim with no allocation."""
+        answers when an allocation is changed once set (immutable), `reservedFor` names pods
+        of a claim with no allocation, or an entry of it lacks `resource`, `name` or `uid` or
+        repeats a uid (any consumer: pods, or a Workload API PodGroup)."""
         if "merge-patch" not in handler.headers.get("Content-Type", ""):
             raise Failure(415, "UnsupportedMediaType", "the stand-in accepts merge patches only")
         invalid = f'ResourceClaim.resource.k8s.io "{name}" is invalid'
@@ -954,12 +979,78 @@ class StandInApiServer:
                     "Invalid",
                     f"{invalid}: status.reservedFor: Forbidden: may not be set when not allocated",
                 )
+            uids = set()
+            for i, consumer in enumerate((patched.get("status") or {}).get("reservedFor") or []):
+                # any consumer (pods, a Workload API PodGroup: KEP-5729) names these three
+                for field in ("resource", "name", "uid"):
+                    if not (consumer or {}).get(field):
+                        raise Failure(
+                            422, "Invalid", f"{invalid}: status.reservedFor[{i}].{field}: Required value"
+                        )
+                if consumer["uid"] in uids:
+                    raise Failure(
+                        422,
+                        "Invalid",
+                        f'{invalid}: status.reservedFor[{i}].uid: Duplicate value: "{consumer["uid"]}"',
+                    )
+                uids.add(consumer["uid"])
             if {"allocation", "reservedFor"} & set(body.get("status") or {}):
                 # 1.36's granular status authorization checks the synthetic subresource too
                 self.authorized.add(("resource.k8s.io", f"{RESOURCE_CLAIMS}/binding", "patch"))
             patched["metadata"].pop("resourceVersion", None)
             obj = self._store(RESOURCE_CLAIMS, patched)
         handler.send_json(200, obj)
+
+    def create_resource_claim(self, handler, query, body, namespace):
+        """POST: a name, or one made of `metadata.generateName` as the API server's name
+        generator makes it; 409 AlreadyExists, 422 without either."""
+        meta = body.setdefault("metadata", {})
+        if meta.get("namespace", namespace) != namespace:
+            raise Failure(
+                400,
+                "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )
+        meta["namespace"] = namespace
+        with self.lock:
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = generated_name(meta["generateName"])
+            if not meta.get("name"):
+                raise Failure(
+                    422,
+                    "Invalid",
+                    'ResourceClaim.resource.k8s.io "" is invalid: metadata.name: Required value: '
+                    "name or generateName is required",
+                )
+            if (namespace, meta["name"]) in self.objects[RESOURCE_CLAIMS]:
+                raise Failure(
+                    409, "AlreadyExists", f'resourceclaims.resource.k8s.io "{meta["name"]}" already exists'
+                )
+            for key in ("resourceVersion", "uid", "creationTimestamp"):
+                meta.pop(key, None)
+            body.pop("status", None)  # set through the status subresource only
+            obj = self._store(RESOURCE_CLAIMS, body)
+        handler.send_json(201, obj)
+
+    def delete_resource_claim(self, handler, query, body, namespace, name):
+        """DELETE: 404 naming the claim; 409 when `preconditions.uid` is not the claim's; the
+        claim as it was, as the API server answers for an object with no finalizer."""
+        with self.lock:
+            current = self.objects[RESOURCE_CLAIMS].get((namespace, name))
+            if current is None:
+                raise Failure(404, "NotFound", f'resourceclaims.resource.k8s.io "{name}" not found')
+            uid = (((body or {}).get("preconditions")) or {}).get("uid")
+            if uid and uid != current["metadata"]["uid"]:
+                raise Failure(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on resourceclaims.resource.k8s.io "{name}": '
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{current['metadata']['uid']}",
+                )
+            gone = copy.deepcopy(current)
+            self.delete(RESOURCE_CLAIMS, namespace, name)
+        handler.send_json(200, gone)
 
     # custom resources (PodGroup CRDs), only while served
 
@@ -1147,6 +1238,68 @@ class StandInApiServer:
         handler.send_json(200, obj)
 
 
+#: The API server's name generator: what it adds to a `generateName` (no vowels, no 0, 1, 3).
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def generated_name(base: str) -> str:
+    """`generateName` as the API server completes it: the base cut to 58 characters and 5
+    random characters of `NAME_ALPHABET`."""
+    return base[:58] + "".join(random.choice(NAME_ALPHABET) for _ in range(5))
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def extended_status_errors(pod: dict) -> list[str]:
+    """What the API server's validation says of `status.extendedResourceClaimStatus`: at least
+    one request mapping, each naming a container of the pod and a resource that container
+    requests (requests default to limits), a DNS label as `requestName`, no duplicate, and a
+    `resourceClaimName` that is a DNS subdomain."""
+    path = "status.extendedResourceClaimStatus"
+    found = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    spec = pod.get("spec") or {}
+    containers = {
+        c.get("name"): c for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    }
+    errors = []
+    mappings = found.get("requestMappings") or []
+    if not mappings:
+        errors.append(f"{path}.requestMappings: Required value: at least one request mapping is required")
+    seen = set()
+    for i, mapping in enumerate(mappings):
+        where = f"{path}.requestMappings[{i}]"
+        container = containers.get(mapping.get("containerName"))
+        if container is None:
+            errors.append(
+                f'{where}.containerName: Invalid value: "{mapping.get("containerName")}": must match the name '
+                "of an entry in spec.initContainers.name or spec.containers.name"
+            )
+        else:
+            resources = container.get("resources") or {}
+            asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+            if mapping.get("resourceName") not in asked:
+                errors.append(
+                    f'{where}.resourceName: Invalid value: "{mapping.get("resourceName")}": must match the '
+                    "extended resource name of an entry in spec.initContainers.resources.requests or "
+                    "spec.containers.resources.requests"
+                )
+        request = str(mapping.get("requestName") or "")
+        if len(request) > 63 or not DNS_LABEL.match(request):
+            errors.append(f'{path}.requestName: Invalid value: "{request}": must be a DNS label')
+        key = (mapping.get("containerName"), mapping.get("resourceName"), request)
+        if key in seen:
+            errors.append(f'{where}.containerName: Duplicate value: "{mapping.get("containerName")}"')
+        seen.add(key)
+    name = str(found.get("resourceClaimName") or "")
+    if not name:
+        errors.append(f"{path}.resourceClaimName: Required value")
+    elif len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+        errors.append(f'{path}.resourceClaimName: Invalid value: "{name}": must be a DNS subdomain')
+    return errors
+
+
 def selects(budget: dict, pod: dict) -> bool:
     """A budget's `spec.selector.matchLabels` over pods of its namespace (an empty selector
     selects none, as in policy/v1)."""
@@ -1231,6 +1384,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self):  # noqa: N802
         self._handle("PATCH")
+
+    def do_DELETE(self):  # noqa: N802
+        self._handle("DELETE")
 
     def send_text(self, code: int, body: bytes) -> None:
         self.send_response(code)

@@ -189,19 +189,42 @@ def every_call(kube, apiserver):
 
 
 def dra_calls(kube, apiserver):
-    """Dynamic Resource Allocation (kube/dra.py): the lists, and a claim's allocation written
-    (authorized against `resourceclaims/binding` too, as from 1.36)."""
+    """Dynamic Resource Allocation (kube/dra.py, kube/drastate.py): the lists and watches, and a
+    claim's allocation written
+    (authorized against `resourceclaims/binding` too, as from 1.36); KEP-5004's special claim
+    created (by `generateName`) and deleted (kube/draclaims.py)."""
     apiserver.put(RESOURCE_CLAIMS, {"metadata": {"name": "rc1", "namespace": "default"}, "spec": {}})
+    listed: dict[str, str] = {}
+    created: dict = {}
+    calls = []
+    for kind in ("resource_slices", "resource_claims", "device_classes", "device_taint_rules"):
+        listing, watching = getattr(KubeApi, f"list_{kind}"), getattr(KubeApi, f"watch_{kind}")
+        calls += [
+            (listing, lambda kind=kind: listed.update({kind: getattr(kube, f"list_{kind}")()[1]})),
+            (
+                watching,
+                lambda kind=kind: list(getattr(kube, f"watch_{kind}")(listed[kind], timeout_seconds=1)),
+            ),
+        ]
     return [
-        (KubeApi.list_resource_slices, kube.list_resource_slices),
-        (KubeApi.list_resource_claims, kube.list_resource_claims),
-        (KubeApi.list_device_classes, kube.list_device_classes),
-        (KubeApi.list_device_taint_rules, kube.list_device_taint_rules),
+        *calls,
         (
             KubeApi.patch_resource_claim_status,
             lambda: kube.patch_resource_claim_status(
                 "default", "rc1", {"status": {"allocation": {"devices": {"results": []}}}}
             ),
+        ),
+        (
+            KubeApi.create_resource_claim,
+            lambda: created.update(
+                kube.create_resource_claim(
+                    "default", {"metadata": {"generateName": "p-extended-resources-"}, "spec": {}}
+                )["metadata"]
+            ),
+        ),
+        (
+            KubeApi.delete_resource_claim,
+            lambda: kube.delete_resource_claim("default", created["name"], created["uid"]),
         ),
     ]
 

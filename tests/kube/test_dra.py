@@ -9,7 +9,18 @@ import pytest
 from kube.api import RBAC_RULES
 from kube.dra import DRA_RBAC_RULES, DraCycle
 from kube.events import EventRecorder
-from tests.engine.dra_objects import HAMI, claim_pod, device_class, gpumem_claim, hami_slice
+from tests.engine.dra_objects import (
+    HAMI,
+    claim_devices,
+    claim_pod,
+    device_claim,
+    device_class,
+    gpumem_claim,
+    hami_slice,
+    mig_slices,
+    nvidia_class,
+    scenario_of,
+)
 
 from .apiserver import DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES
 
@@ -140,25 +151,16 @@ def test_the_requests_made_are_granted_by_the_shipped_rules(apiserver, kube):
 
 
 def test_simulate_gives_the_live_placements_offline(apiserver, kube):
-    from scheduling.engine.dra.scenario import run_dra_scenario
+    from scheduling.engine.scenario import run_scenario
 
     cluster(apiserver, nodes=("n1", "n2"))
     for name, memory in (("a", 8000), ("b", 20000), ("c", 8000), ("d", 16000)):
         submit(apiserver, name, gpumem_claim(name, memory_mib=memory), BINPACK)
-    raw = {
-        "resourceSlices": apiserver.all(RESOURCE_SLICES),
-        "deviceClasses": apiserver.all(DEVICE_CLASSES),
-        "resourceClaims": apiserver.all(RESOURCE_CLAIMS),
-        "pods": sorted(
-            apiserver.all("pods"), key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"]
-        ),
-    }
-    offline = run_dra_scenario(raw)
+    raw = scenario_of(apiserver.all)
+    offline = run_scenario(raw)
     DraCycle(kube).run_once()
     live = {c: [(r["pool"], r["device"]) for r in results(apiserver, c)] for c in "abcd"}
-    simulated = {
-        c: [(r["pool"], r["device"]) for r in p["claims"][c]] for p in offline["pods"] for c in p["claims"]
-    }
+    simulated = claim_devices(offline["pods"])
     assert simulated == live
 
 
@@ -327,7 +329,7 @@ def test_an_ended_pod_leaves_its_claim_and_frees_the_card(apiserver, kube):
 
 
 def test_simulate_gives_the_live_gang_and_preemption_offline(apiserver, kube):
-    from scheduling.engine.dra.scenario import run_dra_scenario
+    from scheduling.engine.scenario import run_scenario
 
     cluster(apiserver, nodes=("n1", "n2"), memory_gib=16)  # four cards
     submit(apiserver, "low", gpumem_claim("low", memory_mib=12000))
@@ -336,24 +338,15 @@ def test_simulate_gives_the_live_gang_and_preemption_offline(apiserver, kube):
         whole_card_pod(apiserver, f"g{i}", {"hami.io/group-name": "g"})
     submit(apiserver, "high", gpumem_claim("high", memory_mib=12000))
     apiserver.update("pods", "default", "high", lambda p: p["spec"].__setitem__("priority", 1000))
-    raw = {
-        "resourceSlices": apiserver.all(RESOURCE_SLICES),
-        "deviceClasses": apiserver.all(DEVICE_CLASSES),
-        "resourceClaims": apiserver.all(RESOURCE_CLAIMS),
-        "pods": sorted(
-            apiserver.all("pods"), key=lambda p: p["metadata"]["creationTimestamp"] + p["metadata"]["name"]
-        ),
-    }
-    offline = run_dra_scenario(raw)
+    raw = scenario_of(apiserver.all)
+    offline = run_scenario(raw)
     outcomes = DraCycle(kube).run_once()
     assert all(o.node for o in outcomes) and len(outcomes) == 4
     assert [name for _, name, _ in apiserver.evictions] == ["low"]
     (high,) = [p for p in offline["pods"] if p["name"] == "high"]
     assert high["preempted"] == ["default/low"]
     live = {c: [(r["pool"], r["device"]) for r in results(apiserver, c)] for c in ("g0", "g1", "g2", "high")}
-    simulated = {
-        c: [(r["pool"], r["device"]) for r in p["claims"][c]] for p in offline["pods"] for c in p["claims"]
-    }
+    simulated = claim_devices(offline["pods"])
     assert simulated == live
 
 
@@ -370,30 +363,26 @@ def test_the_watcher_leaves_dra_pods_without_a_device_plugin_gpu_to_the_dra_pass
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_agent_runs_the_dra_pass_with_hami_dra(apiserver, kube):
+def test_the_agent_runs_the_dra_pass_for_the_pods_the_cycle_cannot_place(apiserver, kube):
+    """With `HAMI_DRA` the watcher queues the claim pods one decision can place (their test is
+    tests/kube/test_dra_cycle.py) and leaves the rest, here a `matchAttribute` pair, to the pass."""
     from kube.agent import KubeAgent
     from scheduling.models import Pod
 
     from .conftest import fast_options, running, wait_until
 
-    cluster(apiserver, nodes=("n1", "n2"), memory_gib=16)
-    for i in range(4):
-        whole_card_pod(apiserver, f"w{i}", GANG)
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("n1", cards=4, memory_gib=16))
+    pair = gpumem_claim("pair", count=2, constraints=[{"matchAttribute": "resource.kubernetes.io/pcieRoot"}])
+    submit(apiserver, "pair", pair, SPREAD)
     with running(KubeAgent(kube, fast_options(dra=True))):
         wait_until(
-            lambda: all(apiserver.get("pods", "default", f"w{i}")["spec"].get("nodeName") for i in range(4)),
-            what="the gang of four bound",
+            lambda: apiserver.get("pods", "default", "pair")["spec"].get("nodeName"), what="the pair bound"
         )
-    assert not Pod.objects.exists()  # the watcher queued none of them
-    assert (
-        len(
-            {
-                (results(apiserver, f"w{i}")[0]["pool"], results(apiserver, f"w{i}")[0]["device"])
-                for i in range(4)
-            }
-        )
-        == 4
-    )
+    assert not Pod.objects.filter(name="pair").exists()  # the watcher did not queue it
+    roots = {"hami-gpu-0": 0, "hami-gpu-1": 0, "hami-gpu-2": 1, "hami-gpu-3": 1}
+    chosen = sorted(r["device"] for r in results(apiserver, "pair"))
+    assert len(chosen) == 2 and roots[chosen[0]] == roots[chosen[1]]
 
 
 def test_node_taints_and_selectors_apply_to_dra_pods(apiserver, kube):
@@ -438,12 +427,190 @@ def test_a_refused_eviction_leaves_the_preemptor_waiting_and_the_victim_alone(ap
 def test_a_gang_sharing_one_claim_allocates_it_once_and_reserves_it_for_every_member(apiserver, kube):
     cluster(apiserver, nodes=("n1", "n2"))
     apiserver.put(RESOURCE_CLAIMS, gpumem_claim("shared"))
-    for name in ("m0", "m1"):
-        pod = claim_pod(name, "shared", annotations={"hami.io/group-name": "pair"})
+    members = ("m0", "m1", "m2")  # a third: it must find the claim allocated by the first
+    for name in members:
+        pod = claim_pod(name, "shared", annotations={"hami.io/group-name": "trio"})
         del pod["metadata"]["uid"]
         apiserver.put("pods", pod)
     outcomes = DraCycle(kube).run_once()
     assert len({o.node for o in outcomes}) == 1 and None not in {o.node for o in outcomes}
     claim = apiserver.get(RESOURCE_CLAIMS, "default", "shared")
-    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == ["m0", "m1"]
-    assert len(apiserver.calls("PATCH", "/resourceclaims/shared/status")) == 2  # no 409, no replan
+    assert sorted(r["name"] for r in claim["status"]["reservedFor"]) == list(members)
+    assert len(apiserver.calls("PATCH", "/resourceclaims/shared/status")) == 3  # no 409, no replan
+
+
+def test_a_mig_partition_waits_while_the_whole_gpu_is_allocated_and_is_named_once_it_is_free(apiserver, kube):
+    for name, kind in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
+        apiserver.put(DEVICE_CLASSES, nvidia_class(name, kind))
+    for obj in mig_slices("n1"):  # the counter set in a slice of its own, as 1.34+ publishes it
+        apiserver.put(RESOURCE_SLICES, obj)
+    submit(apiserver, "whole", device_claim("whole", "gpu.nvidia.com"))
+    (placed,) = DraCycle(kube).run_once()
+    assert placed.node == "n1" and [r["device"] for r in results(apiserver, "whole")] == ["gpu-0"]
+    submit(apiserver, "part", device_claim("part", "mig.nvidia.com"))
+    (waiting,) = DraCycle(kube).run_once()
+    assert waiting.node is None and waiting.reason == "CountersExhausted"
+    (condition,) = apiserver.get("pods", "default", "part")["status"]["conditions"]
+    assert condition["message"].startswith("CountersExhausted: every device the request may take draws")
+    whole = apiserver.get("pods", "default", "whole")
+    whole["status"]["phase"] = "Succeeded"  # the whole GPU's pod ends: its claim is released
+    apiserver.put("pods", whole)
+    (placed,) = DraCycle(kube).run_once()
+    (result,) = results(apiserver, "part")
+    assert placed.node == "n1" and result["device"].startswith("gpu-0-mig-") and "shareID" not in result
+
+
+# -- KEP-5729: a Workload API PodGroup's claims, allocated once for the gang -----------------
+
+
+def podgroup_with_claim(apiserver, name: str = "train", min_count: int = 3, **entry) -> dict:
+    """A Workload API PodGroup sharing claim `gpu` among its members (`shared` unless told)."""
+    from .apiserver import WORKLOAD_PODGROUPS
+
+    apiserver.serve(WORKLOAD_PODGROUPS)
+    return apiserver.put(
+        WORKLOAD_PODGROUPS,
+        {
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": min_count}},
+                "resourceClaims": [{"name": "gpu", **(entry or {"resourceClaimName": "shared"})}],
+            },
+        },
+    )
+
+
+def group_member(apiserver, name: str, group: str = "train", own: dict | None = None) -> None:
+    """A pod of the PodGroup consuming its claim `gpu`; `own`: a claim of its own besides."""
+    pod = claim_pod(name, "shared")
+    del pod["metadata"]["uid"]
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    if own is not None:
+        apiserver.put(RESOURCE_CLAIMS, own)
+        pod["spec"]["resourceClaims"].append({"name": "own", "resourceClaimName": own["metadata"]["name"]})
+    apiserver.put("pods", pod)
+
+
+def reserved_for_group(podgroup: dict) -> list[dict]:
+    meta = podgroup["metadata"]
+    return [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": meta["name"], "uid": meta["uid"]}
+    ]
+
+
+def test_a_podgroups_claim_is_allocated_once_and_reserved_for_the_podgroup(apiserver, kube):
+    cluster(apiserver, nodes=("n1", "n2"))
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("shared"))
+    group = podgroup_with_claim(apiserver)
+    for name in ("m0", "m1", "m2"):
+        group_member(apiserver, name)
+    outcomes = DraCycle(kube).run_once()
+    claim = apiserver.get(RESOURCE_CLAIMS, "default", "shared")
+    assert claim["status"]["reservedFor"] == reserved_for_group(group)  # not each pod
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert {o.node for o in outcomes} == {result["pool"]} and len(outcomes) == 3
+    assert {apiserver.get("pods", "default", n)["spec"]["nodeName"] for n in ("m0", "m1", "m2")} == {
+        result["pool"]
+    }
+    assert len(apiserver.calls("PATCH", "/resourceclaims/shared/status")) == 1  # once, by the first
+
+
+def test_a_podgroup_whose_members_do_not_all_fit_writes_nothing(apiserver, kube):
+    cluster(apiserver)  # n1: two 24 GiB cards; the shared claim pins every member there
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("shared", memory_mib=8000))
+    podgroup_with_claim(apiserver)
+    for name in ("m0", "m1", "m2"):  # 8000 + 16000 on one card, 16000 on the other: two fit
+        group_member(apiserver, name, own=gpumem_claim(f"{name}-own", memory_mib=16000))
+    outcomes = DraCycle(kube).run_once()
+    assert {(o.node, o.reason) for o in outcomes} == {(None, "GangUnschedulable")} and len(outcomes) == 3
+    assert "2 of 3 pending members fit, 3 must" in outcomes[0].message
+    assert not apiserver.calls("PATCH", "/resourceclaims/")  # neither the shared claim nor an own one
+    assert not apiserver.get(RESOURCE_CLAIMS, "default", "shared").get("status")
+
+
+def test_a_podgroups_claim_stays_reserved_while_the_podgroup_exists(apiserver, kube):
+    from .apiserver import WORKLOAD_PODGROUPS
+
+    cluster(apiserver)
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("shared"))
+    group = podgroup_with_claim(apiserver, min_count=2)
+    for name in ("m0", "m1"):
+        group_member(apiserver, name)
+    assert all(o.node == "n1" for o in DraCycle(kube).run_once())
+    for name in ("m0", "m1"):  # its pods end: the PodGroup keeps the claim
+        apiserver.delete("pods", "default", name)
+    DraCycle(kube).run_once()
+    claim = apiserver.get(RESOURCE_CLAIMS, "default", "shared")
+    assert claim["status"]["reservedFor"] == reserved_for_group(group) and claim["status"]["allocation"]
+    apiserver.delete(WORKLOAD_PODGROUPS, "default", "train")  # gone: released, left to nobody
+    DraCycle(kube).run_once()
+    status = apiserver.get(RESOURCE_CLAIMS, "default", "shared").get("status") or {}
+    assert not status.get("reservedFor") and not status.get("allocation")
+
+
+def test_pods_of_a_podgroup_not_read_yet_wait_for_it(apiserver, kube):
+    cluster(apiserver)
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("shared"))
+    podgroup_with_claim(apiserver, name="other")
+    group_member(apiserver, "m0", group="train")
+    (outcome,) = DraCycle(kube).run_once()
+    assert (outcome.node, outcome.reason) == (None, "NotEnoughPods")
+    assert "PodGroup default/train is not read yet" in outcome.message
+    assert not apiserver.calls("PATCH", "/resourceclaims/shared/status")
+
+
+def test_a_reservation_without_a_uid_is_refused_as_the_api_server_refuses_it(apiserver, kube):
+    from kube.api import ApiError
+
+    cluster(apiserver)
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("shared"))
+    group_member(apiserver, "m0")
+    DraCycle(kube).run_once()  # allocated and reserved for m0
+    consumer = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "train"}
+    reserved = apiserver.get(RESOURCE_CLAIMS, "default", "shared")["status"]["reservedFor"]
+    with pytest.raises(ApiError) as refused:
+        kube.patch_resource_claim_status(
+            "default", "shared", {"status": {"reservedFor": [*reserved, consumer]}}
+        )
+    assert refused.value.status == 422 and "status.reservedFor[1].uid: Required value" in str(refused.value)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_agent_sends_a_podgroups_claim_to_the_dra_pass(apiserver, kube):
+    """A claim from a template that the PodGroup names (KEP-5729): no two waiting pods name
+    one claim object in their specs, so only the PodGroup says it is the gang's."""
+    from kube.agent import KubeAgent
+    from scheduling.models import Pod
+
+    from .conftest import fast_options, running, wait_until
+
+    cluster(apiserver, nodes=("n1", "n2"))
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("train-gpu-x7k2"))
+    group = podgroup_with_claim(apiserver, resourceClaimTemplateName="gpu-template")
+    generated = [{"name": "gpu", "resourceClaimName": "train-gpu-x7k2"}]
+    group = apiserver.update(
+        "podgroups.scheduling.k8s.io",
+        "default",
+        "train",
+        lambda g: g.__setitem__("status", {"resourceClaimStatuses": generated}),
+    )
+    members = ("m0", "m1", "m2")
+    for name in members:
+        pod = claim_pod(name, "unused")
+        del pod["metadata"]["uid"]
+        pod["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "gpu-template"}]
+        pod["status"]["resourceClaimStatuses"] = generated
+        apiserver.put("pods", pod)
+    with running(KubeAgent(kube, fast_options(dra=True))):
+        wait_until(
+            lambda: all(apiserver.get("pods", "default", n)["spec"].get("nodeName") for n in members),
+            what="the gang bound",
+        )
+    assert not Pod.objects.filter(name__in=members).exists()  # the watcher did not queue them
+    claim = apiserver.get(RESOURCE_CLAIMS, "default", "train-gpu-x7k2")
+    assert claim["status"]["reservedFor"] == reserved_for_group(group)
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert {apiserver.get("pods", "default", n)["spec"]["nodeName"] for n in members} == {result["pool"]}

@@ -21,7 +21,7 @@ from kube.leader import LeaderElector
 from scheduling import services
 from scheduling.models import Card, Eviction, Pod
 from scheduling.pipeline import run_cycle
-from tests.engine.dra_objects import claim_pod, device_class, gpumem_claim, hami_slice
+from tests.engine.dra_objects import CLASS, claim_pod, device_class, gpumem_claim, hami_slice
 
 from .apiserver import (
     COSCHEDULING_PODGROUPS,
@@ -59,7 +59,9 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
     binding; its claim annotated and a volume claimed first), report one that waits (event
     created, then refreshed: patched), write the three PodGroups' status, renew the Lease,
     evict the bound pod for another (eviction); place a DRA pod (`HAMI_DRA`: the
-    resource.k8s.io lists, its claim's status and 1.36's `resourceclaims/binding`); read each owner kind of a pod and its
+    resource.k8s.io lists, its claim's status and 1.36's `resourceclaims/binding`), and a pod's
+    extended resource backed by DRA (its special claim created, and deleted when its status
+    write is refused); read each owner kind of a pod and its
     namespace (gangs from owners); read HAMi's vGPU monitor through the pod proxy."""
     for kind in (VOLCANO_PODGROUPS, COSCHEDULING_PODGROUPS):
         apiserver.serve(kind)
@@ -98,8 +100,20 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
     # the DRA pass: slices, classes, taint rules and claims listed, a claim's status written
     apiserver.put(DEVICE_CLASSES, device_class())
     apiserver.put(RESOURCE_SLICES, hami_slice("dra-1"))
-    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("dra-claim"))
+    # (a matchAttribute pair: the pass places it, with what it lists; the cycle's DRA pods need
+    # the same grants, through the informers)
+    pair = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    apiserver.put(RESOURCE_CLAIMS, gpumem_claim("dra-claim", count=2, constraints=pair))
     apiserver.put("pods", claim_pod("dra-pod", "dra-claim"))
+    # KEP-5004: a pod asking the class's implicit extended resource gets a special claim
+    # (created); its status write refused once, the claim is deleted again
+    apiserver.put("nodes", node_object("dra-1"))
+    extended = pod_object("ext-pod", gpu=None)
+    extended["spec"]["containers"][0]["resources"]["limits"][
+        f"deviceclass.resource.kubernetes.io/{CLASS}"
+    ] = "1"
+    apiserver.put("pods", extended)
+    apiserver.fail("PATCH", r"/resourceclaims/ext-pod-extended-resources-\w{5}/status$", 500)
     # HAMi's vGPU monitor on gpu-1 (`HAMI_VGPU_MONITOR=proxy`): its pod found, read through the proxy
     apiserver.put("pods", monitor_pod("hami-device-plugin-m1", "gpu-1"))
     apiserver.proxied[("kube-system", "hami-device-plugin-m1", 9394)] = SAMPLE.encode()
@@ -117,8 +131,9 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
         )
         wait_until(lambda: pod_row("fits") and pod_row("waits") and Card.objects.exists(), what="queued")
         wait_until(lambda: all(pod_row(name) for name in owned), what="the owners' pods queued")
-        assert [pod for pod, _, _ in run_cycle().placed] == ["default/fits"]
+        assert sorted(pod for pod, _, _ in run_cycle().placed) == ["default/ext-pod", "default/fits"]
         wait_until(lambda: pod_row("fits").status == Pod.RUNNING, what="bound")
+        wait_until(lambda: apiserver.calls("DELETE", "/resourceclaims/"), what="the special claim deleted")
         wait_until(lambda: apiserver.calls("PATCH", "/events/"), what="the waiting pod's event refreshed")
         wait_until(lambda: len(apiserver.calls("PATCH", "/podgroups/job")) == 2, what="both statuses written")
         wait_until(

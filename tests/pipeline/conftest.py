@@ -10,6 +10,8 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -127,6 +129,25 @@ def start_worker(*args: str, **env) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def start_workers_together(*argv: tuple[str, ...], **env) -> tuple[list[subprocess.Popen], Path]:
+    """One `cycle_worker` per argument tuple, each with `--control` on one folder, told `go`
+    once every one is set up: their first cycles start together, whichever process started
+    slowest. Returns the workers and the folder (touch its `stop` to end them)."""
+    control = Path(tempfile.mkdtemp(prefix="cycle-workers-"))
+    workers = [start_worker(*args, "--control", str(control), **env) for args in argv]
+    given_up = time.monotonic() + 60
+    while len(list(control.glob("ready-*"))) < len(workers):
+        dead = [process for process in workers if process.poll() is not None]
+        if dead or time.monotonic() > given_up:
+            for process in workers:
+                stop(process)
+            errors = dead[0].stderr.read()[-3000:] if dead and dead[0].stderr else ""
+            pytest.fail(f"the cycle workers were not all set up within 60 s: {errors}")
+        time.sleep(0.01)
+    (control / "go").touch()
+    return workers, control
 
 
 @contextmanager

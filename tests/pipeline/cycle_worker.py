@@ -7,6 +7,12 @@ The engine is deterministic, so workers reading the same queue would decide the 
 the same way and merely skip each other's work. With `--shuffle` each cycle takes a random
 sample of the due pods instead of the queue's head, so concurrent commits place different
 pods on the same cards: the case the commit's row locks and re-check exist for.
+
+With `--control DIR` the worker, once set up (Django's start takes a second or more, longer on
+a busy machine), leaves `DIR/ready-<pid>` and runs its first cycle only when `DIR/go` exists:
+workers started together then begin together, and a small queue is not drained by the first
+one up before the others run a cycle. Once `DIR/stop` exists it stops as at its deadline (a
+test whose work is done need not wait out `--until-deadline`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import os
 import random
 import time
+from pathlib import Path
 
 
 def main() -> None:
@@ -26,6 +33,7 @@ def main() -> None:
     parser.add_argument("--once", action="store_true")
     parser.add_argument("--until-deadline", action="store_true", help="keep polling when idle")
     parser.add_argument("--shuffle", action="store_true", help="take a random sample of the due pods")
+    parser.add_argument("--control", default="", help="a folder: start at its `go`, end at its `stop`")
     args = parser.parse_args()
 
     import django
@@ -49,10 +57,18 @@ def main() -> None:
 
         cycle.due_pods = due_sample
     sizes = [int(size) for size in args.limits.split(",")]
+    control = Path(args.control) if args.control else None
+    if control is not None:
+        (control / f"ready-{os.getpid()}").touch()
+        given_up = time.monotonic() + args.deadline
+        while not (control / "go").exists():
+            if time.monotonic() > given_up:
+                raise SystemExit(f"no {control / 'go'} within {args.deadline:g} s")
+            time.sleep(0.005)
     stop_at = time.monotonic() + args.deadline
     totals = {"cycles": 0, "placed": 0, "conflicts": 0, "skipped": 0}
     idle = 0
-    while time.monotonic() < stop_at:
+    while time.monotonic() < stop_at and not (control is not None and (control / "stop").exists()):
         with override_settings(
             HAMIADMIN={**django.conf.settings.HAMIADMIN, "CYCLE_MAX_PODS": rng.choice(sizes)}
         ):

@@ -1,5 +1,6 @@
 """Four worker processes run cycles at once, with the single-flight lock switched off, on
-50 nodes and 1,000 pods. What keeps cards whole is the commit: row locks and the re-check.
+20 nodes and 400 pods (five pods a card, so commits keep meeting on cards), their first
+cycles started together. What keeps cards whole is the commit: row locks and the re-check.
 
 Afterwards no card holds more slots, memory or cores than it has (counted from the
 allocation rows, not the counters), counters equal the rows, exclusive and mutex
@@ -20,11 +21,13 @@ from scheduling import services
 from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Allocation, Card, Cycle, Pod
 
-from .conftest import assert_consistent, pod_kind, start_worker, stop
+from .conftest import assert_consistent, pod_kind, start_workers_together, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-NODES, CARDS, PODS, WORKERS = 50, 4, 1000, 4
+NODES, CARDS, PODS, WORKERS = 20, 4, 400, 4
+#: The gangs of the partial-gang test: GANGS x 10 pods, PODS in all.
+GANGS = PODS // 10
 
 
 def report_t4_nodes(nodes: int, cards: int) -> None:
@@ -104,10 +107,10 @@ def assert_every_pod_is_accounted_for() -> None:
 def run_shuffled_workers() -> list[dict]:
     """WORKERS cycle workers at once, single-flight off, each on a random sample of the due
     pods; their summaries once the queue is idle."""
-    workers = [
-        start_worker("--seed", str(seed), "--deadline", "150", "--shuffle", HAMI_SINGLE_FLIGHT=0)
-        for seed in range(WORKERS)
-    ]
+    workers, _ = start_workers_together(
+        *(("--seed", str(seed), "--deadline", "150", "--shuffle") for seed in range(WORKERS)),
+        HAMI_SINGLE_FLIGHT=0,
+    )
     try:
         results = []
         for process in workers:
@@ -144,12 +147,12 @@ def test_four_workers_without_single_flight_never_over_commit_a_card():
 
 
 def test_four_workers_never_commit_a_partial_gang():
-    """1,000 pods in 100 gangs of varying `min_member` on 50 nodes, four workers at once:
+    """400 pods in 40 gangs of varying `min_member` on 20 nodes, four workers at once:
     every gang ends with none or at least `min_member` of its pods placed, and no card over."""
     rng = random.Random(17)
     report_t4_nodes(NODES, CARDS)
     sizes = {}
-    for g in range(100):
+    for g in range(GANGS):
         sizes[f"job{g:03d}"] = rng.randint(1, 10)
         for i in range(10):
             services.submit_pod(
@@ -182,7 +185,7 @@ def test_four_workers_never_commit_a_partial_gang():
     assert_consistent()
     # the gangs over-ask the cluster: every gang may reach its minimum (elastic gangs take
     # minimums first, docs/queues.md), but not every member fits
-    assert 0 < sum(placed.values()) < 1000
+    assert 0 < sum(placed.values()) < PODS
     assert sum(result["cycles"] > 0 for result in results) >= 2, results
     waiting = Pod.objects.filter(status=Pod.PENDING, group__name__in=set(sizes) - set(placed))
     reasons = set(waiting.values_list("reason", flat=True))
@@ -192,4 +195,4 @@ def test_four_workers_never_commit_a_partial_gang():
     assert all(
         r.startswith(("GangUnschedulable", "placement on", "0/")) or "lost a race" in r for r in reasons
     ), reasons
-    print(f"gangs placed {len(placed)}/100, partial 0; per worker {results}")
+    print(f"gangs placed {len(placed)}/{GANGS}, partial 0; per worker {results}")

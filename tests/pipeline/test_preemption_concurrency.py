@@ -24,7 +24,7 @@ from scheduling.models import Allocation, Card, Eviction, Nomination, Pod
 from scheduling.pipeline import run_cycle
 from scheduling.services.evictions import mark_evicting
 
-from .conftest import assert_consistent, start_worker, stop
+from .conftest import assert_consistent, start_workers_together, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -91,20 +91,13 @@ def test_four_workers_preempting_while_victims_terminate_never_double_allocate()
             priority=1000,
         )
 
-    workers = [
-        start_worker(
-            "--seed",
-            str(seed),
-            "--deadline",
-            "30",
-            "--until-deadline",
-            "--shuffle",
-            "--limits",
-            "3,8,20",
-            HAMI_SINGLE_FLIGHT=0,
-        )
-        for seed in range(WORKERS)
-    ]
+    workers, control = start_workers_together(
+        *(
+            ("--seed", str(seed), "--deadline", "30", "--until-deadline", "--shuffle", "--limits", "3,8,20")
+            for seed in range(WORKERS)
+        ),
+        HAMI_SINGLE_FLIGHT=0,
+    )
     terminating: dict[int, float] = {}
     samples, broken = 0, []
     try:
@@ -127,6 +120,7 @@ def test_four_workers_preempting_while_victims_terminate_never_double_allocate()
             ):
                 break
             time.sleep(0.05)
+        (control / "stop").touch()  # every high pod placed: the workers need not wait out their deadline
         results = []
         for process in workers:
             out, err = process.communicate(timeout=60)

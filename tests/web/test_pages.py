@@ -393,3 +393,17 @@ def test_node_page_says_why_a_node_is_not_ready(viewer_client):
     html = viewer_client.get(url).content.decode()
     assert 'data-testid="not-ready-reason">malformed hami.io/node-nvidia-register[1]: memory<' in html
     assert "malformed hami.io/node-nvidia-register[1]" in viewer_client.get(reverse("home")).content.decode()
+
+
+def test_dra_cards_sit_beside_device_plugin_cards_marked_as_such(viewer_client):
+    report_demo_cluster()
+    device = {"uuid": "GPU-dra-0", "index": 0, "type": "NVIDIA A100", "slots": 1024, "memory": 40960}
+    device.update(cores=100, numa=0, health=True, mode="dra")
+    mark = {"driver": "hami-core-gpu.project-hami.io", "pool": "dra-node", "device": "hami-gpu-0"}
+    services.report_inventory("dra-node", devices=[device], dra={"GPU-dra-0": mark})
+    html = viewer_client.get(reverse("home")).content.decode()
+    tile = html[html.index('data-uuid="GPU-dra-0"') :]
+    assert '<span class="badge">dra</span>' in tile[: tile.index("</article>")]
+    other = html[html.index('data-uuid="GPU-t4-1"') :]
+    assert '<span class="badge">dra</span>' not in other[: other.index("</article>")]
+    assert Card.objects.get(uuid="GPU-dra-0").dra["device"] == "hami-gpu-0"

@@ -39,6 +39,9 @@ from .pods import (
     PodSerializer,
     PodSubmitSerializer,
     PodSubmittedSerializer,
+    decision_answer,
+    new_pod_answer,
+    released_pod_answer,
 )
 from .preemption import (
     EvictionSerializer,
@@ -111,6 +114,9 @@ __all__ = [
     "PodSerializer",
     "PodSubmitSerializer",
     "PodSubmittedSerializer",
+    "new_pod_answer",
+    "decision_answer",
+    "released_pod_answer",
     "PolicySerializer",
     "RefusedCardSerializer",
     "ScenarioCardSerializer",

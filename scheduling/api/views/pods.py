@@ -106,11 +106,13 @@ class PodViewSet(
         (done,) = services.submit_pods([submission_of(pod)], origin=Pod.API)
         if done.error is not None:
             raise done.error  # a 400 naming the field (scheduling/api/errors.py)
-        answer = s.PodSubmittedSerializer(
-            done.pod, context={"warnings": done.warnings, "request": request, "new_row": done.inserted}
-        )
+        if done.inserted:  # a new row: the answer built by hand, as the serializer writes it
+            answer = s.new_pod_answer(done.pod, done.warnings)
+        else:
+            context = {"warnings": done.warnings, "request": request}
+            answer = s.PodSubmittedSerializer(done.pod, context=context).data
         created = done.outcome == WriteOutcome.CREATED
-        return Response(answer.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(answer, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     def destroy(self, request, namespace=None, name=None):
         return self._release(Pod.DELETED)
@@ -132,8 +134,7 @@ class PodViewSet(
         if done.error is not None:
             pod = done.pod
             raise Conflict(f"pod {pod.key} is {pod.status}: only a scheduled or running pod can complete")
-        context = {"request": self.request, "released": True}  # the row as written, its cards given back
-        return Response(s.PodDetailSerializer(done.pod, context=context).data)
+        return Response(s.released_pod_answer(done.pod, self.request))  # the row as written
 
 
 @extend_schema_view(

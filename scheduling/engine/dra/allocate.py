@@ -11,6 +11,13 @@ Alternatives are tried in order: each request's `firstAvailable` subrequests (fi
 first, as kube-scheduler does), then for a `matchAttribute` constraint each value of the
 attribute in sorted order; the first that the engine places, and whose devices each belong
 to their own request's candidates and keep every `distinctAttribute` distinct, is taken.
+
+Partitions: a device that draws on its pool's shared counters (`consumesCounters`) is in use
+while its card holds anything (an allocated claim's result, or a placement of this cycle).
+Before the engine decides, each request's candidates lose the devices that the counters in
+use leave no room for (`CountersExhausted`); after, the devices it chose are put in use one
+by one, and one that no longer fits beside the others is taken out of the candidates and the
+engine decides again, so the result never exceeds a counter.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from .claims import (
     CAPACITY_POLICY_INVALID,
     CLAIM_PENDING,
     CONSTRAINT_UNSATISFIED,
+    COUNTERS_EXHAUSTED,
     DEVICE_TAINTED,
     DRA_UNSUPPORTED,
     POOL_INCOMPLETE,
@@ -46,7 +54,7 @@ from .claims import (
     mib,
     read_claims,
 )
-from .inventory import DraDevice, Inventory
+from .inventory import CounterLedger, DraDevice, Inventory
 
 #: How many combinations of alternatives and attribute values one pod may try.
 MAX_TRIES = 64
@@ -72,20 +80,31 @@ class DraPlacement:
     claims: PodClaims | None = None
     reason: str = ""
     message: str = ""
+    #: the claims (object names) that are the pod's Workload API PodGroup's (KEP-5729), and
+    #: the PodGroup as their consumer: they are reserved for it, not for the pod
+    shared: frozenset[str] = frozenset()
+    podgroup: dict | None = None
 
     @property
     def placed(self) -> bool:
         return self.node is not None
 
+    def consumer(self, claim_name: str) -> dict:
+        """Whom the claim is reserved for: the PodGroup for its shared claims, else the pod."""
+        if claim_name in self.shared and self.podgroup is not None:
+            return dict(self.podgroup)
+        return {"resource": "pods", "name": self.name, "uid": self.uid}
+
     def status(self, claim_name: str, classes: dict[str, dict]) -> dict:
         """The claim's new `status`: its allocation (results, config, nodeSelector) unless it
-        was allocated already, and `reservedFor` with this pod added."""
+        was allocated already, and `reservedFor` with this pod (or its PodGroup) added."""
         assert self.claims is not None and self.node is not None
         claim = self.claims.claims[claim_name]
         status = _dict(claim.get("status"))
         reserved = [dict(r) for r in status.get("reservedFor") or []]
-        if not any(r.get("uid") == self.uid for r in reserved):
-            reserved.append({"resource": "pods", "name": self.name, "uid": self.uid})
+        consumer = self.consumer(claim_name)
+        if not any(r.get("uid") == consumer["uid"] for r in reserved):
+            reserved.append(consumer)
         if claim_name in self.claims.allocated:
             return {"reservedFor": reserved}
         allocation = {
@@ -167,8 +186,61 @@ NOT_CAPACITY = frozenset(
 )
 
 
-def _group(pod: dict) -> GroupRef | None:
+#: The Workload API's group: a claim reserved for a PodGroup names it in `reservedFor`.
+WORKLOAD_GROUP = "scheduling.k8s.io"
+PODGROUPS = "podgroups"
+
+
+def podgroup_name(pod: dict) -> str:
+    """The Workload API PodGroup the pod names (`spec.schedulingGroup.podGroupName`), or ""."""
+    name = _dict(_dict(pod.get("spec")).get("schedulingGroup")).get("podGroupName")
+    return name if isinstance(name, str) else ""
+
+
+def podgroup_consumer(podgroup: dict) -> dict:
+    """The `reservedFor` entry of a claim reserved for the PodGroup (KEP-5729)."""
+    meta = _dict(podgroup.get("metadata"))
+    return {
+        "apiGroup": WORKLOAD_GROUP,
+        "resource": PODGROUPS,
+        "name": str(meta.get("name") or ""),
+        "uid": str(meta.get("uid") or ""),
+    }
+
+
+def group_claims(pod: dict, podgroup: dict) -> dict[str, str | None]:
+    """The pod's claim entries that are its PodGroup's (KEP-5729: an entry of the PodGroup's
+    `spec.resourceClaims` with every field equal): the pod's name for the claim -> the claim's
+    object name; a template's generated claim is in the pod's `status.resourceClaimStatuses`
+    or the PodGroup's (None while neither names it)."""
+    fields = ("name", "resourceClaimName", "resourceClaimTemplateName")
+    theirs = [
+        tuple(_dict(e).get(f) for f in fields)
+        for e in _dict(podgroup.get("spec")).get("resourceClaims") or []
+    ]
+    generated = {
+        _dict(s).get("name"): _dict(s).get("resourceClaimName")
+        for statuses in (_dict(podgroup.get("status")), _dict(pod.get("status")))
+        for s in statuses.get("resourceClaimStatuses") or []
+        if _dict(s).get("resourceClaimName")
+    }
+    found: dict[str, str | None] = {}
+    for entry in _dict(pod.get("spec")).get("resourceClaims") or []:
+        entry = _dict(entry)
+        if tuple(entry.get(f) for f in fields) in theirs:
+            found[str(entry.get("name"))] = entry.get("resourceClaimName") or generated.get(entry.get("name"))
+    return found
+
+
+def _group(pod: dict, podgroups: dict[tuple[str, str], int] | None = None) -> GroupRef | None:
+    """The gang the pod names: its Workload API PodGroup (when `podgroups`, their minimums,
+    are read and name it), else its annotations or labels."""
     meta = _dict(pod.get("metadata"))
+    named = podgroup_name(pod)
+    if podgroups is not None and named:
+        minimum = podgroups.get((meta.get("namespace") or "default", named))
+        if minimum is not None:
+            return GroupRef(name=named, source="workload", min_member=minimum)
     try:
         return group_ref(_dict(meta.get("annotations")), _dict(meta.get("labels")))
     except (PodInvalid, AttributeError, TypeError):
@@ -180,14 +252,17 @@ def _bound(pod: dict) -> bool:
     return bool(_dict(pod.get("spec")).get("nodeName")) and phase not in ("Succeeded", "Failed")
 
 
-def units(pending: list[dict], pods: list[dict]) -> list[tuple[str, list[dict], int]]:
+def units(
+    pending: list[dict], pods: list[dict], podgroups: dict[tuple[str, str], int] | None = None
+) -> list[tuple[str, list[dict], int]]:
     """(gang "namespace/name" or "", its pending members, how many must fit), in the order of
-    each unit's oldest pod (`pending` is in order). A gang's minimum is its `min-member` (else
+    each unit's oldest pod (`pending` is in order). A gang's minimum is its `min-member` (a
+    Workload API PodGroup's `minCount`, from `podgroups`: (namespace, name) -> minimum; else
     every pending member), less the members of `pods` already bound; a pod whose group
     annotation is malformed goes alone."""
     bound: dict[tuple[str, str], int] = {}
     for pod in pods:
-        ref = _group(pod)
+        ref = _group(pod, podgroups)
         if ref is not None and _bound(pod):
             key = (_dict(pod.get("metadata")).get("namespace") or "default", ref.name)
             bound[key] = bound.get(key, 0) + 1
@@ -195,7 +270,7 @@ def units(pending: list[dict], pods: list[dict]) -> list[tuple[str, list[dict], 
     for pod in pending:
         meta = _dict(pod.get("metadata"))
         namespace = meta.get("namespace") or "default"
-        ref = _group(pod)
+        ref = _group(pod, podgroups)
         if ref is None:
             found[f"pod/{namespace}/{meta.get('name')}"] = ("", [pod], 1)
             continue
@@ -340,16 +415,30 @@ class DraAllocator:
         claims: dict[tuple[str, str], dict],
         config: ClusterConfig | None = None,
         nodes: list[dict] | None = None,
+        podgroups: dict[tuple[str, str], dict] | None = None,
     ):
         self.inventory = inventory
         self.classes = classes
         self.claims = claims
+        #: the Workload API PodGroups by (namespace, name): their claims are the gang's
+        self.podgroups = podgroups or {}
         self.selectors = Selectors()
         self.by_uuid = inventory.by_uuid()
         self.cluster = Cluster(nodes=inventory.nodes())
         node_fields(self.cluster.nodes, nodes or [])
         self.scheduler = Scheduler(self.cluster, config or ClusterConfig())
+        by_uuid = {card.uuid: card for node in self.cluster.nodes for card in node.cards}
+        #: the devices that draw on shared counters, with their cards (whose usage says in use)
+        self.partitions = [(d, by_uuid[d.uuid]) for d in inventory.devices if d.partition]
         self._shift(held(inventory, claims.values()), 1)
+
+    def counters(self) -> CounterLedger:
+        """The counters that the devices in use draw now: those whose card holds anything."""
+        return CounterLedger(self.inventory, (d for d, card in self.partitions if card.used_slots > 0))
+
+    def hold(self, holdings: list[tuple[DraDevice, int, int]]) -> None:
+        """Count what others hold beside the claims (the cycle's placements not written yet)."""
+        self._shift(holdings, 1)
 
     def _shift(self, holdings: list[tuple[DraDevice, int, int]], sign: int) -> None:
         for device, memory, cores in holdings:
@@ -363,12 +452,15 @@ class DraAllocator:
         placement = DraPlacement(
             meta.get("namespace") or "default", meta.get("name") or "", meta.get("uid") or ""
         )
+        pod = self._with_group_claims(pod, placement)
         try:
             asked = read_claims(pod, self.claims, self.classes, self.inventory, self.selectors)
         except DraUnsupported as exc:
             placement.reason, placement.message = exc.code, exc.message
             return placement
         placement.claims = asked
+        if self.partitions:
+            self._leave_out_exhausted(asked)
         if not asked.asks:
             placement.node = asked.node or None
             if placement.node is None:
@@ -391,9 +483,44 @@ class DraAllocator:
         placement.reason, placement.message = last if last[0] else self._why_none(asked)
         return placement
 
+    def _with_group_claims(self, pod: dict, placement: DraPlacement) -> dict:
+        """Mark on `placement` the pod's claims that are its PodGroup's (`group_claims`), and
+        the pod as the claims read it: a template's claim named by the PodGroup's status only
+        is added to the pod's `status.resourceClaimStatuses`."""
+        podgroup = self.podgroups.get((placement.namespace, podgroup_name(pod)))
+        if podgroup is None:
+            return pod
+        found = group_claims(pod, podgroup)
+        if not found:
+            return pod
+        placement.podgroup = podgroup_consumer(podgroup)
+        placement.shared = frozenset(name for name in found.values() if name)
+        status = _dict(pod.get("status"))
+        known = {_dict(s).get("name") for s in status.get("resourceClaimStatuses") or []}
+        templated = {
+            _dict(e).get("name")
+            for e in _dict(pod.get("spec")).get("resourceClaims") or []
+            if not _dict(e).get("resourceClaimName")
+        }
+        more = [
+            {"name": entry, "resourceClaimName": name}
+            for entry, name in found.items()
+            if name and entry in templated and entry not in known
+        ]
+        if not more:
+            return pod
+        return {
+            **pod,
+            "status": {
+                **status,
+                "resourceClaimStatuses": [*(status.get("resourceClaimStatuses") or []), *more],
+            },
+        }
+
     def place_gang(self, pods: list[dict], minimum: int, gang: str) -> list[DraPlacement]:
         """All or nothing: place the gang's pending `pods` in order, each seeing the ones before
-        (a claim they share is allocated once, by the first); when fewer than `minimum` fit,
+        (a claim they share, their PodGroup's among them, is allocated once, by the first, and
+        joined by the others); when fewer than `minimum` fit,
         every placement is taken back and each member waits `GangUnschedulable`."""
         saved = dict(self.claims)
         placements = []
@@ -481,8 +608,27 @@ class DraAllocator:
                 self.claims[key] = written[name]
                 continue
             claim = copy.deepcopy(self.claims[key])
-            claim["status"] = placement.status(name, self.classes)
+            # merged: a pod joining an allocated claim writes only `reservedFor`, and the
+            # allocation must stay for the next pod sharing it (a third gang member)
+            claim["status"] = {**_dict(claim.get("status")), **placement.status(name, self.classes)}
             self.claims[key] = claim
+
+    def _leave_out_exhausted(self, asked: PodClaims) -> None:
+        """Each request's candidates less the devices the counters in use leave no room for, and
+        the partitions held whole already (so a request no partition is left for says so)."""
+        ledger = self.counters()
+        held_whole = {d.key for d in self.inventory.devices if d.key in ledger.keys and not d.shareable}
+        for ask in asked.asks:
+            for alternative in ask.alternatives:
+                kept = [
+                    d for d in alternative.candidates if d.key not in held_whole and not ledger.refuses(d)
+                ]
+                left_out = len(alternative.candidates) - len(kept)
+                if left_out:
+                    alternative.candidates = kept
+                    alternative.refused[COUNTERS_EXHAUSTED] = (
+                        alternative.refused.get(COUNTERS_EXHAUSTED, 0) + left_out
+                    )
 
     def _why_none(self, asked: PodClaims) -> tuple[str, str]:
         for ask in asked.asks:
@@ -494,6 +640,8 @@ class DraAllocator:
                     return POOL_INCOMPLETE, f"request {alternative.request}: no device; {pools}"
                 refused = alternative.refused
                 code = max(refused, key=lambda c: (refused[c], c)) if refused else SELECTOR_MISMATCH
+                if COUNTERS_EXHAUSTED in refused:  # those passed every other test: the counters decide
+                    code = COUNTERS_EXHAUSTED
                 counts = ", ".join(f"{n} {c}" for c, n in sorted(alternative.refused.items()))
                 return (
                     code,
@@ -544,6 +692,57 @@ class DraAllocator:
         ]
 
     def _try(self, pod: dict, asked: PodClaims, chosen) -> Decision | tuple[str, str]:
+        """`_decide`, then the counters. When a device the engine chose does not fit beside the
+        devices in use and the ones chosen before it, the engine decides again without it, or
+        without one of those before it on the same counter set: each way is tried, fewest
+        devices left out first, at most `MAX_TRIES` decisions."""
+        ways: list[frozenset[tuple[str, str, str]]] = [frozenset()]
+        tried: set[frozenset[tuple[str, str, str]]] = set(ways)
+        clashed = ""
+        found: Decision | tuple[str, str] = CONSTRAINT_UNSATISFIED, "no combination was tried"
+        for out in ways:
+            if len(tried) > MAX_TRIES:
+                break
+            narrowed = [(alt, [d for d in candidates if d.key not in out]) for alt, candidates in chosen]
+            found = self._decide(pod, asked, narrowed)
+            if not isinstance(found, Decision):
+                continue
+            clash = self._counter_clash(found) if self.partitions else None
+            if clash is None:
+                return found
+            clashed = clash[1]
+            for device in (clash[0], *clash[2]):
+                way = out | {device.key}
+                if way not in tried:
+                    tried.add(way)
+                    ways.append(way)
+        if clashed:
+            return COUNTERS_EXHAUSTED, f"no devices left fit the shared counters together: {clashed}"
+        return found
+
+    def _counter_clash(self, decision: Decision) -> tuple[DraDevice, str, list[DraDevice]] | None:
+        """The first device of `decision` that does not fit beside the devices in use and the
+        ones chosen before it, with why and those chosen before it on its counter sets; None
+        when all fit."""
+        ledger = self.counters()
+        before: list[DraDevice] = []
+        for container in decision.containers:
+            for grant in container.devices:
+                device = self.by_uuid[grant.uuid]
+                why = ledger.refuses(device)
+                if why:
+                    sets = {c.counter_set for c in device.consumes}
+                    rivals = [
+                        d
+                        for d in before
+                        if d.key[:2] == device.key[:2] and sets & {c.counter_set for c in d.consumes}
+                    ]
+                    return device, why, rivals
+                ledger.add(device)
+                before.append(device)
+        return None
+
+    def _decide(self, pod: dict, asked: PodClaims, chosen) -> Decision | tuple[str, str]:
         uuids = sorted({d.uuid for _, candidates in chosen for d in candidates})
         if not uuids or any(not candidates for _, candidates in chosen):
             return CONSTRAINT_UNSATISFIED, "no device of the claims' constraints is left for every request"
@@ -606,21 +805,51 @@ class DraAllocator:
         for ask, (alternative, _), container in zip(asked.asks, chosen, decision.containers, strict=True):
             for n, grant in enumerate(container.devices):
                 device = self.by_uuid[grant.uuid]
-                result: dict = {
-                    "request": alternative.request,
-                    "driver": device.driver,
-                    "pool": device.pool,
-                    "device": device.name,
-                }
-                if device.shareable:
-                    seed = f"{placement.namespace}/{placement.name}/{placement.uid}/{ask.claim}/{alternative.request}/{n}"
-                    result["shareID"] = str(uuidlib.uuid5(SHARE_NAMESPACE, seed))
-                    consumed = {}
-                    if (device.driver, "memory") in device.capacity:
-                        consumed["memory"] = f"{grant.memory}Mi"
-                    if (device.driver, "cores") in device.capacity:
-                        consumed["cores"] = str(grant.cores)
-                    if consumed:
-                        result["consumedCapacity"] = consumed
-                results.setdefault(ask.claim, []).append(result)
+                seed = f"{placement.namespace}/{placement.name}/{placement.uid}/{ask.claim}/{alternative.request}/{n}"
+                capacity = [key for domain, key in device.capacity if domain == device.driver]
+                results.setdefault(ask.claim, []).append(
+                    result_of(
+                        alternative.request,
+                        device.driver,
+                        device.pool,
+                        device.name,
+                        device.shareable,
+                        capacity,
+                        seed,
+                        grant.memory,
+                        grant.cores,
+                    )
+                )
         return results
+
+
+def result_of(
+    request: str,
+    driver: str,
+    pool: str,
+    device: str,
+    shareable: bool,
+    capacity,
+    seed: str,
+    memory: int,
+    cores: int,
+) -> dict:
+    """One allocation result as HAMi's driver reads it: on a shareable device a `shareID`
+    (derived from `seed`, so a simulation writes what the live cycle writes) and the
+    `consumedCapacity` of the capacities the device publishes (`memory` in Mi, `cores`)."""
+    result: dict = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if shareable:
+        result["shareID"] = str(uuidlib.uuid5(SHARE_NAMESPACE, seed))
+        consumed = {}
+        if "memory" in capacity:
+            consumed["memory"] = f"{memory}Mi"
+        if "cores" in capacity:
+            consumed["cores"] = str(cores)
+        if consumed:
+            result["consumedCapacity"] = consumed
+    return result
+
+
+def claim_config(claim: dict, classes) -> list[dict]:
+    """The allocation's `config` (`_config`): the classes' `FromClass`, then the claim's own."""
+    return _config(claim, classes)

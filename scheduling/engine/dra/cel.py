@@ -25,12 +25,13 @@ import re
 import threading
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
-
-import cel
+from typing import TYPE_CHECKING, Any
 
 from ..quantity import parse
 from .inventory import DraDevice, Version
+
+if TYPE_CHECKING:
+    import cel
 
 QUANTITY, SEMVER = "__quantity", "__semver"
 _SEMVER = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
@@ -135,6 +136,14 @@ def device_input(device: DraDevice) -> dict:
     }
 
 
+def _library():
+    """The CEL library, imported on first use: it imports a command line (prompt_toolkit) too,
+    ~0.12 s that a scenario or a cycle without claims need not pay."""
+    import cel
+
+    return cel
+
+
 class Selectors:
     """Compiled expressions and per-device contexts, kept across pods (both are pure)."""
 
@@ -147,7 +156,7 @@ class Selectors:
         found = self._programs.get(expression)
         if found is None:
             try:
-                found = cel.compile(expression)
+                found = _library().compile(expression)
             except Exception as exc:  # noqa: BLE001 - the library's own error types
                 raise CelError(expression, str(exc).splitlines()[0]) from exc
             self._programs[expression] = found
@@ -156,7 +165,7 @@ class Selectors:
     def _context(self, device: DraDevice) -> cel.Context:
         context = self._contexts.get(device.key)
         if context is None:
-            context = cel.Context()
+            context = _library().Context()
             context.add_variable("device", device_input(device))
             for name, function in FUNCTIONS.items():
                 context.add_function(name, function)

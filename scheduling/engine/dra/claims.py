@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..quantity import parse
 from .cel import CelError, Selectors
@@ -30,6 +31,7 @@ from .inventory import CORDONING_EFFECTS, DraDevice, Inventory
 DEVICE_TAINTED = "DeviceTainted"
 SELECTOR_MISMATCH = "SelectorMismatch"
 CONSTRAINT_UNSATISFIED = "ConstraintUnsatisfied"
+COUNTERS_EXHAUSTED = "CountersExhausted"
 POOL_INCOMPLETE = "PoolIncomplete"
 CAPACITY_POLICY_INVALID = "CapacityPolicyInvalid"
 CLAIM_PENDING = "ClaimPending"
@@ -54,6 +56,11 @@ REASON_WORDS = {
     CONSTRAINT_UNSATISFIED: (
         "no set of devices meets the claim's matchAttribute or distinctAttribute constraints",
         "Free a device sharing the attribute, or relax the constraint",
+    ),
+    COUNTERS_EXHAUSTED: (
+        "every device the request may take draws on shared counters (a GPU's partitions and the "
+        "whole GPU) that the devices in use leave no room for",
+        "Free the whole GPU or partitions on the same counter set, or ask for a smaller partition",
     ),
     POOL_INCOMPLETE: (
         "a driver's pool has not published all its ResourceSlices",
@@ -209,7 +216,7 @@ def _alternative(
     body: dict,
     request: str,
     where: str,
-    classes: dict[str, dict],
+    classes: Lookup,
     inventory: Inventory,
     selectors: Selectors,
 ) -> Alternative:
@@ -253,10 +260,16 @@ def _alternative(
     return found
 
 
+class Lookup(Protocol):
+    """What `read_claims` reads claims and classes through: a dict, or an informer's cache."""
+
+    def get(self, key, default=None): ...
+
+
 def read_claims(
     pod: dict,
-    claims: dict[tuple[str, str], dict],
-    classes: dict[str, dict],
+    claims: Lookup,
+    classes: Lookup,
     inventory: Inventory,
     selectors: Selectors,
 ) -> PodClaims:

@@ -19,10 +19,21 @@ The rules (docs/kubernetes.md, "Dynamic Resource Allocation", has the table):
   are what bound it, as in HAMi's DRA driver); a device without it takes one allocation.
 - Cordoned when a taint with effect `NoSchedule` or `NoExecute` is on the device or comes
   from a DeviceTaintRule whose `deviceSelector` (driver, pool, device; each optional) names it.
+- Partitions (KEP-4815): a pool's `spec.sharedCounters` (in a slice of their own since
+  1.34, or beside the devices as 1.32-1.33 published them) are its counter sets, e.g. one per
+  physical GPU; a device's `consumesCounters` is what it draws from them while in use. Each
+  such device (a MIG partition, and the whole GPU that draws every counter) is a card of its
+  own; `CounterLedger` keeps the devices in use within every counter, and within their
+  `compatibilityGroups`. A device naming a counter set or counter its pool does not publish,
+  or an amount that is not a quantity, is skipped naming the field.
+- A `uuid` attribute that several devices publish (NVIDIA's vGPU partitions carry their
+  GPU's, VFIO devices the GPU's own) names no card: each of them takes `driver/pool/device`.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -73,6 +84,16 @@ class Version:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Consumption:
+    """What a device draws, while in use, from one counter set of its pool (one
+    `consumesCounters[]` entry): counter name -> exact amount, and its compatibility groups."""
+
+    counter_set: str
+    counters: dict[str, Decimal]
+    groups: frozenset[str] = frozenset()
+
+
 @dataclass(slots=True)
 class DraDevice:
     """One device of a ResourceSlice, as the card it becomes and what the selectors read."""
@@ -96,10 +117,17 @@ class DraDevice:
     #: capacity id -> its `requestPolicy` as published (the default a request that names none takes)
     policies: dict[str, dict] = field(default_factory=dict)
     index: int = 0
+    #: `consumesCounters`: what it draws from its pool's counter sets; () for a device of its own
+    consumes: tuple[Consumption, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str]:
         return self.driver, self.pool, self.name
+
+    @property
+    def partition(self) -> bool:
+        """Whether it draws on shared counters (a partition, or a whole device that has them)."""
+        return bool(self.consumes)
 
     def attribute(self, name: str):
         """The value of `name` (qualified, or unqualified: the driver's), or None."""
@@ -127,6 +155,8 @@ class Inventory:
     incomplete: dict[str, str] = field(default_factory=dict)
     #: "driver/pool/device" -> why it is not a card
     skipped: dict[str, str] = field(default_factory=dict)
+    #: (driver, pool, counter set) -> counter name -> what the set holds (`spec.sharedCounters`)
+    counters: dict[tuple[str, str, str], dict[str, Decimal]] = field(default_factory=dict)
 
     def by_key(self) -> dict[tuple[str, str, str], DraDevice]:
         return {device.key: device for device in self.devices}
@@ -143,6 +173,72 @@ class Inventory:
             Node(name=name, cards=found, labels={"kubernetes.io/hostname": name})
             for name, found in sorted(cards.items())
         ]
+
+
+def _amount(value: Decimal) -> str:
+    return str(value.normalize()) if value != value.to_integral_value() else str(int(value))
+
+
+class CounterLedger:
+    """What the devices in use draw from their pools' counter sets, and whether one more fits.
+
+    The rule (KEP-4815, as kube-scheduler allocates): the amounts that the devices in use
+    draw from a counter set, summed per counter, never exceed what the set holds. A device
+    is counted once however many claims share it. With compatibility groups, the devices on
+    one counter set must all declare none, or share at least one group. So a GPU's whole
+    device, which draws every counter, and its MIG partitions exclude each other.
+    """
+
+    def __init__(self, inventory: Inventory, in_use: Iterable[DraDevice] = ()):
+        self.inventory = inventory
+        self.keys: set[tuple[str, str, str]] = set()
+        self.used: dict[tuple[str, str, str], dict[str, Decimal]] = {}
+        self.groups: dict[tuple[str, str, str], list[frozenset[str]]] = {}
+        for device in in_use:
+            self.add(device)
+
+    def refuses(self, device: DraDevice) -> str:
+        """Why `device` cannot be put in use as well (the counter set, counter and amounts, or
+        the groups), "" when it can. A device in use already draws nothing more."""
+        if device.key in self.keys:
+            return ""
+        for consumption in device.consumes:
+            key = (device.driver, device.pool, consumption.counter_set)
+            held = self.inventory.counters.get(key, {})
+            used = self.used.get(key, {})
+            for name, amount in sorted(consumption.counters.items()):
+                total = held.get(name, Decimal(0))
+                if used.get(name, Decimal(0)) + amount > total:
+                    return (
+                        f"{device.name} draws {name} {_amount(amount)} from counter set "
+                        f"{consumption.counter_set}, {_amount(total - used.get(name, Decimal(0)))} "
+                        f"of {_amount(total)} left"
+                    )
+            others = self.groups.get(key, [])
+            if others and not _compatible([*others, consumption.groups]):
+                return (
+                    f"{device.name}: compatibility groups {sorted(consumption.groups) or 'none'} "
+                    f"do not meet those in use on counter set {consumption.counter_set}"
+                )
+        return ""
+
+    def add(self, device: DraDevice) -> None:
+        if device.key in self.keys or not device.consumes:
+            return
+        self.keys.add(device.key)
+        for consumption in device.consumes:
+            key = (device.driver, device.pool, consumption.counter_set)
+            used = self.used.setdefault(key, {})
+            for name, amount in consumption.counters.items():
+                used[name] = used.get(name, Decimal(0)) + amount
+            self.groups.setdefault(key, []).append(consumption.groups)
+
+
+def _compatible(groups: list[frozenset[str]]) -> bool:
+    """Devices on one counter set: all without groups, or all with a group in common."""
+    if not any(groups):
+        return True
+    return all(groups) and bool(frozenset.intersection(*groups))
 
 
 def complete_slices(slices: list[dict], drivers) -> tuple[list[dict], dict[str, str]]:
@@ -197,6 +293,7 @@ def read_inventory(
     kept, incomplete = complete_slices(slices, tuple(drivers))
     inventory = Inventory(incomplete=incomplete)
     rules = rule_taints(taint_rules or [])
+    broken = _counter_sets(kept, inventory)
     for obj in kept:
         spec = obj["spec"]
         driver, pool = spec["driver"], str(_dict(spec.get("pool")).get("name") or "")
@@ -208,9 +305,6 @@ def read_inventory(
             if not node:
                 inventory.skipped[where] = "not on one node (nodeSelector or allNodes): not supported yet"
                 continue
-            if raw.get("consumesCounters"):
-                inventory.skipped[where] = "a partition (consumesCounters): not supported yet"
-                continue
             bad = [
                 key
                 for key, value in _dict(raw.get("capacity")).items()
@@ -219,9 +313,74 @@ def read_inventory(
             if bad:
                 inventory.skipped[where] = f"capacity.{bad[0]}.value: not a quantity"
                 continue
-            inventory.devices.append(_device(driver, pool, name, str(node), raw, rules))
+            consumes = _consumes(raw, driver, pool, inventory, broken)
+            if isinstance(consumes, str):
+                inventory.skipped[where] = consumes
+                continue
+            device = _device(driver, pool, name, str(node), raw, rules)
+            device.consumes = consumes
+            inventory.devices.append(device)
+    published = Counter(device.uuid for device in inventory.devices)
+    for device in inventory.devices:
+        if published[device.uuid] > 1:
+            device.uuid = f"{device.driver}/{device.pool}/{device.name}"
     _number(inventory.devices)
     return inventory
+
+
+def _counter_sets(kept: list[dict], inventory: Inventory) -> dict[tuple[str, str, str], str]:
+    """Every `spec.sharedCounters[]` of the kept slices into `inventory.counters`, by pool;
+    the sets that cannot be read (an amount not a quantity, a name given twice in a pool), with
+    why, are returned instead."""
+    broken: dict[tuple[str, str, str], str] = {}
+    for obj in kept:
+        spec = obj["spec"]
+        driver, pool = spec["driver"], str(_dict(spec.get("pool")).get("name") or "")
+        for i, raw in enumerate(spec.get("sharedCounters") or []):
+            raw = _dict(raw)
+            key = (driver, pool, str(raw.get("name") or ""))
+            where = f"ResourceSlice {_dict(obj.get('metadata')).get('name')}: spec.sharedCounters[{i}]"
+            if key in inventory.counters or key in broken:
+                inventory.counters.pop(key, None)
+                broken[key] = f"{where}.name: counter set {key[2]!r} is published twice in pool {pool}"
+                continue
+            counters = {}
+            for name, value in _dict(raw.get("counters")).items():
+                amount = parse(_dict(value).get("value"))
+                if amount is None or amount < 0:
+                    broken[key] = f"{where}.counters.{name}.value: not a quantity"
+                    break
+                counters[str(name)] = amount
+            else:
+                inventory.counters[key] = counters
+    return broken
+
+
+def _consumes(
+    raw: dict, driver: str, pool: str, inventory: Inventory, broken: dict[tuple[str, str, str], str]
+) -> tuple[Consumption, ...] | str:
+    """The device's `consumesCounters`, or why it cannot be read (naming the field)."""
+    found = []
+    for i, entry in enumerate(raw.get("consumesCounters") or []):
+        entry = _dict(entry)
+        where = f"consumesCounters[{i}]"
+        key = (driver, pool, str(entry.get("counterSet") or ""))
+        if key in broken:
+            return broken[key]
+        held = inventory.counters.get(key)
+        if held is None:
+            return f"{where}.counterSet: no counter set {key[2]!r} in pool {pool}"
+        counters = {}
+        for name, value in _dict(entry.get("counters")).items():
+            amount = parse(_dict(value).get("value"))
+            if amount is None or amount < 0:
+                return f"{where}.counters.{name}.value: not a quantity"
+            if name not in held:
+                return f"{where}.counters.{name}: not a counter of counter set {key[2]!r}"
+            counters[str(name)] = amount
+        groups = frozenset(str(g) for g in entry.get("compatibilityGroups") or [])
+        found.append(Consumption(key[2], counters, groups))
+    return tuple(found)
 
 
 def _device(driver: str, pool: str, name: str, node: str, raw: dict, rules) -> DraDevice:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 
 from ..errors import ScenarioError
+from ..model import ClusterConfig
 from .allocate import NOT_CAPACITY, DraAllocator, DraPlacement, DraTenant, tenants_of, units
 from .inventory import DEFAULT_DRIVERS, read_inventory
 
@@ -62,12 +63,10 @@ def _entry(placement: DraPlacement, victims: list[DraTenant], top: int | None) -
     return entry
 
 
-def run_dra_scenario(raw: dict, top: int | None = None) -> dict:
-    """Decide the scenario's pods in order (see the module docstring)."""
-    from ..scenario import parse_config  # the same config as any scenario
-
+def run_dra_scenario(raw: dict, top: int | None = None, *, config: ClusterConfig) -> dict:
+    """Decide the scenario's pods in order (see the module docstring) under `config`, the
+    scenario's `config` as any scenario's is parsed (`engine.scenario.parse_config`)."""
     lists = {key: _objects(raw, key) for key in LISTS}
-    config = parse_config(raw.get("config"))
     drivers = raw.get("draDrivers", DEFAULT_DRIVERS)
     if not isinstance(drivers, list | tuple) or not all(isinstance(d, str) for d in drivers):
         raise ScenarioError("draDrivers", "must be a list of driver names")

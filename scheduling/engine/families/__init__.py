@@ -57,6 +57,12 @@ def family_of_type(card_type: str) -> str:
     return _BY_VENDOR.get(card_type, "nvidia")
 
 
+def family_of_card(card_type: str, mode: str) -> str:
+    """`family_of_type`, but a card of mode `dra` (a DRA driver's device) is the DRA family's
+    whatever its product name."""
+    return "dra" if mode == "dra" else _BY_VENDOR.get(card_type, "nvidia")
+
+
 def held_allocation(annotations: dict, first: str, second: str) -> str:
     """The cards a pod placed by HAMi holds, as one allocation string: NVIDIA's `first` (else
     `second`, its to-allocate) and each other family's `allocated` (else `to_allocate`),
@@ -80,6 +86,7 @@ def held_allocation(annotations: dict, first: str, second: str) -> str:
 
 
 from .ascend import CHART_CONFIGS, Ascend  # noqa: E402  (the families, registered on import)
+from .dra import Dra  # noqa: E402
 from .nvidia import Nvidia  # noqa: E402
 
 NVIDIA = register(Nvidia())
@@ -87,9 +94,12 @@ NVIDIA = register(Nvidia())
 ASCEND: dict[str, Ascend] = {config.common_word: Ascend(config) for config in CHART_CONFIGS}
 for _chip in ASCEND.values():
     register(_chip)
+#: DRA devices (`families.dra`): cards of mode `dra`, asked for through ResourceClaims only.
+DRA = register(Dra())
 
 __all__ = [
     "ASCEND",
+    "DRA",
     "FAMILIES",
     "NVIDIA",
     "Family",
@@ -97,6 +107,7 @@ __all__ = [
     "ResourceNames",
     "by_resource",
     "family",
+    "family_of_card",
     "family_of_type",
     "held_allocation",
     "register",

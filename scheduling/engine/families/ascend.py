@@ -35,7 +35,7 @@ from ..errors import PodInvalid, ScenarioError
 from .base import Family, ResourceNames
 
 if TYPE_CHECKING:
-    from ..decision import DeviceGrant
+    from ..grants import DeviceGrant
 
 #: The pod annotation that picks HAMi's soft split, and its value (HAMi `VNPUModeAnnotation`).
 VNPU_MODE = "huawei.com/vnpu-mode"

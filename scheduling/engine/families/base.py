@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from ..encoding import RegisteredCard, decode_allocation, decode_node_register, encode_allocation
 
 if TYPE_CHECKING:
-    from ..decision import DeviceGrant
+    from ..grants import DeviceGrant
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from . import mig
 from .base import Family, ResourceNames
 
 if TYPE_CHECKING:
-    from ..decision import DeviceGrant
+    from ..grants import DeviceGrant
 
 
 class Nvidia(Family):
