@@ -48,7 +48,7 @@ from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .binder import BIND_COMPLETED, Binder, BindOutcome, half_done, node_name
 from .bound import BoundPodSync
-from .dra import DraCycle, placed_unbound, withdraw_queued
+from .dra import DraCycle, placed_unbound, quota_holds, withdraw_queued
 from .draclaims import ClaimWriter
 from .drastate import PASS as DRA_PASS
 from .drastate import ClaimSharers, DraState, DraSync, PodGroupsSeen
@@ -429,6 +429,7 @@ class KubeAgent:
         self.dra.takes = lambda pod: state.asks(pod).get("path") == DRA_PASS
         self.dra.held = placed_unbound
         self.dra.withdraw = withdraw_queued
+        self.dra.quotas = quota_holds
         state.sharers = ClaimSharers(state, self.dra_changed)
         state.podgroups = self._workload_podgroup
 

@@ -37,6 +37,7 @@ from django.conf import settings
 
 from scheduling import services
 from scheduling.engine import ClusterConfig
+from scheduling.engine.annotations import queue_ref
 from scheduling.engine.batch.jobs import NOT_ENOUGH_PODS
 from scheduling.engine.dra import DEFAULT_DRIVERS, DraAllocator, DraPlacement, read_inventory
 from scheduling.engine.dra.allocate import (
@@ -49,10 +50,10 @@ from scheduling.engine.dra.allocate import (
     tenants_of,
     units,
 )
-from scheduling.engine.dra.claims import REASON_WORDS
+from scheduling.engine.dra.claims import QUOTA_UNSUPPORTED, REASON_WORDS
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.families.dra import MODE as DRA_MODE
-from scheduling.models import Allocation, Pod
+from scheduling.models import Allocation, NamespaceQuota, Pod, Queue
 
 from . import pods as pod_objects
 from .api import DRA_CALLS, WORKLOAD_API, ApiError, ApiUnavailable, KubeApi, rules_for
@@ -130,6 +131,35 @@ def withdraw_queued(pods: list[dict]) -> set[tuple[str, str]]:
     return busy
 
 
+def quota_holds(pod: dict) -> str:
+    """Why a pod the pass would place must wait for the quotas it cannot count ("" when none
+    binds it): the pass keeps no rows, so a namespace quota or a queue limit could not see what
+    it placed. Such a pod waits, said, rather than slip past them (`QuotaUnsupported`)."""
+    namespace = pod_objects.key_of(pod)[0] or "default"
+    if NamespaceQuota.objects.filter(namespace=namespace).exists():
+        return f"namespace {namespace} has a GPU quota"
+    queues = list(Queue.objects.all())
+    limited = {
+        q.id for q in queues if (q.limit_vgpus, q.limit_gpumem, q.limit_gpucores) != (None, None, None)
+    }
+    if not limited:
+        return ""
+    labels = pod_objects.meta(pod).get("labels")
+    try:
+        named = queue_ref(pod_objects.annotations_of(pod), labels if isinstance(labels, dict) else {})
+    except PodInvalid:
+        named = None
+    if named is None:  # as the cycle resolves it: the namespace's queue, else `default`
+        named = next((q.name for q in queues if namespace in (q.namespaces or [])), "default")
+    by_id = {q.id: q for q in queues}
+    queue = next((q for q in queues if q.name == named), None)
+    while queue is not None:  # the queue, then its parents: a parent's limit bounds it too
+        if queue.id in limited:
+            return f"queue {queue.name} has a limit"
+        queue = by_id.get(queue.parent_id) if queue.parent_id is not None else None
+    return ""
+
+
 def wants_dra(pod: dict) -> bool:
     return bool((pod.get("spec") or {}).get("resourceClaims"))
 
@@ -165,6 +195,8 @@ class DraCycle:
         self.held: Callable[[DraAllocator], list] = lambda allocator: []
         #: the pods to place that the cycle holds (the agent: `withdraw_queued`); none alone
         self.withdraw: Callable[[list[dict]], set[tuple[str, str]]] = lambda pods: set()
+        #: why a pod must wait for quotas the pass cannot count (the agent: `quota_holds`)
+        self.quotas: Callable[[dict], str] = lambda pod: ""
         #: whether the Workload API serves PodGroups (discovery, asked until it does)
         self.podgroups_served = False
         #: the Workload API PodGroups listed with the claims; None when not served
@@ -187,6 +219,19 @@ class DraCycle:
         )
         allocator.hold(self.held(allocator))
         return allocator
+
+    def within_quotas(self, pending: list[dict], outcomes: dict) -> list[dict]:
+        """The pending pods no quota the pass cannot count binds (`quotas`); the others wait,
+        `QuotaUnsupported` naming the quota."""
+        kept = []
+        for pod in pending:
+            why = self.quotas(pod)
+            if why:
+                key = pod_objects.key_of(pod)
+                outcomes[key] = DraOutcome(*key, None, QUOTA_UNSUPPORTED, why)
+            else:
+                kept.append(pod)
+        return kept
 
     def list_podgroups(self) -> list[dict] | None:
         """The Workload API's PodGroups (`scheduling.k8s.io/v1beta1`), or None while discovery
@@ -291,6 +336,9 @@ class DraCycle:
             pending = [pod for pod in pending if pod_objects.key_of(pod) not in busy]
             if self.release_gone(everything, allocator):
                 allocator = self.allocator()
+            for pod, problem in allocator.beside(everything):
+                log.warning("pod %s is not counted on its node: %s", pod.key, problem)
+            pending = self.within_quotas(pending, outcomes)
             minimums, refused = self.minimums()
             pending = self.waiting_for_podgroup(pending, minimums, refused, outcomes)
             if not pending:

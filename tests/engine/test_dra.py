@@ -552,3 +552,46 @@ def test_a_second_gpu_takes_what_the_first_gpus_counters_refuse():
     parent = part.results["part"][0]["device"].split("-mig-")[0]
     whole = cycle.place(claim_pod("pw", "whole"))
     assert [r["device"] for r in whole.results["whole"]] == [{"gpu-0": "gpu-1", "gpu-1": "gpu-0"}[parent]]
+
+
+def test_the_pods_bound_beside_count_cpu_memory_and_ports_for_a_claim_pod():
+    """The pass's node rules count the pods bound on each node (`DraAllocator.beside`): a
+    claim pod asking 4 cpu does not go where a bound pod left 2 of 8, nor where its host port
+    is taken."""
+    slices = [hami_slice("n1"), hami_slice("n2"), hami_slice("n3")]
+    nodes = [
+        {"metadata": {"name": name}, "status": {"allocatable": {"cpu": "8", "memory": "64Gi", "pods": "110"}}}
+        for name in ("n1", "n2", "n3")
+    ]
+    inventory = read_inventory(slices)
+    cycle = DraAllocator(
+        inventory, {CLASS: device_class()}, {("default", "a"): gpumem_claim("a")}, nodes=nodes
+    )
+
+    def bound(name: str, node: str, cpu: str, port: int | None = None) -> dict:
+        container: dict = {"name": "main", "resources": {"requests": {"cpu": cpu}}}
+        if port is not None:
+            container["ports"] = [{"containerPort": port, "hostPort": port, "protocol": "TCP"}]
+        return {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [container]},
+            "status": {"phase": "Running"},
+        }
+
+    ended = bound("done", "n3", "8")
+    ended["status"]["phase"] = "Succeeded"
+    assert cycle.beside([bound("busy", "n1", "6"), bound("web", "n2", "1", port=8080), ended]) == []
+    pod = claim_pod("p", "a", annotations=BINPACK)
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "4"}
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080, "protocol": "TCP"}]
+    placed = cycle.place(pod)
+    assert placed.node == "n3", placed.message  # n1: 2 cpu left; n2: port 8080 taken; n3's pod ended
+    crowded = DraAllocator(
+        inventory, {CLASS: device_class()}, {("default", "a"): gpumem_claim("a")}, nodes=nodes
+    )
+    crowded.beside([bound(f"b{i}", f"n{i}", "6") for i in (1, 2, 3)])
+    assert crowded.place(claim_pod("q", "a")).placed  # no cpu asked: the GPU claim alone still fits
+    asking = claim_pod("r", "a")
+    asking["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "4"}
+    refused = crowded.place(asking)
+    assert not refused.placed and "NodeResourcesFit 3" in refused.message, refused.message

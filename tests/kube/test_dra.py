@@ -614,3 +614,59 @@ def test_the_agent_sends_a_podgroups_claim_to_the_dra_pass(apiserver, kube):
     assert claim["status"]["reservedFor"] == reserved_for_group(group)
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert {apiserver.get("pods", "default", n)["spec"]["nodeName"] for n in members} == {result["pool"]}
+
+
+def test_the_pass_counts_the_cpu_of_the_pods_bound_on_a_node(apiserver, kube):
+    """The pass's pods get the node rules' resources as the cycle's do: the pods bound on a
+    node hold its cpu (here kube-scheduler's, without claims)."""
+    cluster(apiserver, nodes=("n1", "n2"))
+    for name in ("n1", "n2"):
+        apiserver.put(
+            "nodes",
+            {"metadata": {"name": name}, "spec": {}, "status": {"allocatable": {"cpu": "8", "pods": "110"}}},
+        )
+    busy = claim_pod("busy", "none", scheduler="default-scheduler")
+    del busy["spec"]["resourceClaims"]
+    busy["spec"]["nodeName"] = "n1"
+    busy["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "6"}}
+    busy["status"]["phase"] = "Running"
+    apiserver.put("pods", busy)
+    pair = gpumem_claim("pair", count=2, constraints=[{"matchAttribute": "resource.kubernetes.io/pcieRoot"}])
+    submit(apiserver, "pair", pair, BINPACK)
+    apiserver.update(
+        "pods",
+        "default",
+        "pair",
+        lambda p: p["spec"]["containers"][0]["resources"].update(requests={"cpu": "4"}),
+    )
+    (outcome,) = DraCycle(kube).run_once()
+    assert outcome.node == "n2", outcome  # binpack ties on the cards; n1 has 2 cpu left
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_pod_a_quota_binds_waits_rather_than_slip_past_it(apiserver, kube):
+    """The pass keeps no rows, so it cannot count what it places against a namespace quota or a
+    queue limit: a pod they bind waits `QuotaUnsupported` (the agent's rule, `quota_holds`)."""
+    from kube.dra import quota_holds
+    from scheduling.models import NamespaceQuota, Queue
+
+    apiserver.put(DEVICE_CLASSES, device_class())
+    apiserver.put(RESOURCE_SLICES, hami_slice("n1", cards=4, memory_gib=16))
+    pair = gpumem_claim("pair", count=2, constraints=[{"matchAttribute": "resource.kubernetes.io/pcieRoot"}])
+    submit(apiserver, "pair", pair, SPREAD)
+    NamespaceQuota.objects.create(namespace="default", quota="gpu", resource="gpumem", hard=4000)
+    cycle = DraCycle(kube)
+    cycle.quotas = quota_holds
+    (outcome,) = cycle.run_once()
+    assert (outcome.node, outcome.reason) == (None, "QuotaUnsupported")
+    assert "namespace default has a GPU quota" in outcome.message
+    (condition,) = apiserver.get("pods", "default", "pair")["status"]["conditions"]
+    assert condition["message"].startswith("QuotaUnsupported: the claims need the DRA pass")
+    NamespaceQuota.objects.all().delete()
+    parent = Queue.objects.create(name="org", limit_gpumem=100_000)
+    Queue.objects.create(name="team", parent=parent, namespaces=["default"])
+    (outcome,) = cycle.run_once()
+    assert outcome.reason == "QuotaUnsupported" and "queue org has a limit" in outcome.message
+    Queue.objects.filter(name="org").update(limit_gpumem=None)
+    (outcome,) = cycle.run_once()
+    assert outcome.node == "n1" and results(apiserver, "pair")

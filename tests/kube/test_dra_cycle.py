@@ -60,8 +60,20 @@ def dra_cards(count: int):
     return lambda: Card.objects.filter(mode="dra").count() == count
 
 
-def queued(*names: str):
-    return lambda: Pod.objects.filter(namespace="default", name__in=names).count() == len(names)
+def queued(*names: str, asking: bool = True):
+    """The pods stored; with `asking`, each with its claims' asks (the claim's watch event may
+    come after the pod's: until then the pod is stored held, `ClaimPending`)."""
+
+    def stored() -> bool:
+        rows = list(Pod.objects.filter(namespace="default", name__in=names))
+        if len(rows) != len(names):
+            return False
+        return not asking or all(
+            (row.scheduling.get("resourceClaims") or {}).get("requests") or not row.scheduling.get("resourceClaims")
+            for row in rows
+        )
+
+    return stored
 
 
 def claim(apiserver, name: str) -> dict:
@@ -130,7 +142,7 @@ def test_a_pod_whose_claim_is_missing_waits_saying_so_until_the_claim_comes(kube
     submit(apiserver, "late", None, claim_name="late")
     with running(agent(kube)):
         wait_until(dra_cards(2), what="DRA cards")
-        wait_until(queued("late"), what="queued")
+        wait_until(queued("late", asking=False), what="queued")
         assert run_cycle().placed == []
         waiting = row("late")
         assert waiting.status == Pod.PENDING and "late" in waiting.reason, waiting.reason

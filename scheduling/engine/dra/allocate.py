@@ -33,7 +33,8 @@ from ..batch.jobs import GANG_UNSCHEDULABLE
 from ..batch.preempt import preemptible
 from ..decision import SCHEDULED, Decision
 from ..errors import PodInvalid
-from ..model import Cluster, ClusterConfig, Node, PodSpec
+from ..model import Cluster, ClusterConfig, Node, PodSpec, RunningPod
+from ..noderules.accounting import account_running
 from ..requests import GPU, GPUCORES, GPUMEM
 from ..scheduler import Scheduler
 from .cel import Selectors
@@ -288,9 +289,10 @@ def units(
 
 
 def node_fields(cards: list[Node], nodes: list[dict]) -> None:
-    """The Kubernetes Node objects' labels, taints, `unschedulable` and Ready condition on the
-    engine nodes of the same name, so the node rules (nodeSelector, node affinity, taints)
-    judge DRA pods as they judge any pod. A node with no object keeps its hostname label."""
+    """The Kubernetes Node objects' labels, taints, `unschedulable`, Ready condition and
+    `status.allocatable` on the engine nodes of the same name, so the node rules (nodeSelector,
+    node affinity, taints, resources) judge DRA pods as they judge any pod. A node with no
+    object keeps its hostname label."""
     by_name = {_dict(n.get("metadata")).get("name"): n for n in nodes if isinstance(n, dict)}
     for node in cards:
         found = by_name.get(node.name)
@@ -301,6 +303,7 @@ def node_fields(cards: list[Node], nodes: list[dict]) -> None:
         node.labels = {**node.labels, **{str(k): str(v) for k, v in labels.items()}}
         node.taints = [_dict(t) for t in spec.get("taints") or [] if isinstance(t, dict)]
         node.unschedulable = spec.get("unschedulable") is True
+        node.allocatable = {str(k): v for k, v in _dict(status.get("allocatable")).items()}
         for condition in status.get("conditions") or []:
             if _dict(condition).get("type") == "Ready":
                 node.ready = condition.get("status") == "True"
@@ -308,15 +311,79 @@ def node_fields(cards: list[Node], nodes: list[dict]) -> None:
 
 
 def pod_rules(pod: dict) -> dict:
-    """The pod's node rules as `PodSpec` fields: nodeSelector, node affinity, tolerations.
-    Pod affinity and topology spread are left out: the pass counts no other pods."""
+    """The pod's node rules as `PodSpec` fields: labels, nodeSelector, affinity (node and
+    pod), tolerations, topology spread, and its own containers' cpu, memory, ephemeral
+    storage, hugepages and host ports (`plain_containers`; init containers as such). Pod
+    affinity, spread and the resources judge against the pods running beside it
+    (`DraAllocator(running=...)`), none where none are given."""
     spec = _dict(pod.get("spec"))
-    affinity = _dict(spec.get("affinity")).get("nodeAffinity")
+    affinity = {k: v for k, v in _dict(spec.get("affinity")).items() if isinstance(v, dict)}
+    labels = _dict(_dict(pod.get("metadata")).get("labels"))
     return {
+        "labels": {str(k): str(v) for k, v in labels.items()},
         "node_selector": _dict(spec.get("nodeSelector")),
-        "affinity": {"nodeAffinity": affinity} if affinity else None,
+        "affinity": affinity or None,
         "tolerations": [t for t in spec.get("tolerations") or [] if isinstance(t, dict)],
+        "topology_spread_constraints": [
+            t for t in spec.get("topologySpreadConstraints") or [] if isinstance(t, dict)
+        ],
+        "init_containers": plain_containers(spec.get("initContainers")),
     }
+
+
+#: The resources of a pass pod's own containers the node rules count (its devices are its claims').
+PLAIN_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+def plain_containers(containers) -> list[dict]:
+    """`containers` as the node rules read them: cpu, memory, ephemeral storage, hugepages
+    and host ports only, named `pod/<name>` beside the claims' `claim/request` containers."""
+    found = []
+    for container in containers if isinstance(containers, list) else []:
+        if not isinstance(container, dict):
+            continue
+        resources = _dict(container.get("resources"))
+        kept = {}
+        for kind in ("requests", "limits"):
+            values = {
+                str(name): value
+                for name, value in _dict(resources.get(kind)).items()
+                if name in PLAIN_RESOURCES or str(name).startswith("hugepages-")
+            }
+            if values:
+                kept[kind] = values
+        entry: dict = {"name": f"pod/{container.get('name') or ''}", "resources": kept}
+        if isinstance(container.get("ports"), list):
+            entry["ports"] = container["ports"]
+        found.append(entry)
+    return found
+
+
+def running_of(pods: list[dict]) -> list[RunningPod]:
+    """The bound, not ended Pod objects as the node rules count them beside the claims: no
+    device annotations (what their claims hold is counted from the claims, and device-plugin
+    cards are not the pass's)."""
+    found = []
+    for pod in pods:
+        meta, spec = _dict(pod.get("metadata")), _dict(pod.get("spec"))
+        node = spec.get("nodeName")
+        if not isinstance(node, str) or not node:
+            continue
+        if _dict(pod.get("status")).get("phase") in ("Succeeded", "Failed"):
+            continue
+        affinity = spec.get("affinity")
+        found.append(
+            RunningPod(
+                name=str(meta.get("name") or ""),
+                node=node,
+                namespace=str(meta.get("namespace") or "default"),
+                labels={str(k): str(v) for k, v in _dict(meta.get("labels")).items()},
+                affinity=affinity if isinstance(affinity, dict) and affinity else None,
+                containers=[c for c in spec.get("containers") or [] if isinstance(c, dict)],
+                init_containers=[c for c in spec.get("initContainers") or [] if isinstance(c, dict)],
+            )
+        )
+    return found
 
 
 def priority_of(pod: dict) -> int:
@@ -431,6 +498,15 @@ class DraAllocator:
         #: the devices that draw on shared counters, with their cards (whose usage says in use)
         self.partitions = [(d, by_uuid[d.uuid]) for d in inventory.devices if d.partition]
         self._shift(held(inventory, claims.values()), 1)
+
+    def beside(self, pods: list[dict]) -> list[tuple[RunningPod, PodInvalid]]:
+        """Count the pods bound on our nodes (Pod objects; ended ones are skipped): their cpu,
+        memory, pod slots and host ports, and their labels for pod affinity and topology
+        spread, so the node rules judge the pass's pods as the cycle's. What their claims hold
+        is counted from the claims. The pods that do not read, with why (not counted)."""
+        names = {node.name for node in self.cluster.nodes}
+        self.cluster.running = [pod for pod in running_of(pods) if pod.node in names]
+        return account_running(self.cluster)
 
     def counters(self) -> CounterLedger:
         """The counters that the devices in use draw now: those whose card holds anything."""
@@ -757,6 +833,7 @@ class DraAllocator:
             if alternative.cores is not None:
                 limits[GPUCORES] = str(alternative.cores)
             containers.append({"name": f"{ask.claim}/{ask.request}", "resources": {"limits": limits}})
+        containers += plain_containers(_dict(pod.get("spec")).get("containers"))
         pod_spec = PodSpec(
             name=str(meta.get("name") or ""),
             namespace=str(meta.get("namespace") or "default"),
@@ -770,7 +847,9 @@ class DraAllocator:
         if decision.status != SCHEDULED:
             words = decision.error or ", ".join(f"{code} {n}" for code, n in sorted(decision.reasons.items()))
             return (decision.error_code or "Unschedulable"), f"no node fits the claims: {words}"
-        for container, (alternative, candidates) in zip(decision.containers, chosen, strict=True):
+        for container, (alternative, candidates) in zip(
+            decision.containers[: len(chosen)], chosen, strict=True
+        ):
             allowed = {d.uuid for d in candidates}
             if any(grant.uuid not in allowed for grant in container.devices):
                 return CONSTRAINT_UNSATISFIED, (
@@ -802,7 +881,8 @@ class DraAllocator:
         self, placement: DraPlacement, asked: PodClaims, chosen, decision: Decision
     ) -> dict[str, list[dict]]:
         results: dict[str, list[dict]] = {}
-        for ask, (alternative, _), container in zip(asked.asks, chosen, decision.containers, strict=True):
+        claimed = decision.containers[: len(asked.asks)]  # the pod's own containers follow
+        for ask, (alternative, _), container in zip(asked.asks, chosen, claimed, strict=True):
             for n, grant in enumerate(container.devices):
                 device = self.by_uuid[grant.uuid]
                 seed = f"{placement.namespace}/{placement.name}/{placement.uid}/{ask.claim}/{alternative.request}/{n}"

@@ -37,6 +37,7 @@ CAPACITY_POLICY_INVALID = "CapacityPolicyInvalid"
 CLAIM_PENDING = "ClaimPending"
 SELECTOR_ERROR = "SelectorError"
 DRA_UNSUPPORTED = "DraUnsupported"
+QUOTA_UNSUPPORTED = "QuotaUnsupported"
 MIB = 2**20
 #: What each code means and what to do about it, as a pod's condition says them.
 REASON_WORDS = {
@@ -77,6 +78,12 @@ REASON_WORDS = {
     DRA_UNSUPPORTED: (
         "the claim uses a DRA feature hamiadmin does not place",
         "Use allocationMode ExactCount without adminAccess, or let kube-scheduler place this pod",
+    ),
+    QUOTA_UNSUPPORTED: (
+        "the claims need the DRA pass (alternatives, constraints, partitions or a shared claim), "
+        "which cannot count them against the quota or queue limit that binds this pod",
+        "Ask without firstAvailable, matchAttribute or distinctAttribute so the cycle places it "
+        "within the quota, or place it in a namespace and queue without GPU limits",
     ),
 }
 

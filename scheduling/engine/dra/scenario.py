@@ -82,6 +82,7 @@ def run_dra_scenario(raw: dict, top: int | None = None, *, config: ClusterConfig
         pod = copy.deepcopy(pod)
         pod["metadata"].setdefault("uid", f"scenario-pod-{i}")
         pods.append(pod)
+    allocator.beside(pods)  # the bound pods' cpu, memory, ports and labels, as the live pass
     pending = [p for p in pods if not (p.get("spec") or {}).get("nodeName")]
     evicted: set[str] = set()
     out = []
