@@ -1,6 +1,7 @@
 """Wake benchmark (issue 29): a release among many backed-off pods.
 
-    python -m bench.wake [--nodes 2000] [--pending 20000] [--rounds 10] [--sqlite] [--profile PATH]
+    python -m bench.wake [--nodes 2000] [--pending 20000] [--rounds 10] [--rebuild-every K]
+                         [--sqlite] [--profile PATH]
 
 `--nodes` nodes x 8 cards (40,960 MiB), all full but for the card one tenant holds; then
 `--pending` pods of 20 shapes wait, backed off: 80% can never fit (they ask more than a card),
@@ -14,6 +15,10 @@ SQLite when the server cannot be reached):
 - release to placement: from the release's call to the end of that cycle's commit;
 
 then the placed pod is the next round's tenant and the other woken pods go back to backing off.
+Before the rounds every shape is decided once on the standing snapshot and the waiting pods
+are dated a minute back, as in a worker running for a while. With `--rebuild-every K`, every K-th round starts with the standing snapshot due
+for its periodic whole read (SNAPSHOT_REBUILD_SECONDS run out), so that read's cost is in the
+figures.
 Then, while the tenant is released every 100 ms (each release done between two cycles, as a
 request lands between the worker's cycles, its time counted), `--rounds` new pods that fit
 (2,000 MiB, on cards of the last nodes left with 3,000 MiB free: too little for any waiting
@@ -21,12 +26,14 @@ shape) are submitted one at a time and the cycles run back to back until each is
 submission to placement, the call to the end of the placing cycle's commit.
 Prints the medians, 99th percentiles (nearest rank: with fewer than 100 rounds, the
 worst) and the worst, in ms, and beside them what a release paid before: waking
-every backed-off pod inside the request (`services.wake_pending_pods`).
+every backed-off pod inside the request (`services.wake_pending_pods`); and the full garbage
+collections that ran during the rounds (HAMI_GC_FREEZE keeps the standing snapshot out of them).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -64,7 +71,8 @@ def child(args) -> dict:
     from scheduling import services
     from scheduling.models import Card, Pod
     from scheduling.pipeline import run_cycle
-    from scheduling.pipeline.wake import wake_movable
+    from scheduling.pipeline.standing import STANDING
+    from scheduling.pipeline.wake import SEEN, wake_movable
     from scheduling.services.pods import spec_hash
 
     call_command("migrate", verbosity=0)
@@ -98,11 +106,19 @@ def child(args) -> dict:
             )
         )
     Pod.objects.bulk_create(rows, batch_size=2000)
+    del rows  # 100,000 model objects the worker never holds, swept by every full collection
+    # written a while ago, as pods that have waited: a look re-reads the pods written in the
+    # last WAKE_OVERLAP (5 s), and all of them would be for the first 25 rounds
+    Pod.objects.filter(namespace="bench", name__startswith="wait").update(
+        updated_at=now - timedelta(minutes=1)
+    )
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:  # the statistics autovacuum keeps on a live server
             cursor.execute("ANALYZE")
-    wake_movable()  # warm: the standing snapshot read, every shape decided once
+    SEEN.version = None  # the pods came after the last look: look at every spec once
+    wake_movable()  # warm: every shape decided once on the standing snapshot (none fits now)
     run_cycle()
+    collections = full_collections()
     profiler = None
     if args.profile:
         import cProfile
@@ -110,6 +126,8 @@ def child(args) -> dict:
         profiler = cProfile.Profile()
     release, wake, cycle, placed, woken = [], [], [], [], []
     for round_ in range(args.rounds):
+        if args.rebuild_every and round_ and round_ % args.rebuild_every == 0:
+            STANDING.built_at = float("-inf")  # as SNAPSHOT_REBUILD_SECONDS running out does
         started = time.perf_counter()
         services.release_pod(tenant, Pod.SUCCEEDED)
         release.append((time.perf_counter() - started) * 1000)
@@ -128,6 +146,7 @@ def child(args) -> dict:
         tenant = Pod.objects.get(namespace="bench", name=report.placed[0][0].split("/", 1)[1])
         Pod.objects.filter(status=Pod.PENDING, next_attempt_at__isnull=True).update(next_attempt_at=later)
     newcomer, releases = newcomers(args.rounds, tenant, profiler)
+    gc.callbacks.remove(collections.record)
     if profiler is not None:
         profiler.dump_stats(args.profile)
     Pod.objects.filter(status=Pod.PENDING).update(next_attempt_at=later)
@@ -146,7 +165,34 @@ def child(args) -> dict:
         "woken": statistics.median(woken),
         "newcomer_ms": summary(newcomer),
         "releases": releases,
+        "full_collections": len(collections.pauses),
+        "full_collection_ms": round(max(collections.pauses, default=0.0), 1),
+        "own_collections": len(collections.own),
+        "own_collection_ms": round(max(collections.own, default=0.0), 1),
+        "rebuilds": STANDING.rebuilds,
+        "carried": getattr(STANDING, "carried", 0),  # 0 before whole reads were carried over
     }
+
+
+class full_collections:  # noqa: N801 - read as a call: the collections from now on
+    """The full (generation 2) garbage collections from now on, their pauses in ms: those the
+    collector ran by itself (`pauses`) and the standing snapshot's before it freezes (`own`)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self.own: list[float] = []
+        self.began = 0.0
+        gc.callbacks.append(self.record)
+
+    def record(self, phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self.began = time.perf_counter()
+            return
+        frame = sys._getframe(1) if sys._getframe().f_back is not None else None
+        own = frame is not None and frame.f_code.co_name == "_freeze"
+        (self.own if own else self.pauses).append((time.perf_counter() - self.began) * 1000)
 
 
 def newcomers(count: int, tenant, profiler) -> tuple[list[float], int]:
@@ -207,6 +253,13 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--pending", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument(
+        "--rebuild-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="the periodic whole read before every K-th round",
+    )
     parser.add_argument("--sqlite", action="store_true", help="SQLite even when PostgreSQL answers")
     parser.add_argument("--profile", metavar="PATH", help="cProfile the wakes and cycles into PATH")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -233,6 +286,7 @@ def main() -> None:
         )
         command = [sys.executable, "-m", "bench.wake", "--child", "--nodes", str(args.nodes)]
         command += ["--pending", str(args.pending), "--rounds", str(args.rounds)]
+        command += ["--rebuild-every", str(args.rebuild_every)]
         if args.profile:
             command += ["--profile", str(Path(args.profile).resolve())]
         try:
@@ -259,6 +313,12 @@ def main() -> None:
         print(f"  {label:<20} {median:>10} {p99:>8} {worst:>8}")
     print(f"  new pods placed while the tenant was released every 100 ms ({row['releases']} releases)")
     print(f"  woken per release (median): {row['woken']:.0f} of {row['pending']}")
+    print(f"  whole reads of the standing snapshot: {row['rebuilds']} ({row['carried']} carried over)")
+    print(
+        f"  full collections in the rounds: the collector's {row['full_collections']} (longest"
+        f" {row['full_collection_ms']} ms), the standing snapshot's {row['own_collections']}"
+        f" (longest {row['own_collection_ms']} ms)"
+    )
     print(
         f"  before: waking every backed-off pod in the request: {row['wake_all_ms']} ms ({row['woken_all']} pods)"
     )

@@ -172,7 +172,7 @@ class CardColumns:
         part.sizes, part.start, part.node_of = sizes, start, node_of
         part.slot = np.arange(len(node_of), dtype=np.int64) - start[node_of]
         part.width = int(sizes[0]) if len(rows) and bool((sizes == sizes[0]).all()) else None
-        part.cards = [self.cards[i] for i in cards.tolist()]
+        part.cards = list(map(self.cards.__getitem__, cards.tolist()))
         part.types, part.modes, part._by_uuid = self.types, self.modes, None
         part.families = self.families
         for column in (

@@ -308,9 +308,10 @@ def evaluate_alone(
         return evaluate_node(node, [], apps, policy)
     counts: dict[str, int] = {}
     fitting = 0
+    # every card takes the same MiB: the fixed ask, or its share of the one card size
+    each = ask.memory_on(cards[0].memory) if cards else 0
     for card in cards:
-        memory = ask.memory_on(card.memory)
-        failed = check_card(card, ask, memory, policy, (card.used_slots, card.used_memory, card.used_cores))
+        failed = check_card(card, ask, each, policy, (card.used_slots, card.used_memory, card.used_cores))
         if failed is None:
             fitting += 1
         else:
@@ -319,13 +320,17 @@ def evaluate_alone(
         if fitting:
             counts[R.ALLOCATED_INSUFFICIENT] = fitting
         return NodeVerdict(False, failure=NodeFailure(examined, counts))
-    each = ask.memory_on(cards[0].memory)
-    slots = sum(card.slots for card in cards)
-    cores = sum(card.cores for card in cards)
-    memory = sum(card.memory for card in cards)
-    used_slots = sum(card.used_slots for card in cards) + ask.count
-    used_cores = sum(card.used_cores for card in cards) + ask.count * ask.cores
-    used_memory = sum(card.used_memory for card in cards) + ask.count * each
+    slots = cores = memory = used_slots = used_cores = used_memory = 0
+    for card in cards:  # integer sums: the same in any order
+        slots += card.slots
+        cores += card.cores
+        memory += card.memory
+        used_slots += card.used_slots
+        used_cores += card.used_cores
+        used_memory += card.used_memory
+    used_slots += ask.count
+    used_cores += ask.count * ask.cores
+    used_memory += ask.count * each
     return NodeVerdict(
         True, score=utilization_score(slots, used_slots, cores, used_cores, memory, used_memory)
     )

@@ -250,14 +250,35 @@ class NodeIndex:
         return self._held(name)
 
     def update(self, name: str, verdict: NodeVerdict) -> None:
-        """A node's verdict changed (or was re-evaluated): replace what the index holds for it."""
-        old = self._held(name)
-        if old is verdict:
+        """A node's verdict changed (or was re-evaluated): replace what the index holds for it.
+        What it held is read off the sweep's columns without making a verdict of it; a node
+        that fails as before, for the same counts, changes nothing summed or ordered (most
+        re-checks of a changed node end so: then only the verdict held is replaced)."""
+        held = self.held
+        old = held.get(name)
+        if old is not None:
+            if old is verdict:
+                return
+            was, score = old.failure, old.score
+        else:
+            base = self.base
+            i = base.position.get(name) if base is not None else None
+            if i is None:  # a node it does not know
+                was, score = None, None
+            elif base.fits[i]:  # type: ignore[union-attr]
+                was, score = None, float(base.score[i])  # type: ignore[union-attr]
+            else:
+                was, score = base.failures[int(base.fail_id[i])], None  # type: ignore[union-attr]
+        failure = verdict.failure
+        if failure is not None and was is not None and (was is failure or was == failure):
+            held[name] = verdict  # the entry kept says the same
             return
         if isinstance(self.fit_keys, _Packed):
             self._unpack()
-        if old is not None:
-            self._remove(name, old)
+        if was is not None:
+            self._remove_failed(name, was)
+        elif score is not None:
+            self._remove_fitting(name, score)
         self._add(name, verdict)
         self._ranking = None
 
@@ -298,30 +319,30 @@ class NodeIndex:
         if j + 1 < len(values) and values[j + 1] - value < TOLERANCE:
             near.add(value)
 
-    def _remove(self, name: str, verdict: NodeVerdict) -> None:
-        self.held.pop(name, None)
-        failure = verdict.failure
-        if failure is not None:
-            i = bisect_left(self.fail_names, name)
-            del self.fail_names[i]
-            del self.fail_entries[i]
-            reasons, carriers = self.reasons, self.carriers
-            for reason, n in failure.reasons.items():
-                left = carriers[reason] - 1
-                if left:
-                    carriers[reason] = left
-                    reasons[reason] -= n
-                else:  # no failed node names it any more (a count may be 0: a node without cards)
-                    del carriers[reason], reasons[reason]
-            messages = self.messages
-            for message in getattr(failure, "messages", ()):
-                left = messages[message] - 1
-                if left:
-                    messages[message] = left
-                else:
-                    del messages[message]
-            return
-        value = self.sign * verdict.score
+    def _remove_failed(self, name: str, failure: NodeFailure) -> None:
+        """Take a failed node out (`_add` puts its new verdict in `held`)."""
+        i = bisect_left(self.fail_names, name)
+        del self.fail_names[i]
+        del self.fail_entries[i]
+        reasons, carriers = self.reasons, self.carriers
+        for reason, n in failure.reasons.items():
+            left = carriers[reason] - 1
+            if left:
+                carriers[reason] = left
+                reasons[reason] -= n
+            else:  # no failed node names it any more (a count may be 0: a node without cards)
+                del carriers[reason], reasons[reason]
+        messages = self.messages
+        for message in getattr(failure, "messages", ()):
+            left = messages[message] - 1
+            if left:
+                messages[message] = left
+            else:
+                del messages[message]
+
+    def _remove_fitting(self, name: str, score: float) -> None:
+        """Take a fitting node out (`_add` puts its new verdict in `held`)."""
+        value = self.sign * score
         keys = self.fit_keys
         i = bisect_left(keys, (value, name))
         del keys[i]

@@ -161,8 +161,8 @@ def render(pods: list[dict], indent: int | None, extra: dict | None = None) -> s
     one, several times slower on big outputs): the indent lays out the envelope, one pod a line.
     `extra` (a batch scenario's `groups` and `queues`) follows the pods, one key a line."""
     extra = extra or {}
-    if not indent or not pods:
-        return json.dumps({"pods": pods, **extra}) + "\n"
+    if not indent or not pods:  # plain data, no cycles: the encoder need not look for them
+        return json.dumps({"pods": pods, **extra}, check_circular=False) + "\n"
     pad = " " * indent
     lines = f",\n{pad}{pad}".join(json.dumps(pod) for pod in pods)
     tail = "".join(f",\n{pad}{json.dumps(key)}: {json.dumps(value)}" for key, value in extra.items())

@@ -80,7 +80,7 @@ class ShapeTable:
     """What is cached for one pod shape: node verdicts per node version (those of the last
     sweep as its columns, `base`), and a `NodeIndex` per node policy (sign) built from them."""
 
-    __slots__ = ("verdicts", "base", "indexes", "rules")
+    __slots__ = ("verdicts", "base", "indexes", "rules", "plain")
 
     def __init__(self, rules: NodeRules = PLAIN) -> None:
         self.verdicts: dict[str, tuple[int, NodeVerdict]] = {}
@@ -88,6 +88,8 @@ class ShapeTable:
         self.indexes: dict[float, NodeIndex] = {}
         #: the pod's per-node rules (SPEC 10), checked before any card
         self.rules = rules
+        #: they read nothing of the pod: only a cordon or a taint can refuse a node then
+        self.plain = rules.plain
 
     def verdict(self, node: Node, inits: list, apps: list, policy, alone=None) -> NodeVerdict:
         """The node's verdict at its version: cached, from the last sweep, or evaluated now
@@ -97,10 +99,9 @@ class ShapeTable:
         cached = self.verdicts.get(name)
         if cached is not None and cached[0] == version:
             return cached[1]
-        rules = self.rules
         refused = None
-        if not rules.plain or node.unschedulable or node.taints or node.allocatable:
-            refused = rules.refuse(node)
+        if not self.plain or node.unschedulable or node.taints or node.allocatable:
+            refused = self.rules.refuse(node)
         if refused is not None:
             verdict = NodeVerdict(False, failure=refused)
             self.verdicts[name] = (version, verdict)
@@ -225,19 +226,27 @@ class Scheduler:
                     mine[name] = node  # else a node of another cluster
             if len(mine) >= self.RESWEEP_NODES and ask is not None:
                 self._resweep(table, list(mine.values()), ask, apps, policy)
+            update, verdict, verdicts = index.update, table.verdict, table.verdicts
             for name, node in mine.items():
-                index.update(name, table.verdict(node, inits, apps, policy, ask))
+                cached = verdicts.get(name)  # the other node policy's index, or a resweep, put it there
+                if cached is not None and cached[0] == node.version:
+                    update(name, cached[1])
+                else:
+                    update(name, verdict(node, inits, apps, policy, ask))
         return index
 
     def _resweep(self, table: ShapeTable, nodes: list[Node], ask, apps: list, policy) -> None:
         """Put the verdicts of those of `nodes` the table has none for at their version into
         it, from one columnar sweep over their cards (`ask`: the pod is `sweepable`)."""
-        verdicts = table.verdicts
+        verdicts, rules, plain = table.verdicts, table.rules, table.plain
         stale = []
         for node in nodes:
             cached = verdicts.get(node.name)
-            if (cached is None or cached[0] != node.version) and table.rules.refuse(node) is None:
-                stale.append(node)
+            if cached is not None and cached[0] == node.version:
+                continue
+            if (not plain or node.unschedulable or node.taints) and rules.refuse(node) is not None:
+                continue
+            stale.append(node)
         if len(stale) < self.RESWEEP_NODES:
             return
         columns = self._columns_now()

@@ -12,8 +12,9 @@ only the nodes that changed are looked at again. The specs are kept from look to
 (`_Specs`): a look reads only the pending pods written since the last one, and sums every
 backed-off pod up again only every `WAKE_REGROUP_SECONDS` (grouping 100,000 of them on each
 change was most of a wake). A spec no node could ever take (too few or too small cards, even
-all empty) is not decided again until the standing snapshot is read whole or the config
-changes: a release, a cordon or a counter report cannot help it. Of every spec that now fits somewhere, the members of pod groups are all made
+all empty) is not decided again until a whole read of the standing snapshot finds nodes or
+cards added, gone or built otherwise, or the config changes: a release, a cordon or a counter
+report cannot help it. Of every spec that now fits somewhere, the members of pod groups are all made
 due (a gang is placed whole or not at all), single pods as many as the nodes it fits on
 could take (`WAKE_PER_NODE` per node), first in queue order. While some stay asleep the next
 cycle looks again, but only if the last look's pods made progress (one of them left the
@@ -122,7 +123,8 @@ class _Spec:
     """One spec of backed-off pods: one pod of it (`first`, read as `pod`), whether some of
     its pods are in pod groups, and, when no node could ever take it (`Decision.unschedulable`:
     too few cards, or cards too small, even all empty), the cluster it was judged on: the
-    standing snapshot as last read whole, and the config (`_cluster`). Only a new whole read
+    standing snapshot as last built (a whole read that finds the same nodes and cards keeps
+    it, `StandingSnapshot._carry_over`), and the config (`_cluster`). Only a new whole read
     (cards or nodes added, gone or reshaped, labels, taints) or a new config can change that
     verdict, never a release, a cordon or a report of counters: until then it is not decided
     again (kube-scheduler's queueing hints, for its one reason no release can help)."""

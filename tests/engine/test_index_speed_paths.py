@@ -31,6 +31,7 @@ from scheduling.engine.evaluate import NodeVerdict, evaluate_node, evaluate_unpi
 from scheduling.engine.fit import NodeFailure
 from scheduling.engine.nodeindex import NodeIndex
 from scheduling.engine.nodeindex import order_nodes as _order_nodes
+from scheduling.engine.noderules import rule_failure
 from scheduling.engine.pod import parse_pod
 from scheduling.engine.scenario import parse_scenario
 from scheduling.engine.scheduler import Scheduler
@@ -388,3 +389,41 @@ def test_the_index_after_any_changes_equals_one_built_from_scratch(changes, sign
             cut.rebuild(sorted(verdicts.items()))
             assert cut.ranking(top) == expected[:top]
     assert all(0 < b - a < TOLERANCE for a, b in pairwise(index.values) if a in index.near)
+
+
+def test_a_node_failing_again_for_the_same_counts_changes_nothing_but_the_verdict_held():
+    """Issue 29: a re-checked node that fails for the same counts (a new, equal failure)
+    keeps its entry and the sums, and the index holds the new verdict; one that fails for
+    other counts, on other cards, with other words of a node rule, or comes to fit, moves
+    them. After each, the index is what a rebuild from the same verdicts gives."""
+    memory = {R.CARD_INSUFFICIENT_MEMORY: 2}
+    verdicts = {
+        "a": NodeVerdict(True, score=3.0),
+        "b": NodeVerdict(False, failure=NodeFailure(2, memory)),
+        "c": NodeVerdict(False, failure=NodeFailure(2, memory)),
+    }
+    index = NodeIndex(-1.0)
+    index.rebuild(sorted(verdicts.items()))
+    steps = [
+        ("b", NodeVerdict(False, failure=NodeFailure(2, dict(memory)))),
+        (
+            "b",
+            NodeVerdict(
+                False, failure=NodeFailure(2, {R.CARD_INSUFFICIENT_MEMORY: 1, R.CARD_SLOTS_EXHAUSTED: 1})
+            ),
+        ),
+        ("c", NodeVerdict(False, failure=NodeFailure(3, dict(memory)))),
+        ("c", NodeVerdict(False, failure=rule_failure(R.NODE_RESOURCES_FIT, ("Insufficient cpu",), 3))),
+        ("c", NodeVerdict(False, failure=rule_failure(R.NODE_RESOURCES_FIT, ("Insufficient cpu",), 3))),
+        ("c", NodeVerdict(False, failure=rule_failure(R.NODE_RESOURCES_FIT, ("Insufficient memory",), 3))),
+        ("a", NodeVerdict(False, failure=NodeFailure(2, dict(memory)))),
+        ("c", NodeVerdict(True, score=5.0)),
+    ]
+    for name, verdict in steps:
+        verdicts[name] = verdict
+        index.update(name, verdict)
+        fresh = NodeIndex(-1.0)
+        fresh.rebuild(sorted(verdicts.items()))
+        assert index_state(index) == index_state(fresh)
+        assert (index.messages, index.verdict_of(name)) == (fresh.messages, verdict)
+        assert index.verdict_of(name) is verdict

@@ -69,7 +69,8 @@ def queued(*names: str, asking: bool = True):
         if len(rows) != len(names):
             return False
         return not asking or all(
-            (row.scheduling.get("resourceClaims") or {}).get("requests") or not row.scheduling.get("resourceClaims")
+            (row.scheduling.get("resourceClaims") or {}).get("requests")
+            or not row.scheduling.get("resourceClaims")
             for row in rows
         )
 
