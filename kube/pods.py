@@ -27,7 +27,7 @@ from scheduling.engine.annotations import GroupRef, group_ref
 from scheduling.engine.encoding import PLACEMENT_ANNOTATIONS
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.families import written_annotations
-from scheduling.engine.families.dra import PREFIX as DRA_PREFIX
+from scheduling.engine.families.dra import refuse_own_names
 from scheduling.engine.quantity import LARGEST_QUANTITY, quantity
 from scheduling.engine.requests import FAMILY_OF_RESOURCE, GPUMEM
 from scheduling.storable import printable, why_unstorable
@@ -475,8 +475,8 @@ def submission(
         ),
         **_workload_group(pod),
     }
-    _refuse_dra_names(found["containers"], "containers")
-    _refuse_dra_names(found["init_containers"], "initContainers")
+    refuse_own_names(found["containers"], "containers")
+    refuse_own_names(found["init_containers"], "initContainers")
     if dra is not None:
         asked = dra.asks(pod)
         if asked.get("path") == "cycle":
@@ -511,22 +511,6 @@ class DraAsks(Protocol):
     """What `submission` reads of the agent's DRA state (`kube.drastate.DraState`)."""
 
     def asks(self, pod: dict) -> dict: ...
-
-
-def _refuse_dra_names(containers: list[dict], key: str) -> None:
-    """The DRA family's resource names are hamiadmin's own, made from claims: a pod naming them
-    itself is refused, naming the field."""
-    for position, container in enumerate(containers):
-        resources = container.get("resources") if isinstance(container, dict) else None
-        for section in ("limits", "requests"):
-            values = resources.get(section) if isinstance(resources, dict) else None
-            for resource in values if isinstance(values, dict) else ():
-                if isinstance(resource, str) and resource.startswith(DRA_PREFIX):
-                    raise PodInvalid(
-                        f"{key}[{position}].resources.{section}.{resource}",
-                        "hamiadmin's own name for the devices a ResourceClaim asks; "
-                        "ask for DRA devices with spec.resourceClaims",
-                    )
 
 
 def _claims(pod: dict, name: str, volumes: Volumes | None) -> dict:

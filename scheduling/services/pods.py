@@ -25,6 +25,7 @@ from django.utils import timezone
 from scheduling.dbretry import retry_on_conflict
 from scheduling.engine import ClusterConfig, PodInvalid, PodSpec
 from scheduling.engine.annotations import GroupRef, group_ref, queue_ref
+from scheduling.engine.families.dra import refuse_own_names
 from scheduling.engine.pod import ParsedPod, parse_pod
 from scheduling.models import (
     INT32_MAX,
@@ -254,6 +255,9 @@ def _checked(
     if origin not in ORIGIN_VALUES:
         raise ValueError(f"origin must be one of {', '.join(ORIGIN_VALUES)}, got {origin!r}")
     _check_envelope(namespace, name, annotations, containers, init_containers, priority, uid)
+    if validate:  # the DRA family's names are the Kubernetes watcher's own (`families.dra`)
+        refuse_own_names(containers, "containers")
+        refuse_own_names(init_containers, "initContainers")
     problem = None
     try:
         scheduling = checked_scheduling(scheduling, containers, init_containers, labels)

@@ -107,6 +107,10 @@ INVALID = [
         lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": 101}),
         f"{LIMITS}.nvidia.com/gpumem-percentage",
     ),
+    (  # the DRA family's names are the watcher's own, made from ResourceClaims
+        lambda b: b["containers"][0]["resources"]["limits"].update({"hamiadmin.io/dra-devices": 1}),
+        f"{LIMITS}.hamiadmin.io/dra-devices",
+    ),
     (
         lambda b: b["containers"][0]["resources"]["limits"].update({"nvidia.com/gpumem-percentage": -1}),
         f"{LIMITS}.nvidia.com/gpumem-percentage",
