@@ -13,7 +13,9 @@ whose process ids may coincide) never drop each other's database. Each run is a 
 on its own database); the parent prints the table.
 
 Measured per run: 8 cards per node (A100 40 GB, 10 slots), `--pods` pods queued at once
-(a mix of shapes, as a burst of submissions leaves them), then cycles back to back until
+(24 shapes by default, `--mix realistic`: 1-8 card asks, MiB and percentage memory,
+cores, binpack/spread/topology-aware/numa chains, numa-bind; `--mix simple` keeps the 5
+shapes measured before issue 29, for comparison; as a burst of submissions leaves them), then cycles back to back until
 the queue is empty: throughput = placed / time. `submit_pod/s` is the write path alone,
 one transaction per pod. Release latency: a pod pinned to a full card waits, the in-process
 scheduler loop runs, and the time from the release's commit to the waiting pod's commit
@@ -74,7 +76,16 @@ def admin_sql(url: str, *statements: str) -> str | None:
     return None
 
 
-def run_child(database_url: str, backend: str, nodes: int, pods: int, scratch: str, workers: int = 1) -> dict:
+def run_child(
+    database_url: str,
+    backend: str,
+    nodes: int,
+    pods: int,
+    scratch: str,
+    workers: int = 1,
+    mix: str = "realistic",
+    profile: str = "",
+) -> dict:
     env = {key: value for key, value in os.environ.items() if key not in ("REDIS_URL",)}
     env.update(
         {
@@ -97,6 +108,9 @@ def run_child(database_url: str, backend: str, nodes: int, pods: int, scratch: s
             str(pods),
             "--workers",
             str(workers),
+            "--mix",
+            mix,
+            *(["--profile", f"{profile}.{nodes}"] if profile else []),
         ],
         cwd=REPO,
         env=env,
@@ -149,22 +163,32 @@ def main_parent(args) -> None:
             for nodes in (int(n) for n in args.nodes.split(",")):
                 print(
                     f"running {backend} with {nodes} nodes x 8 cards, {args.pods} pods, "
-                    f"{args.workers} worker{'s' if args.workers != 1 else ''} ...",
+                    f"{args.workers} worker{'s' if args.workers != 1 else ''}, {args.mix} mix ...",
                     file=sys.stderr,
                     flush=True,
                 )
-                rows.append(run_backend(backend, nodes, args.pods, scratch, args.workers))
+                rows.append(
+                    run_backend(backend, nodes, args.pods, scratch, args.workers, args.mix, args.profile)
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     sys.stderr.flush()
     print_table(rows)
 
 
-def run_backend(backend: str, nodes: int, pods: int, scratch: str, workers: int = 1) -> dict:
+def run_backend(
+    backend: str,
+    nodes: int,
+    pods: int,
+    scratch: str,
+    workers: int = 1,
+    mix: str = "realistic",
+    profile: str = "",
+) -> dict:
     if backend == "sqlite":
         database = Path(scratch) / f"bench-{nodes}.sqlite3"
         try:
-            return run_child(f"sqlite:///{database}", backend, nodes, pods, scratch, workers)
+            return run_child(f"sqlite:///{database}", backend, nodes, pods, scratch, workers, mix, profile)
         finally:
             for leftover in Path(scratch).glob(f"{database.name}*"):
                 leftover.unlink()
@@ -179,7 +203,9 @@ def run_backend(backend: str, nodes: int, pods: int, scratch: str, workers: int 
                 "skipped": f"skipped: PostgreSQL not reachable ({error})",
             }
         try:
-            return run_child(with_database(server, name), backend, nodes, pods, scratch, workers)
+            return run_child(
+                with_database(server, name), backend, nodes, pods, scratch, workers, mix, profile
+            )
         finally:
             admin_sql(server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
@@ -201,6 +227,62 @@ POD_SHAPES = [
         {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 3000, "nvidia.com/gpucores": 5},
     ),
 ]
+
+
+_BINPACK = {"hami.io/gpu-scheduler-policy": "binpack"}
+_SPREAD = {"hami.io/gpu-scheduler-policy": "spread"}
+_TOPOLOGY = {"hami.io/gpu-scheduler-policy": "binpack,topology-aware"}
+_NUMA = {"hami.io/gpu-scheduler-policy": "binpack,numa"}
+_NUMA_BIND = {"nvidia.com/numa-bind": "true"}
+_NODE_SPREAD = {"hami.io/node-scheduler-policy": "spread"}
+_NODE_BINPACK = {"hami.io/node-scheduler-policy": "binpack"}
+
+
+def _limits(
+    cards: int, memory: int | None = None, percent: int | None = None, cores: int | None = None
+) -> dict:
+    limits = {"nvidia.com/gpu": cards}
+    if memory is not None:
+        limits["nvidia.com/gpumem"] = memory
+    if percent is not None:
+        limits["nvidia.com/gpumem-percentage"] = percent
+    if cores is not None:
+        limits["nvidia.com/gpucores"] = cores
+    return limits
+
+
+#: Issue 29's realistic mix (the default, `--mix realistic`): 24 shapes, 1-8 card asks, MiB
+#: and percentage memory, with and without cores, under binpack, spread, topology-aware and
+#: numa chains, numa-bind and both node policies; whole cards (100 % memory) among them.
+#: Sized so that 5,000 pods fit 1,000 nodes x 8 cards.
+REALISTIC_SHAPES = [
+    ({}, _limits(1, memory=2000, cores=10)),
+    ({}, _limits(1, memory=4000)),
+    ({}, _limits(1, percent=10)),
+    ({}, _limits(1, percent=25, cores=20)),
+    (_BINPACK, _limits(1, memory=8000, cores=5)),
+    (_BINPACK, _limits(1, memory=1000)),
+    (_BINPACK, _limits(1, percent=20)),
+    (_SPREAD, _limits(1, memory=3000, cores=15)),
+    (_SPREAD, _limits(1, percent=5)),
+    (_NODE_SPREAD, _limits(1, percent=10)),
+    ({**_NODE_BINPACK, **_BINPACK}, _limits(1, memory=6000, cores=10)),
+    (_NUMA, _limits(2, memory=3000, cores=5)),
+    (_NUMA, _limits(2, percent=15)),
+    (_TOPOLOGY, _limits(2, memory=4000)),
+    (_TOPOLOGY, _limits(4, memory=2000, cores=10)),
+    (_TOPOLOGY, _limits(8, percent=5)),
+    ({**_NUMA_BIND, **_BINPACK}, _limits(2, memory=2000)),
+    ({**_NUMA_BIND, **_SPREAD}, _limits(4, percent=10, cores=5)),
+    ({**_NUMA_BIND, **_TOPOLOGY}, _limits(4, memory=1000)),
+    (_SPREAD, _limits(2, memory=5000, cores=20)),
+    ({**_NODE_SPREAD, **_SPREAD}, _limits(3, percent=10)),
+    ({}, _limits(1, percent=100, cores=100)),
+    (_BINPACK, _limits(1, memory=20000, cores=50)),
+    (_NUMA, _limits(8, memory=500, cores=2)),
+]
+#: The mixes `--mix` picks from; `simple` is the five shapes measured before issue 29's mix.
+MIXES = {"realistic": REALISTIC_SHAPES, "simple": POD_SHAPES}
 
 
 def build_cluster(nodes: int) -> None:
@@ -230,7 +312,7 @@ def build_cluster(nodes: int) -> None:
     )
 
 
-def queue_pods(count: int) -> None:
+def queue_pods(count: int, shapes: list = POD_SHAPES) -> None:
     """A burst of submissions, as the queue holds it (the write path is measured apart)."""
     from django.utils import timezone
 
@@ -242,8 +324,8 @@ def queue_pods(count: int) -> None:
             Pod(
                 namespace="bench",
                 name=f"pod{n:05d}",
-                annotations=POD_SHAPES[n % len(POD_SHAPES)][0],
-                containers=[{"name": "main", "resources": {"limits": POD_SHAPES[n % len(POD_SHAPES)][1]}}],
+                annotations=shapes[n % len(shapes)][0],
+                containers=[{"name": "main", "resources": {"limits": shapes[n % len(shapes)][1]}}],
                 submitted_at=now,
             )
             for n in range(count)
@@ -252,12 +334,12 @@ def queue_pods(count: int) -> None:
     )
 
 
-def measure_submit(count: int = 300) -> float:
+def measure_submit(count: int = 300, shapes: list = POD_SHAPES) -> float:
     from scheduling import services
 
     started = time.perf_counter()
     for n in range(count):
-        annotations, limits = POD_SHAPES[n % len(POD_SHAPES)]
+        annotations, limits = shapes[n % len(shapes)]
         services.submit_pod(
             "submit", f"s{n:04d}", annotations, [{"name": "main", "resources": {"limits": limits}}]
         )
@@ -376,16 +458,23 @@ def main_child(args) -> None:
 
     call_command("migrate", verbosity=0, interactive=False)
     build_cluster(args.nodes)
-    queue_pods(args.pods)
+    queue_pods(args.pods, MIXES[args.mix])
     others = [start_drainer() for _ in range(args.workers - 1)]
-    reports, seconds = drain_queue()
+    if args.profile:  # cProfile of the drain alone (the cluster and queue are built already)
+        import cProfile
+
+        profiler = cProfile.Profile()
+        reports, seconds = profiler.runcall(drain_queue)
+        profiler.dump_stats(args.profile)
+    else:
+        reports, seconds = drain_queue()
     for other in others:
         other.wait(600)
     seconds = max(seconds, *(finished_after(other) for other in others)) if others else seconds
     placed = (
         Pod.objects.filter(status=Pod.SCHEDULED).count() if others else sum(len(r.placed) for r in reports)
     )
-    submit_rate = measure_submit()
+    submit_rate = measure_submit(shapes=MIXES[args.mix])
     latencies = measure_release_latency()
     print(
         json.dumps(
@@ -394,6 +483,7 @@ def main_child(args) -> None:
                 "nodes": args.nodes,
                 "cards": args.nodes * 8,
                 "pods": args.pods,
+                "mix": args.mix,
                 "placed": placed,
                 "cycles": len(reports),
                 "seconds": seconds,
@@ -419,6 +509,17 @@ def main() -> None:
         type=int,
         default=1,
         help="worker processes draining the queue at once (more than one: single-flight off)",
+    )
+    parser.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="realistic",
+        help="pod shapes: realistic (24, issue 29) or simple (the 5 measured before)",
+    )
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="write a cProfile of the drain (one worker) to this file, per cluster size: FILE.<nodes>",
     )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)

@@ -311,15 +311,23 @@ def update_rows(model, names: list[str], rows: list[dict]) -> None:
 
 
 def insert_rows(model, rows: list[dict]) -> None:
-    """INSERT rows (dicts by attribute name) as one prepared statement run for all rows."""
+    """INSERT rows (dicts by attribute name): one COPY on PostgreSQL (a thousand single-row
+    INSERTs, even pipelined, cost the server a statement each), else one prepared statement
+    run for all rows. New rows only: no lock is taken or needed."""
     if not rows:
         return
     names = [field.attname for field in model._meta.concrete_fields if not field.primary_key]
     db, quoted, values = _prepared(model, names)
+    table = db.ops.quote_name(model._meta.db_table)
+    if db.vendor == "postgresql":  # COPY: one statement for all rows, not one INSERT each
+        with db.cursor() as cursor, cursor.copy(f"COPY {table} ({', '.join(quoted)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(values(row))
+        return
     marks = ", ".join(["%s"] * len(quoted))
     with db.cursor() as cursor:
         cursor.executemany(
-            f"INSERT INTO {db.ops.quote_name(model._meta.db_table)} ({', '.join(quoted)}) VALUES ({marks})",
+            f"INSERT INTO {table} ({', '.join(quoted)}) VALUES ({marks})",
             [values(row) for row in rows],
         )
 
