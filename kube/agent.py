@@ -39,6 +39,8 @@ from django.utils import timezone
 
 from scheduling import services
 from scheduling.engine import PodInvalid, ScenarioError, explain
+from scheduling.engine.dra.claims import DraUnsupported
+from scheduling.engine.dra.claims import claim_names as dra_claim_names
 from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Decision, Nomination, Pod
 from scheduling.pipeline.snapshot import card_tenants
@@ -459,7 +461,8 @@ class KubeAgent:
         change submits again our waiting pods with claims (a submission that stores the same
         spec writes nothing); a claim's change also re-counts the bound pods it is reserved for.
         A change of devices or classes also submits again the waiting pods asking extended
-        resources, which a DeviceClass may now map, or no longer (`DraState.extended`)."""
+        resources, which a DeviceClass may now map, or no longer (`DraState.extended`); a
+        claim's own change, only the waiting pods naming it."""
         if not self.is_leader() or any(not i.has_synced.is_set() for i in self.dra_informers.values()):
             return
         if resource in ("resourceslices", "devicetaintrules") and self.nodes is not None:
@@ -475,13 +478,21 @@ class KubeAgent:
             self.bound_sync.claim_changed(obj)
         if self.pods is None or not self.pods.has_synced.is_set():
             return
+        # one claim's change can only change the asks of the pods naming it (claims change
+        # most often: a pass over every waiting pod each time would be work for nothing)
+        claim = pod_objects.key_of(obj) if resource == "resourceclaims" and obj is not None else None
+        remapped = resource in ("resourceslices", "deviceclasses")  # what `DraState.mapping` reads
         waiting = [
             pod
             for pod in self.pods.snapshot()
             if (
-                pod_objects.spec(pod).get("resourceClaims")
-                or self.pod_sync.dra_extended(pod)
-                or (resource != "resourceclaims" and pod_objects.asks_gpu(pod))
+                _names_claim(pod, claim)
+                if claim is not None
+                else (
+                    pod_objects.spec(pod).get("resourceClaims")
+                    or self.pod_sync.dra_extended(pod)
+                    or (remapped and pod_objects.asks_gpu(pod))
+                )
             )
             and self.pod_sync.to_queue(pod)
         ]
@@ -897,6 +908,17 @@ class KubeAgent:
             if payload:
                 text = explain.failed_scheduling_message(payload, text, MAX_MESSAGE, tenants)
             self.events.failed_scheduling(ref, text)
+
+
+def _names_claim(pod: dict, claim: tuple[str, str]) -> bool:
+    """Whether the pod names the ResourceClaim `claim` ((namespace, name)), by name or as its
+    template's claim; a pod whose claims do not read names none."""
+    if (pod_objects.key_of(pod)[0] or "default") != (claim[0] or "default"):
+        return False
+    try:
+        return any(name == claim[1] for _, name in dra_claim_names(pod))
+    except DraUnsupported:
+        return False
 
 
 def _decode(allocated: str) -> list[list[str]]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from scheduling import services
 from scheduling.engine.dra.allocate import held
 from scheduling.engine.dra.claims import DraUnsupported, claim_names
-from scheduling.engine.encoding import ALLOCATED, TO_ALLOCATE
+from scheduling.engine.encoding import ALLOCATED, TO_ALLOCATE, encode_allocation
 from scheduling.engine.errors import PodInvalid
 from scheduling.engine.families import DRA, held_allocation, mig
 from scheduling.engine.quantity import CPU, effective_request
@@ -292,12 +292,15 @@ class BoundPodSync(Handler):
         extra = []
         for name in view.claims:
             claim = self.dra.claims.get((view.namespace, name))
-            status = claim.get("status") if isinstance(claim, dict) else None
-            allocation = status.get("allocation") if isinstance(status, dict) else None
-            reserved = status.get("reservedFor") if isinstance(status, dict) else None
-            if not isinstance(allocation, dict) or not isinstance(reserved, list) or not reserved:
+            status = pod_objects.as_dict(pod_objects.as_dict(claim).get("status"))
+            reserved = status.get("reservedFor")
+            if (
+                not isinstance(status.get("allocation"), dict)
+                or not isinstance(reserved, list)
+                or not reserved
+            ):
                 continue
-            if not isinstance(reserved[0], dict) or reserved[0].get("uid") != view.uid:
+            if pod_objects.as_dict(reserved[0]).get("uid") != view.uid:
                 continue
             try:
                 holdings = held(self.dra.inventory(), [claim])
@@ -305,11 +308,9 @@ class BoundPodSync(Handler):
                 log.warning("resourceclaim %s/%s: not counted: %s", view.namespace, name, exc.message)
                 continue
             if holdings:
-                extra.append(
-                    "".join(f"{d.uuid},{DRA.vendor},{memory},{cores}:" for d, memory, cores in holdings)
-                )
+                extra.append([(d.uuid, memory, cores) for d, memory, cores in holdings])
         if extra:
-            row["allocated"] = (row["allocated"] or "") + "".join(f"{part};" for part in extra)
+            row["allocated"] = (row["allocated"] or "") + encode_allocation(extra, DRA.vendor)
         return row
 
     def claim_changed(self, claim: dict) -> None:
@@ -317,8 +318,8 @@ class BoundPodSync(Handler):
         next flush (what it holds counts with them)."""
         if self.lookup is None:
             return
-        meta = _mapping(claim.get("metadata"))
-        status = _mapping(claim.get("status"))
+        meta = pod_objects.as_dict(claim.get("metadata"))
+        status = pod_objects.as_dict(claim.get("status"))
         namespace = meta.get("namespace") or "default"
         for entry in status.get("reservedFor") or []:
             name = entry.get("name") if isinstance(entry, dict) else None
@@ -359,10 +360,6 @@ def _placed_by_us(uids: list[str]) -> set[str]:
     return set(Pod.objects.filter(uid__in=uids, status__in=Pod.BOUND).values_list("uid", flat=True))
 
 
-def _mapping(value) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
 def _claim_names(obj: dict) -> tuple[str, ...]:
     """The ResourceClaims a pod names (a template's as generated), object names, once each,
     and the special claim of its extended resources (KEP-5004: kube-scheduler's, named in
@@ -373,9 +370,9 @@ def _claim_names(obj: dict) -> tuple[str, ...]:
             found = [claim for _, claim in claim_names(obj) if isinstance(claim, str) and claim]
         except (DraUnsupported, AttributeError, TypeError):
             found = []
-    special = _mapping(_mapping(obj.get("status")).get("extendedResourceClaimStatus")).get(
-        "resourceClaimName"
-    )
+    special = pod_objects.as_dict(
+        pod_objects.as_dict(obj.get("status")).get("extendedResourceClaimStatus")
+    ).get("resourceClaimName")
     if isinstance(special, str) and special and special not in found:
         found.append(special)
     return tuple(sys.intern(claim) for claim in found)

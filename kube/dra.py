@@ -46,7 +46,6 @@ from scheduling.engine.dra.allocate import (
     WORKLOAD_GROUP,
     held,
     priority_of,
-    released_status,
     tenants_of,
     units,
 )
@@ -57,6 +56,7 @@ from scheduling.models import Allocation, NamespaceQuota, Pod, Queue
 
 from . import pods as pod_objects
 from .api import DRA_CALLS, WORKLOAD_API, ApiError, ApiUnavailable, KubeApi, rules_for
+from .draclaims import ClaimConflict, release_claim, undo_writes
 from .events import MAX_MESSAGE, EventRecorder, PodRef
 from .groups import GroupInvalid
 from .workloads import workload_group_fields
@@ -65,10 +65,6 @@ log = logging.getLogger("hamiadmin.kube.dra")
 
 #: The outcome of a pod whose claims were written but whose Binding was refused.
 BIND_FAILED = "BindFailed"
-
-
-class ClaimConflict(Exception):
-    """A claim changed between the list and the write (409): plan again."""
 
 
 #: The DRA pass's grants beyond the watcher's own pods, bindings, evictions and pods/status.
@@ -146,7 +142,7 @@ def quota_holds(pod: dict) -> str:
         return ""
     labels = pod_objects.meta(pod).get("labels")
     try:
-        named = queue_ref(pod_objects.annotations_of(pod), labels if isinstance(labels, dict) else {})
+        named = queue_ref(pod_objects.annotations_of(pod), pod_objects.as_dict(labels))
     except PodInvalid:
         named = None
     if named is None:  # as the cycle resolves it: the namespace's queue, else `default`
@@ -410,7 +406,9 @@ class DraCycle:
                     still.append(f"{victim.key} ({exc})")
                     continue
             for name in victim.claims:
-                self.release(victim.namespace, name, {victim.uid}, listed[(victim.namespace, name)])
+                release_claim(
+                    self.api, victim.namespace, name, listed[(victim.namespace, name)], {victim.uid}
+                )
         if still or not preempted.placed:
             node = victims[0].node
             key = (placement.namespace, placement.name)
@@ -429,7 +427,7 @@ class DraCycle:
                 written, undo = self.allocate(placement, allocator)
             except ClaimConflict:
                 for namespace, writes in reversed(done):  # the last write first
-                    self._undo(namespace, writes)
+                    undo_writes(self.api, namespace, writes)
                 raise
             done.append((placement.namespace, undo))
             allocator.record(placement, written)
@@ -477,26 +475,8 @@ class DraCycle:
                 and r.get("uid") not in groups
             }
             if gone:
-                wrote = self.release(namespace, name, gone, claim) or wrote
+                wrote = release_claim(self.api, namespace, name, claim, gone) or wrote
         return wrote
-
-    def release(self, namespace: str, name: str, gone: set[str], claim: dict) -> bool:
-        """Write the claim's status without the pods `gone` (`released_status`), with the
-        resourceVersion listed; a claim changed since (409) or gone is left to the next pass."""
-        try:
-            status = released_status(claim, gone)
-            patch = {
-                "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
-                "status": {
-                    "reservedFor": status.get("reservedFor"),
-                    "allocation": status.get("allocation"),
-                },
-            }
-            self.api.patch_resource_claim_status(namespace, name, patch)
-        except ApiError as exc:
-            log.info("resourceclaim %s/%s: not released now: %s", namespace, name, exc)
-            return False
-        return True
 
     def allocate(
         self, placement: DraPlacement, allocator: DraAllocator
@@ -525,23 +505,10 @@ class DraCycle:
             except ApiError as exc:
                 if exc.status not in (409, 422):
                     raise
-                self._undo(placement.namespace, written)
+                undo_writes(self.api, placement.namespace, written)
                 raise ClaimConflict(f"resourceclaim {name}: {exc}") from exc
             written.append((name, claim.get("status") or {}))
         return answers, written
-
-    def _undo(self, namespace: str, written: list[tuple[str, dict]]) -> None:
-        for name, before in written:
-            undo = {
-                "allocation": before.get("allocation"),  # None removes what this pod set
-                "reservedFor": before.get("reservedFor"),
-            }
-            try:
-                self.api.patch_resource_claim_status(namespace, name, {"status": undo})
-            except ApiError as exc:
-                log.warning(
-                    "resourceclaim %s/%s: could not take back its allocation: %s", namespace, name, exc
-                )
 
     def report(self, outcome: DraOutcome) -> None:
         """`PodScheduled=False`, reason Unschedulable: the DRA reason code, what it means, the

@@ -40,6 +40,7 @@ import logging
 from scheduling.engine.dra.allocate import claim_config, released_status, result_of
 from scheduling.models import Allocation, Pod
 
+from . import pods as pod_objects
 from .api import ApiError, ApiUnavailable, KubeApi
 from .drastate import EXTENDED_CLAIM, DraState
 from .volumes import VolumeConflict
@@ -53,16 +54,41 @@ EXTENDED_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 
 
 class ClaimConflict(VolumeConflict):
-    """A claim changed since the pod was placed: the bind cannot go on."""
+    """A claim changed since the pod was placed or the pass listed it (409, 422): the bind
+    cannot go on, the pass plans again."""
 
 
-def _dict(value) -> dict:
-    return value if isinstance(value, dict) else {}
+def release_claim(api: KubeApi, namespace: str, name: str, claim: dict, gone: set[str]) -> bool:
+    """Write `claim`'s status without the consumers `gone` (`released_status`: deallocated when
+    left to nobody), with the resourceVersion it was read at; whether it was written (a claim
+    changed since, 409, or gone is left for later, said in the log)."""
+    status = released_status(claim, gone)
+    patch = {
+        "metadata": {"resourceVersion": pod_objects.meta(claim).get("resourceVersion")},
+        "status": {"reservedFor": status.get("reservedFor"), "allocation": status.get("allocation")},
+    }
+    try:
+        api.patch_resource_claim_status(namespace, name, patch)
+    except ApiError as exc:
+        log.info("resourceclaim %s/%s: not given back now: %s", namespace, name, exc)
+        return False
+    return True
+
+
+def undo_writes(api: KubeApi, namespace: str, written: list[tuple[str, dict]]) -> None:
+    """Take back the claim status writes of one pod (or gang): each claim's `allocation` and
+    `reservedFor` as they were before (None removes what the write set)."""
+    for name, before in written:
+        undo = {"allocation": before.get("allocation"), "reservedFor": before.get("reservedFor")}
+        try:
+            api.patch_resource_claim_status(namespace, name, {"status": undo})
+        except ApiError as exc:
+            log.warning("resourceclaim %s/%s: its allocation not taken back: %s", namespace, name, exc)
 
 
 def claims_of(row: Pod) -> dict:
     """The pod's `resourceClaims` as stored by the watcher ({} for a pod without)."""
-    return _dict(_dict(row.scheduling).get("resourceClaims"))
+    return pod_objects.as_dict(pod_objects.as_dict(row.scheduling).get("resourceClaims"))
 
 
 def results_for(row: Pod, claim: str, requests: list[dict], grants: dict[str, list]) -> list[dict]:
@@ -72,7 +98,7 @@ def results_for(row: Pod, claim: str, requests: list[dict], grants: dict[str, li
         if entry.get("claim") != claim:
             continue
         for n, (card, memory, cores) in enumerate(grants.get(str(entry.get("container")), [])):
-            marks = _dict(card.dra)
+            marks = pod_objects.as_dict(card.dra)
             seed = f"{row.namespace}/{row.name}/{row.uid}/{claim}/{entry.get('request')}/{n}"
             results.append(
                 result_of(
@@ -117,14 +143,14 @@ class ClaimWriter:
             )
         written: list[tuple[str, dict]] = []
         for entry in found.get("claims") or []:
-            name = str(_dict(entry).get("claim") or "")
+            name = str(pod_objects.as_dict(entry).get("claim") or "")
             if not name:
                 continue
             claim = self.state.claims.get((row.namespace, name))
             if claim is None:
                 self._undo(row.namespace, written)
                 raise ClaimConflict(f'resourceclaim "{name}" not found')
-            status = _dict(claim.get("status"))
+            status = pod_objects.as_dict(claim.get("status"))
             reserved = [r for r in status.get("reservedFor") or [] if isinstance(r, dict)]
             others = [r for r in reserved if r.get("uid") != row.uid]
             if status.get("allocation") and others:
@@ -140,7 +166,7 @@ class ClaimWriter:
                     raise
                 raise ClaimConflict(f'resourceclaim "{name}": {exc}') from exc
             written.append((name, status))
-        extended = _dict(found.get("extended"))
+        extended = pod_objects.as_dict(found.get("extended"))
         if extended:
             try:
                 written.append((self._extended(row, node, extended, requests, grants), {}))
@@ -164,8 +190,8 @@ class ClaimWriter:
                 ]
             },
         }
-        version = _dict(claim.get("metadata")).get("resourceVersion")
-        held = _dict(claim.get("status")).get("allocation")
+        version = pod_objects.as_dict(claim.get("metadata")).get("resourceVersion")
+        held = pod_objects.as_dict(claim.get("status")).get("allocation")
         if held and held != allocation:
             # this pod's own from an earlier try, placed elsewhere now: an allocation cannot
             # change once set, so it is taken back first (as kube-controller-manager
@@ -178,7 +204,7 @@ class ClaimWriter:
                     "status": {"allocation": None, "reservedFor": None},
                 },
             )
-            version = _dict(_dict(cleared).get("metadata")).get("resourceVersion")
+            version = pod_objects.as_dict(pod_objects.as_dict(cleared).get("metadata")).get("resourceVersion")
         patch = {
             "metadata": {"resourceVersion": version},
             "status": {
@@ -215,7 +241,7 @@ class ClaimWriter:
             created = self.api.create_resource_claim(row.namespace, body)
         except ApiError as exc:
             raise ClaimConflict(f"the claim of its extended resources not created: {exc}") from exc
-        meta = _dict(created.get("metadata"))
+        meta = pod_objects.as_dict(created.get("metadata"))
         name, uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
         status = {
             "extendedResourceClaimStatus": {
@@ -253,23 +279,18 @@ class ClaimWriter:
             log.warning("resourceclaim %s/%s: not deleted: %s", namespace, name, exc)
 
     def _undo(self, namespace: str, written: list[tuple[str, dict]]) -> None:
-        for name, before in written:
-            undo = {"allocation": before.get("allocation"), "reservedFor": before.get("reservedFor")}
-            try:
-                self.api.patch_resource_claim_status(namespace, name, {"status": undo})
-            except ApiError as exc:
-                log.warning("resourceclaim %s/%s: its allocation not taken back: %s", namespace, name, exc)
+        undo_writes(self.api, namespace, written)
 
     def release_ended(self, claims: list[dict]) -> int:
         """Give back the claims reserved for our pods that ended (`ENDED`, by uid); how many
         claims were written."""
         reserved: dict[str, list[dict]] = {}
         for claim in claims:
-            status = _dict(claim.get("status"))
+            status = pod_objects.as_dict(claim.get("status"))
             if not status.get("allocation"):
                 continue
             for entry in status.get("reservedFor") or []:
-                uid = _dict(entry).get("uid")
+                uid = pod_objects.as_dict(entry).get("uid")
                 if uid:
                     reserved.setdefault(str(uid), []).append(claim)
         if not reserved:
@@ -289,22 +310,10 @@ class ClaimWriter:
         done: set[tuple[str, str]] = set()
         for uid in sorted(gone):
             for claim in reserved[uid]:
-                meta = _dict(claim.get("metadata"))
+                meta = pod_objects.as_dict(claim.get("metadata"))
                 key = (str(meta.get("namespace") or "default"), str(meta.get("name") or ""))
                 if key in done:
                     continue
                 done.add(key)
-                status = released_status(claim, gone)
-                patch = {
-                    "metadata": {"resourceVersion": meta.get("resourceVersion")},
-                    "status": {
-                        "reservedFor": status.get("reservedFor"),
-                        "allocation": status.get("allocation"),
-                    },
-                }
-                try:
-                    self.api.patch_resource_claim_status(*key, patch)
-                    written += 1
-                except ApiError as exc:
-                    log.info("resourceclaim %s/%s: not given back now: %s", *key, exc)
+                written += release_claim(self.api, *key, claim, gone)
         return written

@@ -211,7 +211,7 @@ class DraState:
                 "shareable": device.shareable,
                 "capacity": sorted(key for domain, key in device.capacity if domain == device.driver),
                 "taints": len(device.taints),
-                "counters": bool(getattr(device, "consumes", ())),
+                "counters": device.partition,
             }
         return devices, marks
 
@@ -233,7 +233,7 @@ class DraState:
                     chosen[CLASS_PREFIX + name] = found
             explicit: dict[str, list[dict]] = {}
             for found in classes:
-                named = _dict(found.get("spec")).get("extendedResourceName")
+                named = pod_objects.as_dict(found.get("spec")).get("extendedResourceName")
                 if isinstance(named, str) and named:
                     explicit.setdefault(named, []).append(found)
             for named, candidates in explicit.items():
@@ -265,8 +265,12 @@ class DraState:
     def _serves(self, device_class: dict) -> bool:
         """Whether the class's selectors accept a device of our drivers (a class of another
         driver, or one no device of ours matches, maps nothing here)."""
-        selectors = _dict(device_class.get("spec")).get("selectors") or []
-        expressions = [str(e) for s in selectors if (e := _dict(_dict(s).get("cel")).get("expression"))]
+        selectors = pod_objects.as_dict(device_class.get("spec")).get("selectors") or []
+        expressions = [
+            str(e)
+            for s in selectors
+            if (e := pod_objects.as_dict(pod_objects.as_dict(s).get("cel")).get("expression"))
+        ]
         for device in self.inventory().devices:
             try:
                 if all(self.selectors.matches(e, device) for e in expressions):
@@ -294,8 +298,11 @@ class DraState:
         ]
         found = []
         for index, container in enumerate(containers):
-            resources = _dict(_dict(container).get("resources"))
-            asked = {**_dict(resources.get("limits")), **_dict(resources.get("requests"))}
+            resources = pod_objects.as_dict(pod_objects.as_dict(container).get("resources"))
+            asked = {
+                **pod_objects.as_dict(resources.get("limits")),
+                **pod_objects.as_dict(resources.get("requests")),
+            }
             names = sorted(str(name) for name in asked)
             for resource in names:
                 if resource not in mapping:
@@ -313,7 +320,7 @@ class DraState:
                 found.append(
                     {
                         "index": index,
-                        "container": str(_dict(container).get("name") or ""),
+                        "container": str(pod_objects.as_dict(container).get("name") or ""),
                         "resource": resource,
                         "request": f"container-{index}-request-{names.index(resource)}",
                         "class": mapping[resource],
@@ -397,7 +404,7 @@ class DraState:
             return _held(named, exc.code, exc.message)
         except Exception as exc:  # noqa: BLE001 - a claim we cannot read holds its pod, said
             log.warning("pod %s: claims not read: %s", pod_objects.subject_of(pod), exc)
-            return _held(named, "DraUnsupported", f"the claims could not be read: {exc}")
+            return _held(named, DRA_UNSUPPORTED, f"the claims could not be read: {exc}")
         why = self._why_pass(asked) or self._shared(pod, named) or self._group_claim(pod)
         if why and extended:  # the DRA pass places no extended resources: the pod waits, said
             return _held(named, DRA_UNSUPPORTED, f"with extended resources backed by DRA, {why}")
@@ -456,7 +463,7 @@ class DraState:
         candidates = [frozenset(d.uuid for d in ask.alternatives[0].candidates) for ask in asked.asks]
         if len(set(candidates)) > 1:
             return "the requests select different devices"
-        if any(getattr(d, "consumes", ()) for ask in asked.asks for d in ask.alternatives[0].candidates):
+        if any(d.partition for ask in asked.asks for d in ask.alternatives[0].candidates):
             return "the devices draw on shared counters (partitions)"
         return ""
 
@@ -506,10 +513,6 @@ class DraState:
             "annotations": {USE_UUID: ",".join(sorted(uuids))},
             "scheduling": scheduling,
         }
-
-
-def _dict(value) -> dict:
-    return value if isinstance(value, dict) else {}
 
 
 def _whole(value) -> int | None:

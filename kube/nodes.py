@@ -202,11 +202,7 @@ def inventory(node: dict) -> NodeInventory | None:
     register = annotations.get(REGISTER)
     if register is None and not any(chip.register in annotations for chip in ASCEND.values()):
         return None
-    if not isinstance(raw_name, str) or not raw_name.strip():
-        raise InventoryInvalid(name, NAME, "required: a non-empty string")
-    if len(raw_name) > 253:
-        raise InventoryInvalid(name, NAME, "at most 253 characters")
-    _storable(name, NAME, raw_name)
+    raw_name = _checked_name(name, raw_name)
     if register is not None and not isinstance(register, str):
         raise InventoryInvalid(name, REGISTER, "must be a string")
     _storable(name, REGISTER, register or "")
@@ -247,7 +243,22 @@ def inventory(node: dict) -> NodeInventory | None:
             device["migProfiles"] = [profile.as_wire() for profile in card.mig_profiles]
         devices.append(device)
     devices += _ascend_devices(name, annotations, len(devices))
-    labels = _strings(name, "metadata.labels", metadata.get("labels"))
+    return _with_fields(node, name, raw_name, annotations, devices)
+
+
+def _checked_name(name: str, raw_name) -> str:
+    """`metadata.name`, as a row can hold it; raises InventoryInvalid naming it."""
+    if not isinstance(raw_name, str) or not raw_name.strip():
+        raise InventoryInvalid(name, NAME, "required: a non-empty string")
+    if len(raw_name) > 253:
+        raise InventoryInvalid(name, NAME, "at most 253 characters")
+    _storable(name, NAME, raw_name)
+    return raw_name
+
+
+def _with_fields(node: dict, name: str, raw_name: str, annotations: dict, devices: list) -> NodeInventory:
+    """The inventory of `devices` with the node's labels, kept annotations and rule fields."""
+    labels = _strings(name, "metadata.labels", metadata_of(node).get("labels"))
     kept = {
         k: _storable(name, k, annotations[k]) for k in KEPT_ANNOTATIONS if isinstance(annotations.get(k), str)
     }
@@ -261,16 +272,8 @@ def plain_inventory(node: dict) -> NodeInventory:
     metadata = metadata_of(node)
     raw_name = metadata.get("name")
     name = printable(raw_name or "")
-    if not isinstance(raw_name, str) or not raw_name.strip():
-        raise InventoryInvalid(name, NAME, "required: a non-empty string")
-    if len(raw_name) > 253:
-        raise InventoryInvalid(name, NAME, "at most 253 characters")
-    _storable(name, NAME, raw_name)
+    raw_name = _checked_name(name, raw_name)
     annotations = metadata.get("annotations") or {}
     if not isinstance(annotations, dict):
         raise InventoryInvalid(name, "metadata.annotations", "must be an object of strings")
-    labels = _strings(name, "metadata.labels", metadata.get("labels"))
-    kept = {
-        k: _storable(name, k, annotations[k]) for k in KEPT_ANNOTATIONS if isinstance(annotations.get(k), str)
-    }
-    return NodeInventory(name=raw_name, labels=labels, annotations=kept, devices=[], **rule_fields(node))
+    return _with_fields(node, name, raw_name, annotations, [])

@@ -210,6 +210,11 @@ def container_view(container, where: str = "containers[0]", config: HamiConfig |
     return view
 
 
+def as_dict(value) -> dict:
+    """`value` if it is an object, else {}: how a field of an API object is read leniently."""
+    return value if isinstance(value, dict) else {}
+
+
 def meta(pod) -> dict:
     found = pod.get("metadata") if isinstance(pod, dict) else None
     return found if isinstance(found, dict) else {}

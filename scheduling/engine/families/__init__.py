@@ -60,7 +60,7 @@ def family_of_type(card_type: str) -> str:
 def family_of_card(card_type: str, mode: str) -> str:
     """`family_of_type`, but a card of mode `dra` (a DRA driver's device) is the DRA family's
     whatever its product name."""
-    return "dra" if mode == "dra" else _BY_VENDOR.get(card_type, "nvidia")
+    return "dra" if mode == "dra" else family_of_type(card_type)
 
 
 def held_allocation(annotations: dict, first: str, second: str) -> str:
