@@ -91,14 +91,28 @@ def queue_states(usage: dict[str, Usage] | None = None) -> list[QueueState]:
     return states
 
 
-def load_book(usage: dict[str, Usage] | None = None) -> QueueBook:
+def snapshot_capacity(snapshot) -> Usage:
+    """`cluster_capacity` from a snapshot's cards (the present ones, as it sums) instead of a
+    scan of every card row (35 ms a cycle at 20,000 nodes). Kept on the snapshot: a card's
+    size changes only by a whole read, which builds a new snapshot or finds them alike."""
+    if snapshot.capacity is None:
+        cards = [card for node in snapshot.cluster.nodes for card in node.cards]
+        snapshot.capacity = {
+            "vgpus": sum(card.slots for card in cards),
+            "gpumem": sum(card.memory for card in cards),
+            "gpucores": sum(card.cores for card in cards),
+        }
+    return dict(snapshot.capacity)
+
+
+def load_book(usage: dict[str, Usage] | None = None, capacity: Usage | None = None) -> QueueBook:
     """The queue tree with usage summed into every ancestor, for one cycle; `usage` when the
-    caller has read `queue_usage` already."""
+    caller has read `queue_usage` already, `capacity` when it has the cluster's."""
     states = queue_states(usage)
     book = QueueBook([s.fresh() for s in states])
     for state in states:
         book.add(state.name, state.used)
-    book.capacity = cluster_capacity()
+    book.capacity = cluster_capacity() if capacity is None else capacity
     return book
 
 

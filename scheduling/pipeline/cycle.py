@@ -41,7 +41,7 @@ from scheduling.models import CapacityVersion, PodGroup
 from scheduling.models.pods import spec_fields
 
 from . import preemption
-from .batch import GangState, load_book, load_gangs, load_namespace_book
+from .batch import GangState, load_book, load_gangs, load_namespace_book, snapshot_capacity
 from .locks import keep_alive
 from .options import option
 from .plan import Attempt, CyclePlan, worker_name
@@ -85,8 +85,8 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     gangs = load_gangs(row[COL["group_id"]] for row in rows)
     rows += gang_members(gangs, {row[0] for row in rows})
     capacity_version = CapacityVersion.read()
-    with STANDING.use() as (snapshot, scheduler):
-        book = load_book()
+    with STANDING.use(since=started) as (snapshot, scheduler):  # the wake's refresh will do
+        book = load_book(capacity=snapshot_capacity(snapshot))
         namespaces = load_namespace_book()
         if uses_gang_spread(rows, snapshot.config):
             mark_gangs(snapshot.cluster)

@@ -95,6 +95,8 @@ class Snapshot:
     config: ClusterConfig
     node_ids: dict[str, int] = field(default_factory=dict)
     card_ids: dict[str, int] = field(default_factory=dict)
+    #: The cards' summed slots, MiB and cores (`batch.snapshot_capacity`), once asked.
+    capacity: dict[str, int] | None = None
 
 
 NODE_COLUMNS = ("id", "name", "labels", "annotations", "ready", "taints", "unschedulable", "allocatable")

@@ -235,3 +235,42 @@ def test_the_standing_snapshot_is_frozen_out_of_the_collector_and_a_rebuild_lets
     assert_standing_is_fresh()
     assert _tracked(STANDING.snapshot.cluster.nodes[0]), "HAMI_GC_FREEZE=false leaves it to the collector"
     gc.unfreeze()
+
+
+def test_a_refresh_since_the_cycle_began_is_taken_as_up_to_date():
+    """The cycle's wake refreshed it: planning reads no card again unless something planned on
+    the snapshot since, or the refresh came before the cycle began."""
+    import time
+
+    start_cluster(random.Random(11))
+    assert_standing_is_fresh()
+    began = time.perf_counter()
+    with STANDING.use():  # the wake's refresh
+        pass
+    some = Card.objects.filter(present=True).order_by("pk").first()
+    Card.objects.filter(pk=some.pk).update(used_memory=F("used_memory") + 7)  # lands in between
+    with STANDING.use(since=began) as (snapshot, _):
+        kept = next(c for n in snapshot.cluster.nodes for c in n.cards if c.uuid == some.uuid)
+        assert kept.used_memory == some.used_memory  # not read again: the commit re-checks
+    with STANDING.use(since=time.perf_counter()) as (snapshot, _):  # refreshed before `since`
+        kept = next(c for n in snapshot.cluster.nodes for c in n.cards if c.uuid == some.uuid)
+        assert kept.used_memory == some.used_memory + 7
+    began = time.perf_counter()
+    with STANDING.use() as (snapshot, scheduler):
+        snapshot.cluster.nodes[0].touch()  # planning assumed something on a node
+    Card.objects.filter(pk=some.pk).update(used_memory=F("used_memory") + 1)
+    with STANDING.use(since=began) as (snapshot, _):
+        kept = next(c for n in snapshot.cluster.nodes for c in n.cards if c.uuid == some.uuid)
+        assert kept.used_memory == some.used_memory + 8  # touched since: read again
+
+
+def test_the_snapshots_capacity_is_what_the_card_rows_sum_to():
+    from scheduling.pipeline.batch import cluster_capacity, snapshot_capacity
+
+    rng = random.Random(12)
+    start_cluster(rng)
+    apply("card absent", rng, 0)
+    apply("new node", rng, 1)
+    with STANDING.use() as (snapshot, _):
+        assert snapshot_capacity(snapshot) == cluster_capacity()
+        assert snapshot_capacity(snapshot)["vgpus"] > 0
