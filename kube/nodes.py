@@ -58,7 +58,10 @@ def metadata_of(node) -> dict:
 
 
 def name_of(node: dict) -> str:
-    return metadata_of(node).get("name") or ""
+    """The node's name, or "" when it has none or a malformed one (`inventory` refuses it,
+    naming `metadata.name`): a list there made the DRA node lookup raise."""
+    name = metadata_of(node).get("name")
+    return name if isinstance(name, str) else ""
 
 
 def subject_of(node: dict) -> str:
