@@ -3,7 +3,8 @@
 A request that needs a row a scheduling commit (or any other writer) holds waits at most
 HAMI_DB_WEB_LOCK_TIMEOUT_MS (500 ms) on PostgreSQL's `lock_timeout`, set on each web
 connection once, then answers 503 with `Retry-After: 1` naming what it waited on: a stalled
-commit costs its own pods a retry, never a web thread for the commit's whole length. Other
+commit costs its own pods a retry, never a web thread for the commit's whole length (a
+release does not wait for the cards a commit holds at all: `scheduling.pipeline.settle`). Other
 sessions (workers, the Kubernetes agent) keep the longer session default
 (HAMI_DB_LOCK_TIMEOUT_MS, settings) and the commit its own (`pipeline.commit`).
 """

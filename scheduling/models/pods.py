@@ -166,6 +166,13 @@ class Pod(models.Model):
                 name="pod_pending_queue",
                 condition=Q(status="pending", parked=False, gated=False),
             ),
+            # which pending pods are due (back-off over, or none): without it each cycle and
+            # wake walked every pending pod (28 ms at 100,000 backed off, issue 29)
+            models.Index(
+                fields=["next_attempt_at"],
+                name="pod_pending_due",
+                condition=Q(status="pending", parked=False, gated=False),
+            ),
             models.Index(fields=["status", "-updated_at"], name="pod_status_recent"),
         ]
 
@@ -303,6 +310,12 @@ class Allocation(models.Model):
     memory = models.PositiveIntegerField(help_text="MiB")
     cores = models.PositiveSmallIntegerField()
     active = models.BooleanField(default=True)
+    #: Released, but its card's counters not lowered yet: the card was locked by another writer
+    #: (a scheduling commit) and a release never waits for one. The card's counters still count
+    #: it until the next settler that holds the card lowers them (`pipeline.settle`).
+    owed = models.BooleanField(
+        default=False, help_text="released, its card's counters not lowered yet (pipeline.settle)"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     released_at = models.DateTimeField(null=True, blank=True)
 
@@ -311,8 +324,9 @@ class Allocation(models.Model):
         indexes = [
             models.Index(fields=["card"], name="allocation_active_card", condition=Q(active=True)),
             models.Index(fields=["pod"], name="allocation_active_pod", condition=Q(active=True)),
+            models.Index(fields=["card"], name="allocation_owed_card", condition=Q(owed=True)),
         ]
 
     def __str__(self) -> str:
-        state = "active" if self.active else "released"
+        state = "active" if self.active else "released, owed" if self.owed else "released"
         return f"{self.pod_id}[{self.container_index}] on {self.card_id}: {self.memory} MiB, {self.cores}% ({state})"

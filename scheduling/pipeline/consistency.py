@@ -3,7 +3,8 @@ to trust a card.
 
 Four kinds of drift, each of which should never be found:
 
-- `counter_drift`: a card's `used_*` differ from the sum of its active allocations;
+- `counter_drift`: a card's `used_*` differ from the sum of its active allocations and of
+  the released ones whose decrement is still owed (`pipeline.settle`);
 - `over_capacity`: a card holds more than it has (counted from the counters);
 - `ghost_allocation`: an active allocation whose pod is not placed (finished, deleted,
   pending again): the card stays held by nobody (HAMi #2923 lost a node's 8 H100s so);
@@ -55,15 +56,19 @@ _REASONS = {
 }
 
 
+#: The allocations a card's counters count: the active ones, and the released ones whose
+#: decrement is owed (`pipeline.settle`: the card was held when they were released).
+COUNTED = Q(allocations__active=True) | Q(allocations__owed=True)
+
+
 def counter_drift(card_ids=None) -> list[dict[str, Any]]:
-    """Cards whose `used_*` differ from the sum of their active allocations (should be none).
-    `card_ids` narrows the look to those cards."""
-    active = Q(allocations__active=True)
+    """Cards whose `used_*` differ from the sum of their active allocations and the owed ones
+    (should be none). `card_ids` narrows the look to those cards."""
     cards = Card.objects.all() if card_ids is None else Card.objects.filter(pk__in=card_ids)
     rows = cards.annotate(
-        held_slots=Count("allocations", filter=active),
-        held_memory=Coalesce(Sum("allocations__memory", filter=active), 0),
-        held_cores=Coalesce(Sum("allocations__cores", filter=active), 0),
+        held_slots=Count("allocations", filter=COUNTED),
+        held_memory=Coalesce(Sum("allocations__memory", filter=COUNTED), 0),
+        held_cores=Coalesce(Sum("allocations__cores", filter=COUNTED), 0),
     ).values(
         "id", "uuid", "used_slots", "used_memory", "used_cores", "held_slots", "held_memory", "held_cores"
     )

@@ -23,6 +23,7 @@ from .cycle import plan_cycle
 from .locks import cycle_lock, keep_alive
 from .options import option
 from .plan import CycleReport, worker_name
+from .settle import settle_owed
 from .standing import STANDING
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,10 @@ def run_cycle(trigger: str = "", worker: str = "", limit: int | None = None) -> 
 def run_requested_cycles(
     trigger: str = "requested", worker: str = "", max_cycles: int = 50
 ) -> list[CycleReport]:
-    """Cycles until nothing more is asked for (or `max_cycles`, a guard against spinning)."""
+    """Cycles until nothing more is asked for (or `max_cycles`, a guard against spinning),
+    each after settling the decrements releases owe (`settle.settle_owed`: one query on
+    PostgreSQL when nothing is owed, none elsewhere), so its wake sees the capacity they
+    free; a release that only owes asks for a cycle for that."""
     worker = worker or worker_name()
     reports: list[CycleReport] = []
     while len(reports) < max_cycles:
@@ -72,6 +76,7 @@ def run_requested_cycles(
                     log.warning("this worker lost the cycle lock's lease; leaving the cycles to others")
                     return reports
                 triggers.take_request()
+                settle_owed()  # what releases owe (`settle`): capacity this cycle's wake then sees
                 report = run_cycle(trigger=trigger, worker=worker)
                 reports.append(report)
                 if report.considered:

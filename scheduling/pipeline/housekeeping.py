@@ -1,5 +1,6 @@
-"""Periodic upkeep: silent nodes go not-ready, history stays bounded, drift is looked for,
-and usage is sampled for the charts (bounded by its own retention)."""
+"""Periodic upkeep: decrements releases owe are settled, silent nodes go not-ready, history
+stays bounded, drift is looked for, and usage is sampled for the charts (bounded by its own
+retention)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.utils import timezone
 from ..models import Cycle, Decision, Node, Pod, apply_retention, take_sample
 from . import consistency, preemption
 from .options import option
+from .settle import settle_owed
 
 
 def mark_silent_nodes_not_ready(now=None) -> int:
@@ -48,12 +50,14 @@ def prune_cycles(keep: int | None = None) -> int:
 
 
 def prune_finished_pods(now=None, hours: float | None = None) -> int:
-    """Pods finished longer ago than FINISHED_PODS_KEPT_HOURS go, with their history."""
+    """Pods finished longer ago than FINISHED_PODS_KEPT_HOURS go, with their history; not one
+    whose decrement is still owed (`settle`): its allocation rows are what the counters owe."""
     now = now or timezone.now()
     hours = hours if hours is not None else option("FINISHED_PODS_KEPT_HOURS")
     cutoff = now - timedelta(hours=hours)
     with transaction.atomic():
-        return Pod.objects.filter(status__in=Pod.FINISHED, finished_at__lt=cutoff).delete()[0]
+        finished = Pod.objects.filter(status__in=Pod.FINISHED, finished_at__lt=cutoff)
+        return finished.exclude(allocations__owed=True).delete()[0]
 
 
 def check_consistency() -> consistency.ConsistencyReport:
@@ -75,6 +79,7 @@ def sample_usage(now=None) -> int:
 def housekeeping(now=None) -> dict[str, int]:
     """What it did; a `drift_<kind>` entry for each kind of drift found (none when clean), and
     `samples_folded` when the usage history was downsampled."""
+    owed = settle_owed(ask_for_cycle=True)  # owed decrements no cycle or release settled yet
     found = check_consistency()
     folded = sample_usage(now)
     settled = preemption.hooks.settle() if preemption.hooks.settle is not None else {}
@@ -85,5 +90,6 @@ def housekeeping(now=None) -> dict[str, int]:
         "pods_pruned": prune_finished_pods(now),
         **{f"drift_{kind}": count for kind, count in found.counts().items() if count},
         **({"samples_folded": folded} if folded else {}),
+        **({"owed_cards_settled": owed} if owed else {}),
         **{f"evictions_{what}": n for what, n in (settled or {}).items() if n},
     }

@@ -95,6 +95,8 @@ def waiting_fields(decision) -> dict:
 
 
 def log_decision(attempt, outcome: str, why: str, cycle_id) -> None:
+    if not log.isEnabledFor(logging.INFO):
+        return  # the line's fields (chain, closest nodes, what would fit) cost more than the line
     decision = attempt.decision
     placed = outcome in (SCHEDULED, CONFLICT)
     node = decision.node if placed else None

@@ -7,9 +7,10 @@ both. Kept, a cycle reads one narrow query per table and re-evaluates only the n
 changed (the engine's indexes follow `Node.touch`).
 
 What changed is found without trusting every writer to say so:
-- in the database: on PostgreSQL each card and node row's `xmin` (the transaction that last
-  wrote it), in one statement that scans each table once (counting its rows and collecting
-  the ids written since the last look), and the changed rows read whole by id; elsewhere (SQLite, the small embedded default) the rows themselves, compared;
+- in the database: on PostgreSQL each card, node and bound-pod row's `written` mark (the
+  transaction that last wrote it, set by a trigger, indexed) and a log of deleted rows
+  (migration 0024), read by index, and the changed rows read whole by id; elsewhere
+  (SQLite, the small embedded default) the rows themselves, compared;
 - in memory: the nodes a cycle's planning touched (placements assumed, nominations held,
   gangs marked, whatever it kept or not) are put back to their rows, found in the engine's
   touch log.
@@ -71,45 +72,51 @@ IN_PLACE_CARD |= {HEALTH, CORDONED}
 READY = NODE_COLUMNS.index("ready")
 
 
-def _postgres_horizon() -> str:
-    """The oldest transaction still running (as a 32-bit xid). A row written after this moment
-    (or by a transaction running now) has an xmin at or after that horizon."""
+def _postgres_horizon() -> tuple[int, list[int]]:
+    """The oldest transaction still running (a 64-bit xid), and the deletions logged at or
+    after it. A row written after this moment (or by a transaction running now) carries a
+    `written` mark at or after that horizon."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {HORIZON}")
-        return cursor.fetchone()[0]
+        cursor.execute(f"SELECT {HORIZON}, ARRAY(SELECT id FROM hamiadmin_gone WHERE xid >= {HORIZON})")
+        return cursor.fetchone()
 
 
-#: The oldest transaction still running, as the text of a 32-bit xid.
-HORIZON = "mod(pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 4294967296)::text"
+def _forget_old_deletions() -> None:
+    """Drop the deletion log's entries older than GONE_KEEP seconds (or twice
+    SNAPSHOT_REBUILD_SECONDS): a process that has not read its snapshot whole for that long
+    reads it whole before it looks at the log again, so none still looks for them."""
+    keep = max(GONE_KEEP, 2 * option("SNAPSHOT_REBUILD_SECONDS"))
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM hamiadmin_gone WHERE at < now() - make_interval(secs => %s)", [keep])
 
 
-def _postgres_changes(since: str) -> tuple[str, int, int, list[int], list[int]]:
-    """A new horizon (`_postgres_horizon`), how many present cards and nodes there are, and the
-    ids of the card and node rows written at or after `since`, in one statement: one pass over
-    the card rows, not one to count them and another to find the written ones (each ~15 ms at
-    160,000 cards, twice a cycle)."""
-    written = SINCE_HORIZON.format(table="t")
+#: Seconds a deletion stays in the log at least (`_forget_old_deletions`).
+GONE_KEEP = 3600
+
+#: The oldest transaction still running, as a 64-bit xid (`txid_current()`'s numbering).
+HORIZON = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+
+
+def _postgres_changes(since: int) -> tuple[int, list[int], list[int], list[int]]:
+    """A new horizon (`_postgres_horizon`), the ids of the card and node rows written at or
+    after the horizon `since`, and the deletions of card, node or bound-pod rows logged since,
+    in one statement. The `written` marks and the deletion log are kept by triggers (migration
+    0024), so this reads an index, not every card row (25-30 ms at 160,000 cards)."""
+    cards, nodes = Card._meta.db_table, Node._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {HORIZON}, c.n, n.n, c.ids, n.ids FROM"  # noqa: S608 - our own names
-            f" (SELECT count(*) FILTER (WHERE present) AS n, array_agg(id) FILTER (WHERE {written}) AS ids"
-            f" FROM {Card._meta.db_table} t) c,"
-            f" (SELECT count(*) AS n, array_agg(id) FILTER (WHERE {written}) AS ids FROM {Node._meta.db_table} t) n",
-            [since, since],
+            f"SELECT {HORIZON},"  # noqa: S608 - our own names
+            f" ARRAY(SELECT id FROM {cards} WHERE written >= %s),"
+            f" ARRAY(SELECT id FROM {nodes} WHERE written >= %s),"
+            " ARRAY(SELECT id FROM hamiadmin_gone WHERE xid >= %s)",
+            [since, since, since],
         )
-        horizon, cards, nodes, card_ids, node_ids = cursor.fetchone()
-    return horizon, cards, nodes, card_ids or [], node_ids or []
+        return cursor.fetchone()
 
 
-#: Rows written at or after a horizon (`age` counts back from now, so it orders xids across a
-#: wraparound; a frozen row's age is the largest there is).
-SINCE_HORIZON = "age({table}.xmin) <= age(%s::xid)"
-
-
-def written_since(model, horizon: str):
-    """`model`'s rows written at or after `horizon` (PostgreSQL)."""
-    table = connection.ops.quote_name(model._meta.db_table)
-    return model.objects.order_by().extra(where=[SINCE_HORIZON.format(table=table)], params=[horizon])
+def written_since(model, horizon: int):
+    """`model`'s rows written at or after `horizon` (PostgreSQL: their `written` mark)."""
+    return model.objects.order_by().extra(where=["written >= %s"], params=[horizon])
 
 
 #: What a whole read carries over onto a kept node and its cards (`_carry_over`): their state.
@@ -172,7 +179,8 @@ class StandingSnapshot:
         self.scheduler: Scheduler | None = None
         self.cards: dict[int, tuple] = {}  # card id -> row of CARD_COLUMNS
         self.nodes: dict[int, tuple] = {}  # node id -> row of NODE_COLUMNS
-        self.horizon: str | None = None  # PostgreSQL: rows before it were read (`_postgres_horizon`)
+        self.horizon: int | None = None  # PostgreSQL: rows written before it were read
+        self.gone: set[int] = set()  # the deletions logged since `horizon` that were read already
         self.bound: list[RunningPod] = []  # the pods others bound, as counted
         self.own: dict[str, list[RunningPod]] = {}  # node name -> hamiadmin's placed pods on it
         self.bound_seen: dict[int, object] = {}  # BoundPod id -> updated_at (`_bound_changed`)
@@ -277,8 +285,11 @@ class StandingSnapshot:
     def _read_whole(self, config) -> None:
         """The rows read whole, and the snapshot and scheduler they give (`rebuild`)."""
         # the horizon before the rows: a write landing between them is read again next time
-        self.horizon = _postgres_horizon() if connection.vendor == "postgresql" else None
-        self.bound_seen, self.bound_count = self._bound_rows(self.horizon), BoundPod.objects.count()
+        self.horizon, gone = _postgres_horizon() if connection.vendor == "postgresql" else (None, [])
+        self.gone = set(gone)
+        if self.horizon is not None:
+            _forget_old_deletions()
+        self.bound_seen, self.bound_count = self._bound_rows(), BoundPod.objects.count()
         self.cards = {row[0]: row for row in card_rows()}
         self.nodes = {row[0]: row for row in node_rows()}
         self.bound, own = running_pods()
@@ -337,19 +348,18 @@ class StandingSnapshot:
             gc.collect()
             gc.freeze()
 
-    def _changed_rows(self, kept: dict[int, tuple], read_all, read_since, count: int | None):
+    def _changed_rows(self, kept: dict[int, tuple], read_all, read_since):
         """Rows changed since they were kept: id -> new row. Raises Rebuild when rows came or
         went. PostgreSQL reads the rows written since the horizon (`read_since`: (row, present)
-        pairs) and compares the count; elsewhere every row is read (`read_all`) and compared."""
+        pairs; a deleted row is found by the caller, in the deletion log); elsewhere every row is
+        read (`read_all`) and compared."""
         if self.horizon is None:
             rows = {row[0]: row for row in read_all()}
             if rows.keys() != kept.keys():
                 raise Rebuild
             return {key: row for key, row in rows.items() if kept[key] != row}
-        if count != len(kept):
-            raise Rebuild
         changed = {}
-        for row, present in read_since(self.horizon):
+        for row, present in read_since():
             if row[0] not in kept:
                 if present:
                     raise Rebuild  # a new row
@@ -360,48 +370,50 @@ class StandingSnapshot:
                 changed[row[0]] = row
         return changed
 
-    @staticmethod
-    def _bound_rows(horizon: str | None) -> dict[int, object]:
-        """BoundPod id -> updated_at: of every row (SQLite), or of those written since `horizon`."""
-        rows = BoundPod.objects.order_by() if horizon is None else written_since(BoundPod, horizon)
+    def _bound_rows(self) -> dict[int, object]:
+        """BoundPod id -> updated_at: of every row (SQLite), or of those written since the
+        horizon (PostgreSQL, by their marks)."""
+        rows = BoundPod.objects.order_by() if self.horizon is None else written_since(BoundPod, self.horizon)
         return dict(rows.values_list("id", "updated_at"))
 
     def _bound_changed(self) -> bool:
-        """Whether a pod others bound came, went or changed since it was read: the count moved,
-        or a row written since the last horizon is not as it was seen then. Cheap: on
-        PostgreSQL only the rows written since (`xmin`), elsewhere two narrow columns."""
-        count = BoundPod.objects.count()
-        rows = self._bound_rows(self.horizon)
-        changed = count != self.bound_count or any(self.bound_seen.get(pk) != at for pk, at in rows.items())
+        """Whether a pod others bound came or changed since it was read: a row written since the
+        last horizon is not as it was seen then; on SQLite, or the count moved (on PostgreSQL a
+        row gone is in the deletion log, which `_apply_changes` reads first). Cheap: on
+        PostgreSQL only the rows written since, elsewhere two narrow columns."""
+        rows = self._bound_rows()
+        changed = any(self.bound_seen.get(pk) != at for pk, at in rows.items())
+        if self.horizon is None:
+            count = BoundPod.objects.count()
+            changed, self.bound_count = changed or count != self.bound_count, count
         # read after `horizon` was taken: a superset of the rows the next check reads, as seen
-        self.bound_seen, self.bound_count = rows, count
+        self.bound_seen = rows
         return changed
 
     def _apply_changes(self) -> None:
         assert self.snapshot is not None
-        horizon = card_count = node_count = None
+        horizon = None
         card_ids: list[int] = []
         node_ids: list[int] = []
         if self.horizon is not None:  # PostgreSQL
-            horizon, card_count, node_count, card_ids, node_ids = _postgres_changes(self.horizon)
+            horizon, card_ids, node_ids, gone = _postgres_changes(self.horizon)
+            if not self.gone.issuperset(gone):
+                raise Rebuild  # a card, node or bound-pod row deleted
+            self.gone = set(gone)  # seen: found again by each look until the horizon passes them
         if self._bound_changed():
             raise Rebuild  # a pod others bound came, went or changed: counted anew
         cards = self._changed_rows(
             self.cards,
             card_rows,
-            lambda _: (
+            lambda: (
                 (row[:-1], row[-1])
                 for row in Card.objects.filter(id__in=card_ids).values_list(*CARD_COLUMNS, "present")
             ),
-            card_count,
         )
         nodes = self._changed_rows(
             self.nodes,
             node_rows,
-            lambda _: (
-                (row, True) for row in Node.objects.filter(id__in=node_ids).values_list(*NODE_COLUMNS)
-            ),
-            node_count,
+            lambda: ((row, True) for row in Node.objects.filter(id__in=node_ids).values_list(*NODE_COLUMNS)),
         )
         for node_id, row in nodes.items():
             if differs_beyond(self.nodes[node_id], row, {READY}):

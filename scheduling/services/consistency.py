@@ -5,7 +5,9 @@ fixes it, in the global lock order (docs/architecture.md, "Lock order"): the pod
 allocations are ghosts first, by primary key, then every card involved, by primary key.
 Under the card locks no commit or release can be half-way through those cards (they lock
 them before they write allocations or counters), so the counters are set to exactly what
-the committed active allocations hold.
+the committed active allocations hold, with the released ones whose decrement is still owed
+(`pipeline.settle`): their settle lowers the counters by them later, once, so the repair
+counts them as held and leaves their flags alone.
 
 Against Kubernetes (when the check was handed its pods, `kube.reconcile`): a pod placed here
 that Kubernetes no longer has is released as deleted, that incarnation only; a pod bound in
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -56,7 +58,7 @@ class Repair:
 @retry_on_conflict
 def _release_ghosts_and_fix_counters(actor: str) -> tuple[list[str], dict[str, list[str]]]:
     """One transaction: pods of ghost allocations locked, then the cards, then the ghosts
-    released and the counters of every locked card set from its active allocations."""
+    released and the counters of every locked card set from its active (and owed) allocations."""
     now = timezone.now()
     with transaction.atomic():
         ghost_pods = sorted({ghost["pod_id"] for ghost in consistency.ghost_allocations()})
@@ -77,14 +79,14 @@ def _release_ghosts_and_fix_counters(actor: str) -> tuple[list[str], dict[str, l
             Allocation.objects.filter(pk__in=[pk for pk, *_ in ghosts]).update(active=False, released_at=now)
             for _, _, namespace, name, uuid in ghosts:
                 released.setdefault(f"{namespace}/{name}", []).append(uuid)
-        active = Q(allocations__active=True)
+        counted = consistency.COUNTED  # owed decrements count: their settle lowers them, once
         held = {
             row["pk"]: row
             for row in Card.objects.filter(pk__in=card_ids)
             .annotate(
-                held_slots=Count("allocations", filter=active),
-                held_memory=Coalesce(Sum("allocations__memory", filter=active), 0),
-                held_cores=Coalesce(Sum("allocations__cores", filter=active), 0),
+                held_slots=Count("allocations", filter=counted),
+                held_memory=Coalesce(Sum("allocations__memory", filter=counted), 0),
+                held_cores=Coalesce(Sum("allocations__cores", filter=counted), 0),
             )
             .values("pk", "held_slots", "held_memory", "held_cores")
         }

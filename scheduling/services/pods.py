@@ -2,7 +2,8 @@
 in one transaction: `release_pods`), binding marks and requeues, and what follows a change
 of capacity (`capacity_changed`: wake the backed-off pods after the commit, ask for a cycle).
 Locks the pod first, then the cards its allocations hold, by primary key
-(docs/architecture.md, "Lock order").
+(docs/architecture.md, "Lock order"); a release never waits for a card another writer holds
+(`pipeline.settle`: its decrement there is owed, and settled soon after).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from django.utils import timezone
 from scheduling.dbretry import retry_on_conflict
 from scheduling.engine import ClusterConfig, PodInvalid, PodSpec
 from scheduling.engine.annotations import GroupRef, group_ref, queue_ref
+from scheduling.engine.encoding import decode_allocation
+from scheduling.engine.errors import ScenarioError
 from scheduling.engine.families.dra import refuse_own_names
 from scheduling.engine.pod import ParsedPod, parse_pod
 from scheduling.models import (
@@ -37,9 +40,9 @@ from scheduling.models import (
     Queue,
     SchedulerConfig,
 )
-from scheduling.models.cluster import over_capacity_text
 from scheduling.models.pods import gate_names, gated_reason, spec_fields
-from scheduling.pipeline.rowlocks import lock_cards, lock_pods, share_queues
+from scheduling.pipeline.rowlocks import lock_pods, share_queues
+from scheduling.pipeline.settle import add_up, lower, skip_locked
 from scheduling.pipeline.triggers import request_cycle
 
 from .fields import checked_scheduling
@@ -563,7 +566,7 @@ def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
             changed.setdefault(fields, []).append(pod)
         done[index] = Submitted(index, outcome, pod, None, previous_uid, submission)
     _save(changed, now)
-    if freed:
+    if freed.lowered:
         transaction.on_commit(bump_capacity, robust=True)  # capacity changed: `capacity_changed`
     inserted, requeued = len(fresh), len(changed.get(REQUEUED_FIELDS, ()))
     if inserted or requeued:
@@ -925,67 +928,98 @@ def back_to_pending(pod: Pod, reason: str, next_attempt_at=None) -> None:
     pod.save(update_fields=list(BACK_TO_PENDING_FIELDS))
 
 
-def _release_allocations(pod: Pod, now) -> bool:
+@dataclass(frozen=True, slots=True)
+class GivenBack:
+    """What a release gave back of its pods' allocations: `lowered`, cards whose counters it
+    lowered (capacity visible at its commit); `owed`, allocations released on cards another
+    writer held, their decrements owed (settled soon after: `pipeline.settle`). True when the
+    pods held anything."""
+
+    lowered: bool = False
+    owed: bool = False
+
+    def __bool__(self) -> bool:
+        return self.lowered or self.owed
+
+
+def after_release(given: GivenBack, reason: str) -> None:
+    """Once the release commits: capacity it made visible moves the version and asks for a
+    cycle (`capacity_changed`); a decrement it only owes asks for a cycle, whose worker settles
+    it before planning and moves the version then."""
+    if given.lowered:
+        capacity_changed(reason)
+    elif given.owed:
+        request_cycle(reason)
+
+
+def _release_allocations(pod: Pod, now) -> GivenBack:
     """Give back the cards of `pod`'s active allocations (`_release_allocations_of`)."""
     return _release_allocations_of([pod], now)
 
 
-def _release_allocations_of(pods: list[Pod], now) -> bool:
-    """Give back the cards of these pods' active allocations: counters lowered, rows marked
-    released. The caller holds the pod rows' locks (taken first); the cards are locked here,
-    all together in primary-key order, as every counter writer does. Whether anything was held."""
+def _release_allocations_of(pods: list[Pod], now) -> GivenBack:
+    """Give back the cards of these pods' active allocations, never waiting for a card: the
+    caller holds the pod rows' locks (taken first); their cards (named by the pods'
+    allocation strings) are locked together, in primary-key order, `SKIP LOCKED`
+    (`pipeline.settle`). The allocations are marked released;
+    on the cards had, the counters are lowered by them and by whatever earlier releases owed
+    there; on a card another writer holds (a scheduling commit), they are marked owed and its
+    counters left as they are, for the next settler."""
     if not pods:
-        return False
-    held = _deactivate_allocations(pods, now)
-    if not held:
-        return False
-    freed: dict[int, list[int]] = {}
-    for _, card_id, memory, cores in held:
-        total = freed.setdefault(card_id, [0, 0, 0])
-        total[0] += 1
-        total[1] += memory
-        total[2] += cores
-    cards = list(lock_cards(Card.objects.filter(pk__in=sorted(freed))))
-    for card in cards:
-        slots, memory, cores = freed[card.pk]
-        card.used_slots -= slots
-        card.used_memory -= memory
-        card.used_cores -= cores
-        if card.over_capacity:
-            card.over_capacity = over_capacity_text(
-                card.used_slots, card.used_memory, card.used_cores, card.slots, card.memory, card.cores
-            )
-    counters = ["used_slots", "used_memory", "used_cores", "over_capacity"]
-    if len(cards) == 1:
-        cards[0].save(update_fields=counters)  # a lone card: no CASE per column (bulk_update's)
-    else:
-        Card.objects.bulk_update(cards, counters)
-    return True
+        return GivenBack()
+    uuids = sorted({uuid for pod in pods for uuid in _cards_named(pod.allocated)})
+    cards = skip_locked(Card.objects.filter(uuid__in=uuids)) if uuids else []
+    released = _deactivate_allocations([pod.pk for pod in pods], sorted(card.pk for card in cards), now)
+    if not released:
+        return GivenBack()
+    freed = add_up((card_id, memory, cores) for card_id, memory, cores, owed in released if not owed)
+    return GivenBack(lowered=lower(cards, freed), owed=any(owed for *_, owed in released))
 
 
-def _deactivate_allocations(pods: list[Pod], now) -> list[tuple[int, int, int, int]]:
-    """Mark the pods' active allocations released, in one statement that returns them
-    (pk, card, memory, cores): the read and the write were two round trips of every release.
-    Their pods are locked by the caller; no writer locks a card and then waits for an
-    existing allocation row of a placed pod, so taking these before the cards keeps the lock
-    order safe."""
+def _cards_named(allocated: str) -> list[str]:
+    """The UUIDs of the cards a placed pod's allocation string names (SPEC 8, the commit
+    writes it with the allocation rows): the cards its allocations hold, found without reading
+    them. A string that does not parse names none: its allocations' decrements are then owed
+    (settled later), never lost."""
+    try:
+        return [uuid for container in decode_allocation(allocated) for uuid, _, _ in container]
+    except ScenarioError:
+        return []
+
+
+def _deactivate_allocations(pod_ids: list[int], had: list[int], now) -> list[tuple[int, int, int, bool]]:
+    """One statement: the pods' active allocations marked released (owed where their card is
+    not in `had`), and the decrements earlier releases owe to the cards in `had` taken
+    (`settle.take_owed`); each row as (card, memory, cores, owed now). The rows not owed now
+    are what the counters of `had` are to be lowered by. The caller holds the pods' and the
+    `had` cards' locks: no writer holds an active allocation of a placed pod without its pod's
+    lock, nor an owed one without its card's, so this waits for nobody."""
     quote = connection.ops.quote_name
     fields = {field.name: field for field in Allocation._meta.concrete_fields}
     column = {
-        name: quote(str(fields[name].column)) for name in ("id", "card", "memory", "cores", "active", "pod")
+        name: quote(str(fields[name].column))
+        for name in ("card", "memory", "cores", "active", "owed", "pod", "released_at")
     }
-    released_at = fields["released_at"]
-    marks = ", ".join(["%s"] * len(pods))
+    active, owed, card = column["active"], column["owed"], column["card"]
+    pods = f"{column['pod']} IN ({', '.join(['%s'] * len(pod_ids))})"
+    cards = f"{card} IN ({', '.join(['%s'] * len(had))})" if had else ""
+    released_at = fields["released_at"].get_db_prep_save(now, connection)
+    if cards:
+        owed_now = f"CASE WHEN {active} THEN NOT ({cards}) ELSE %s END"
+        which = f"({active} AND {pods}) OR ({owed} AND {cards})"
+        params = [False, released_at, *had, False, *pod_ids, *had]
+    else:
+        owed_now, which = "%s", f"{active} AND {pods}"
+        params = [False, released_at, True, *pod_ids]
     statement = (
-        f"UPDATE {quote(Allocation._meta.db_table)} SET {column['active']} = %s,"
-        f" {quote(str(released_at.column))} = %s WHERE {column['active']} AND {column['pod']} IN ({marks})"
-        f" RETURNING {column['id']}, {column['card']}, {column['memory']}, {column['cores']}"
+        f"UPDATE {quote(Allocation._meta.db_table)} SET {active} = %s,"
+        f" {column['released_at']} = CASE WHEN {active} THEN %s ELSE {column['released_at']} END,"
+        f" {owed} = {owed_now} WHERE {which}"
+        f" RETURNING {card}, {column['memory']}, {column['cores']}, {owed}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(
-            statement, [False, released_at.get_db_prep_save(now, connection), *(pod.pk for pod in pods)]
-        )
-        return sorted(cursor.fetchall())
+        cursor.execute(statement, params)
+        return [(card, memory, cores, bool(owed)) for card, memory, cores, owed in cursor.fetchall()]
 
 
 #: The columns a release writes on the pod (`_finish`).
@@ -1030,8 +1064,7 @@ def release_pod(pod, final_status: str = Pod.DELETED, expected_uid: str | None =
         pod.save(update_fields=list(RELEASED_FIELDS))
         if pod.group_id is not None:
             group_after_release(pod.group_id, now)
-        if freed:
-            capacity_changed(f"released {pod.key}")
+        after_release(freed, f"released {pod.key}")
     return pod
 
 
@@ -1129,10 +1162,10 @@ def _release_together(wanted: list[tuple[int, dict]], final_status: str, placed_
         _save({RELEASED_FIELDS: releasing}, now)
         for group in groups:
             group.save(update_fields=list(GROUP_PHASE_FIELDS))
-        if freed:
-            capacity_changed(
-                f"released {releasing[0].key}" if len(releasing) == 1 else f"released {len(releasing)} pods"
-            )
+        after_release(
+            freed,
+            f"released {releasing[0].key}" if len(releasing) == 1 else f"released {len(releasing)} pods",
+        )
     return done
 
 
@@ -1263,7 +1296,7 @@ def requeue_placed_pod(
             return None
         if pod.status != Pod.SCHEDULED:
             return pod
-        if _release_allocations(pod, now):
+        if _release_allocations(pod, now).lowered:  # an owed one: the cycle asked for settles it
             transaction.on_commit(bump_capacity, robust=True)  # the others; this pod backs off
         back_to_pending(
             pod,

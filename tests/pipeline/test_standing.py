@@ -274,3 +274,30 @@ def test_the_snapshots_capacity_is_what_the_card_rows_sum_to():
     with STANDING.use() as (snapshot, _):
         assert snapshot_capacity(snapshot) == cluster_capacity()
         assert snapshot_capacity(snapshot)["vgpus"] > 0
+
+
+@pytest.mark.django_db(transaction=True)  # each write its own transaction, as in production
+def test_writes_in_plain_sql_are_found_by_their_marks_on_postgresql():
+    """The `written` marks and the deletion log come from triggers: an operator's SQL, which no
+    service announces, is found like a service's write, and a deleted card reads it whole."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the marks are PostgreSQL triggers (SQLite compares every row)")
+    start_cluster(random.Random(13))
+    assert_standing_is_fresh()
+    rebuilds = STANDING.rebuilds
+    some = Card.objects.filter(present=True).order_by("pk").first()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Card._meta.db_table} SET used_memory = used_memory + 5 WHERE id = %s", [some.pk]
+        )
+    assert_standing_is_fresh()
+    assert STANDING.rebuilds == rebuilds  # a counter: taken in place
+    other = Card.objects.filter(present=True, allocations__isnull=True).exclude(pk=some.pk).first()
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {Card._meta.db_table} WHERE id = %s", [other.pk])
+    assert_standing_is_fresh()
+    assert STANDING.rebuilds == rebuilds + 1  # a row gone: read whole
+    assert_standing_is_fresh()
+    assert STANDING.rebuilds == rebuilds + 1  # and only once
