@@ -195,7 +195,26 @@ def parse_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
     for key, value in annotations.items():
         if not isinstance(value, str):
             raise PodInvalid(f"annotations.{key}", f"must be a string, got {value!r}")
+    # the registries too: a filter or sort key registered later reads the same text otherwise
+    known = (tuple(annotations.items()), config, tuple(FILTERS.values()), tuple(SORT_KEYS))
+    policy = _POLICIES.get(known)
+    if policy is None:
+        policy = _read_policy(annotations, config)
+        if len(_POLICIES) >= POLICIES_KEPT:
+            _POLICIES.clear()
+        _POLICIES[known] = policy
+    return policy
 
+
+#: The policies `parse_policy` read, by annotations, defaults and registries: the pods of one
+#: workload carry the same annotations, and a `PodPolicy` is never changed once made.
+_POLICIES: dict[tuple, PodPolicy] = {}
+#: How many `_POLICIES` keeps before it starts again.
+POLICIES_KEPT = 1024
+
+
+def _read_policy(annotations: dict, config: ClusterConfig) -> PodPolicy:
+    """`parse_policy` of annotations whose values are strings, read afresh."""
     node_policy, node_ignored = config.node_scheduler_policy, None
     if NODE_POLICY in annotations:
         asked = annotations[NODE_POLICY].strip().lower()

@@ -19,7 +19,7 @@ from .annotations import PodPolicy
 from .chain import BaseFilter
 from .evaluate import NodeVerdict, evaluate_node
 from .fit import NodeFailure
-from .model import Node
+from .model import Card, Node
 from .noderules.columns import NodeColumns
 from .requests import ContainerAsk
 
@@ -87,7 +87,9 @@ class CardColumns:
         #: each card's position on its node; the card count of every node when they all have as many
         self.slot = np.arange(len(self.node_of), dtype=np.int64) - self.start[self.node_of]
         self.width = int(sizes[0]) if len(nodes) and bool((sizes == sizes[0]).all()) else None
-        cards = self.cards = [card for node in nodes for card in node.cards]
+        cards = [card for node in nodes for card in node.cards]
+        self._cards: list[Card] | None = cards
+        self._cards_of: tuple[list[Card], np.ndarray] | None = None
         self.types: list[str] = []
         type_ids: dict[str, int] = {}
         self.type_id = np.array([type_ids.setdefault(c.type, len(type_ids)) for c in cards], dtype=np.int64)
@@ -124,6 +126,17 @@ class CardColumns:
             [node.cards[0].memory if node.cards else 0 for node in nodes], dtype=np.int64
         )
         self.cards_at = [_fixed(node) for node in nodes]
+
+    @property
+    def cards(self) -> list[Card]:
+        """Every card, in column order. A subset's list is made on first use: a sweep reads it
+        only for a card hook without columns, and most re-sweeps have none."""
+        cards = self._cards
+        if cards is None:
+            assert self._cards_of is not None
+            every, rows = self._cards_of
+            cards = self._cards = list(map(every.__getitem__, rows.tolist()))
+        return cards
 
     def refresh(self, i: int, node: Node) -> bool:
         cards = node.cards
@@ -172,7 +185,7 @@ class CardColumns:
         part.sizes, part.start, part.node_of = sizes, start, node_of
         part.slot = np.arange(len(node_of), dtype=np.int64) - start[node_of]
         part.width = int(sizes[0]) if len(rows) and bool((sizes == sizes[0]).all()) else None
-        part.cards = list(map(self.cards.__getitem__, cards.tolist()))
+        part._cards, part._cards_of = None, (self.cards, cards)
         part.types, part.modes, part._by_uuid = self.types, self.modes, None
         part.families = self.families
         for column in (
@@ -352,7 +365,7 @@ class Swept:
     are the node versions the verdicts hold for; `verdict` makes one node's `NodeVerdict`, so
     a new shape creates objects only for the nodes a decision later re-reads."""
 
-    __slots__ = ("fits", "score", "fail_id", "failures", "versions", "position", "names")
+    __slots__ = ("fits", "score", "fail_id", "failures", "versions", "position", "names", "_failed")
 
     def __init__(self, fits, score, fail_id, failures: list[NodeFailure], columns: CardColumns):
         self.fits = fits
@@ -362,11 +375,17 @@ class Swept:
         self.versions = list(columns.versions)
         self.position = columns.position
         self.names = columns.names
+        self._failed: dict[int, NodeVerdict] = {}
 
     def verdict(self, i: int) -> NodeVerdict:
         if self.fits[i]:
             return NodeVerdict(True, score=float(self.score[i]))
-        return NodeVerdict(False, failure=self.failures[int(self.fail_id[i])])
+        # one verdict per failure: the nodes that fail alike share it (a verdict is never changed)
+        failure = int(self.fail_id[i])
+        verdict = self._failed.get(failure)
+        if verdict is None:
+            verdict = self._failed[failure] = NodeVerdict(False, failure=self.failures[failure])
+        return verdict
 
     def refused(self, found: tuple[np.ndarray, list[NodeFailure]] | None) -> Swept:
         """These verdicts with the nodes the per-node rules refuse (`noderules.columns.refusals`:
@@ -381,6 +400,7 @@ class Swept:
         out.fail_id = np.where(hit, code + len(self.failures), self.fail_id)
         out.failures = self.failures + failures
         out.versions, out.position, out.names = self.versions, self.position, self.names
+        out._failed = {}
         return out
 
     def put(self, i: int, verdict: NodeVerdict) -> None:

@@ -399,6 +399,8 @@ class Decision:
         """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
         failed = self.node_failures if top is None else self.node_failures[:top]
+        scores = [(name, round(score, 6)) for name, score in ranking]
+        triaged = self.triage if self.status != SCHEDULED else None  # None once placed
         out = {
             "name": self.name,
             "namespace": self.namespace,
@@ -406,7 +408,7 @@ class Decision:
             "node": self.node,
             "containers": [c.as_dict() for c in self.containers] if self.status == SCHEDULED else [],
             "allocated": self.allocated,
-            "node_scores": {name: round(score, 6) for name, score in ranking},
+            "node_scores": dict(scores),
             "failed_nodes": {name: failure.text for name, failure in failed},
             "nodes_fit": self.nodes_fit,
             "nodes_failed": self.nodes_failed,
@@ -415,7 +417,7 @@ class Decision:
             "policy": self.policy,
             "error": self.error,
             "failed_reasons": {name: _failed_reason(failure) for name, failure in failed},
-            "node_order": [[name, round(score, 6)] for name, score in ranking],
+            "node_order": [[name, score] for name, score in scores],
             "init_containers": [
                 {"name": c.name, "devices": [device.as_dict() for device in c.devices]}
                 for c in self.init_containers
@@ -426,7 +428,7 @@ class Decision:
             "closest_nodes": [dict(c) for c in self.closest] if self.status == PENDING else [],
             "unschedulable": self.unschedulable,
             "unschedulable_reason": self.never if self.unschedulable else None,
-            "verdict": self.triage.as_dict() if self.triage is not None else None,
+            "verdict": triaged.as_dict() if triaged is not None else None,
         }
         extra = self.extra_annotations
         if extra:  # only when a vGPU is a MIG instance: other payloads stay as they were

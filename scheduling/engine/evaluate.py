@@ -29,7 +29,7 @@ from typing import Any
 from . import reasons as R
 from .annotations import PodPolicy
 from .chain import rank, ranking_order
-from .fit import NodeFailure, check_card
+from .fit import NodeFailure, check_card, count_cards
 from .model import Card, Node
 from .requests import ContainerAsk
 from .score import card_score, node_score, utilization_score
@@ -244,7 +244,10 @@ Grant = tuple[int, int, int] | tuple[int, int, int, Any]
 
 
 def _partitioned(node: Node) -> bool:
-    return any(card.partition is not None for card in node.cards)
+    for card in node.cards:
+        if card.partition is not None:
+            return True
+    return False
 
 
 def _grant(entry: CardEval, cores: int, taken: dict[int, list]) -> Grant:
@@ -287,6 +290,27 @@ def evaluate_unpinned(
     return NodeVerdict(False, failure=NodeFailure(len(cards), counts))
 
 
+#: The failed verdicts `failed_verdict` gave, by what they say: a few kinds recur on every
+#: node a shape re-checks (the same reason on every card), and a verdict is never changed once
+#: made, so one object serves them all.
+_FAILED: dict[tuple, NodeVerdict] = {}
+#: How many `_FAILED` keeps before it starts again.
+FAILED_KEPT = 4096
+
+
+def failed_verdict(examined: int, counts: dict[str, int]) -> NodeVerdict:
+    """`NodeVerdict(False, failure=NodeFailure(examined, counts))`, one object for equal
+    counts (in the order found): re-checking a node that still fails makes no objects, and the
+    node's index sees the verdict it holds (`NodeIndex.update_all`) by identity."""
+    key = (examined, *counts.items())
+    verdict = _FAILED.get(key)
+    if verdict is None:
+        if len(_FAILED) >= FAILED_KEPT:
+            _FAILED.clear()
+        verdict = _FAILED[key] = NodeVerdict(False, failure=NodeFailure(examined, counts))
+    return verdict
+
+
 def evaluate_alone(
     node: Node, ask: ContainerAsk, apps: list[ContainerAsk | None], policy: PodPolicy
 ) -> NodeVerdict:
@@ -298,28 +322,21 @@ def evaluate_alone(
     cards = node.cards
     examined = len(cards)
     if not node.ready:
-        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_NOT_READY: examined}))
+        return failed_verdict(examined, {R.NODE_NOT_READY: examined})
     if node.reserved_for:
-        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_RESERVED: examined}))
+        return failed_verdict(examined, {R.NODE_RESERVED: examined})
     if examined < ask.count:
-        return NodeVerdict(False, failure=NodeFailure(examined, {R.NODE_INSUFFICIENT_DEVICE: examined}))
+        return failed_verdict(examined, {R.NODE_INSUFFICIENT_DEVICE: examined})
     fixed = ask.memory
     if (fixed is None and len({card.memory for card in cards}) > 1) or _partitioned(node):
         return evaluate_node(node, [], apps, policy)
-    counts: dict[str, int] = {}
-    fitting = 0
     # every card takes the same MiB: the fixed ask, or its share of the one card size
     each = ask.memory_on(cards[0].memory) if cards else 0
-    for card in cards:
-        failed = check_card(card, ask, each, policy, (card.used_slots, card.used_memory, card.used_cores))
-        if failed is None:
-            fitting += 1
-        else:
-            counts[failed[0]] = counts.get(failed[0], 0) + 1
+    fitting, counts = count_cards(cards, ask, each, policy)
     if fitting < ask.count:
         if fitting:
             counts[R.ALLOCATED_INSUFFICIENT] = fitting
-        return NodeVerdict(False, failure=NodeFailure(examined, counts))
+        return failed_verdict(examined, counts)
     slots = cores = memory = used_slots = used_cores = used_memory = 0
     for card in cards:  # integer sums: the same in any order
         slots += card.slots

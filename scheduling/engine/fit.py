@@ -84,6 +84,63 @@ def check_card(
     return None
 
 
+def count_cards(
+    cards: Sequence[Card], ask: ContainerAsk, memory: int, policy: PodPolicy
+) -> tuple[int, dict[str, int]]:
+    """`check_card` on every card of `cards` as it stands (no usage of this pod's own), each
+    taking `memory` MiB: how many fit, and per reason how many do not. The same checks in the
+    same order, written out for a pod that names no card types, modes or UUIDs (the filters'
+    card hooks and MIG instances are still asked): a node re-checked after it changed costs
+    its cards, not a call per card (tests/engine/test_count_cards.py holds it to `check_card`)."""
+    counts: dict[str, int] = {}
+    fitting = 0
+    if policy.use_types or policy.nouse_types or policy.use_modes or policy.use_uuids or policy.nouse_uuids:
+        for card in cards:
+            failed = check_card(
+                card, ask, memory, policy, (card.used_slots, card.used_memory, card.used_cores)
+            )
+            if failed is None:
+                fitting += 1
+            else:
+                counts[failed[0]] = counts.get(failed[0], 0) + 1
+        return fitting, counts
+    family, cores, filters = ask.family, ask.cores, policy.active_filters
+    for card in cards:
+        used_slots = card.used_slots
+        if not card.health:
+            reason = R.CARD_NOT_HEALTH
+        elif card.cordoned:
+            reason = R.CARD_CORDONED
+        elif card.family != family:
+            reason = R.CARD_TYPE_MISMATCH
+        elif used_slots >= card.slots:
+            reason = R.CARD_SLOTS_EXHAUSTED
+        else:
+            used_cores = card.used_cores
+            rejected = None
+            for card_filter in filters:
+                rejected = card_filter.rejects(card, (used_slots, card.used_memory, used_cores))
+                if rejected is not None:
+                    break
+            if rejected is not None:
+                reason = rejected[0]
+            elif card.memory - card.used_memory < memory:
+                reason = R.CARD_INSUFFICIENT_MEMORY
+            elif card.cores - used_cores < cores:
+                reason = R.CARD_INSUFFICIENT_CORE
+            elif cores == 100 and used_slots > 0:
+                reason = R.EXCLUSIVE_CONFLICT
+            elif cores == 0 and card.cores > 0 and used_cores >= card.cores:
+                reason = R.CARD_COMPUTE_EXHAUSTED
+            elif card.partition is not None and card.partition.choose(memory, cores, ()) is None:
+                reason = card.partition.reason
+            else:
+                fitting += 1
+                continue
+        counts[reason] = counts.get(reason, 0) + 1
+    return fitting, counts
+
+
 def failure_text(counts: dict[str, int], examined: int) -> str:
     """`N/M Reason, ...` sorted by reason code, M the number of the node's cards examined."""
     return ", ".join(f"{counts[reason]}/{examined} {reason}" for reason in sorted(counts))

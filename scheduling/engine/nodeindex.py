@@ -7,10 +7,8 @@ for lists built once.
 
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
-from operator import itemgetter
-from typing import TypeVar
+from array import array
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
@@ -39,11 +37,6 @@ def order_nodes(keyed: list[tuple[float, str, float]]) -> list[tuple[str, float]
                 start = i
         keyed = out
     return [(name, score) for _, name, score in keyed]
-
-
-#: a fitting node's name in its `NodeIndex.fit_keys` entry
-_name = itemgetter(1)
-_Entry = TypeVar("_Entry", tuple[float, str], tuple[str, float])
 
 
 class _Packed:
@@ -86,6 +79,13 @@ class _Packed:
         """The same pairs as a plain list."""
         return self._pairs(self.first, self.second)
 
+    def seconds(self) -> list:
+        """The second items of every pair, as a plain list."""
+        table = self.table
+        if isinstance(table, np.ndarray):
+            return table[self.second].tolist()
+        return list(map(table.__getitem__, self.second.tolist()))
+
 
 class NodeIndex:
     """One pod shape under one node policy: every node's verdict, kept in the order a decision
@@ -96,10 +96,10 @@ class NodeIndex:
     the first item again, exactly, as the sign is +-1), failed ones by name, the reason counts
     summed over the failed nodes; a changed node is taken out and put back with its new
     verdict. The 1e-9 rule of SPEC 7 only matters where two distinct scores are that close:
-    the distinct scores and the set of those with a near successor (`near`) are kept too, so
-    the ranking re-sorts by name only the runs `order_nodes` would re-sort, and exactly as it
-    would: a run can never reach across a gap of 1e-9 or more, so its groups start where the
-    run starts.
+    how many neighbouring keys are (`near_pairs`) is kept in step with each insertion and
+    removal (a look at the two neighbours, no search), and while there are none the ranking is
+    the keys' order; else the groups `order_nodes` forms are formed again over the part of the
+    keys the ranking reads, each re-sorted by name.
     """
 
     __slots__ = (
@@ -108,16 +108,16 @@ class NodeIndex:
         "position",
         "node_count",
         "held",
-        "fit_keys",
+        "fit_values",
+        "fit_names",
+        "_fit_packed",
         "fit_entries",
         "_fail_names",
         "fail_entries",
         "reasons",
         "carriers",
         "messages",
-        "multiplicity",
-        "values",
-        "near",
+        "near_pairs",
         "_ranking",
     )
 
@@ -127,7 +127,13 @@ class NodeIndex:
         self.position = -1  # TOUCHES position read up to; -1: never built
         self.node_count = -1
         self.held: dict[str, NodeVerdict] = {}
-        self.fit_keys: list[tuple[float, str]] = []  # (sign x score, name) of the fitting nodes, sorted
+        #: the fitting nodes' keys `(sign x score, name)`, sorted, as two lists side by side: a
+        #: node's place is found among the values (packed doubles: a search reads one block of
+        #: memory, not an object per step), and among the names only where values tie; None
+        #: while `_fit_packed` holds them
+        self.fit_values: array | None = array("d")
+        self.fit_names: list[str] | None = []
+        self._fit_packed: _Packed | None = None
         #: `(name, score)` beside each key, made on the first whole ranking asked (not kept to
         #: `top`) and kept in step from then on: a whole ranking is then a copy, not a rewrite
         self.fit_entries: list[tuple[str, float]] | None = None
@@ -137,17 +143,34 @@ class NodeIndex:
         self.carriers: dict[str, int] = {}  # reason -> how many failed nodes name it
         #: a node rule's words (`noderules.RuleFailure.messages`) -> how many failed nodes say them
         self.messages: dict[str, int] = {}
-        self.multiplicity: dict[float, int] = {}  # sign x score -> fitting nodes with it
-        self.values: list[float] = []  # the distinct sign x scores, sorted
-        self.near: set[float] = set()  # values whose next value is less than 1e-9 above
+        #: neighbouring keys whose values differ, by less than 1e-9: while none, the ranking is
+        #: the keys' order as they stand
+        self.near_pairs = 0
         self._ranking: list[tuple[str, float]] | None = None
+
+    @property
+    def fit_count(self) -> int:
+        """How many nodes fit."""
+        packed = self._fit_packed
+        return len(packed) if packed is not None else len(self.fit_values)  # type: ignore[arg-type]
+
+    @property
+    def fit_keys(self) -> list[tuple[float, str]]:
+        """`(sign x score, name)` of the fitting nodes, sorted (a copy)."""
+        packed = self._fit_packed
+        if packed is not None:
+            return packed.unpacked()
+        return list(zip(self.fit_values, self.fit_names, strict=True))  # type: ignore[arg-type]
 
     def rebuild(self, verdicts: list[tuple[str, NodeVerdict]]) -> None:
         """Every node afresh, `verdicts` in node-name order."""
         sign = self.sign
         self.base = None
         self.held = dict(verdicts)
-        self.fit_keys = fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
+        fit = sorted((sign * v.score, name) for name, v in verdicts if v.failure is None)
+        self._fit_packed = None
+        self.fit_values = values = array("d", [value for value, _ in fit])
+        self.fit_names = [name for _, name in fit]
         self.fit_entries = None
         self.fail_entries = [(name, v.failure) for name, v in verdicts if v.failure is not None]
         self._fail_names = None
@@ -161,18 +184,13 @@ class NodeIndex:
             for message in getattr(failure, "messages", ()):
                 messages[message] = messages.get(message, 0) + 1
         self.reasons, self.carriers, self.messages = reasons, carriers, messages
-        multiplicity: dict[float, int] = {}
-        for value, _ in fit:
-            multiplicity[value] = multiplicity.get(value, 0) + 1
-        self.multiplicity = multiplicity
-        values = self.values = sorted(multiplicity)
-        self.near = {values[i] for i in range(len(values) - 1) if values[i + 1] - values[i] < TOLERANCE}
+        self.near_pairs = sum(1 for i in range(1, len(values)) if 0 < values[i] - values[i - 1] < TOLERANCE)
         self._ranking = None
 
     def rebuild_swept(self, swept: Swept) -> None:
         """Every node afresh from a sweep (nodes in name order), as array operations: the
         verdict objects are made only for the nodes that change later (`update`), and the
-        sorted keys, failed entries and distinct values stay arrays (`_Packed`) until then."""
+        sorted keys and failed entries stay arrays (`_Packed`) until then."""
         self.base = swept
         self.held = {}
         fits = swept.fits
@@ -182,7 +200,8 @@ class NodeIndex:
         fit, values = fit[order], values[order]
         names = swept.names
         # (value, name) as `rebuild` makes them: names by row
-        self.fit_keys = _Packed(values, fit.astype(np.int32), names)  # type: ignore[assignment]
+        self._fit_packed = _Packed(values, fit.astype(np.int32), names)
+        self.fit_values = self.fit_names = None
         self.fit_entries = None
         failed = np.flatnonzero(~fits)
         failures = swept.failures
@@ -202,28 +221,20 @@ class NodeIndex:
                 for message in getattr(failure, "messages", ()):
                     messages[message] = messages.get(message, 0) + nodes
         self.reasons, self.carriers, self.messages = reasons, carriers, messages
-        if len(values):
-            starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
-            distinct = values[starts]
-            sizes = np.diff(np.append(starts, len(values)))
-        else:
-            distinct = sizes = values
-        # `values` and `multiplicity` as arrays too: made into a list and a dict by `_unpack`
-        self.values = distinct  # type: ignore[assignment]
-        self.multiplicity = sizes  # type: ignore[assignment]
-        self.near = set(distinct[:-1][np.diff(distinct) < TOLERANCE].tolist())
+        steps = np.diff(values)
+        self.near_pairs = int(np.count_nonzero((steps > 0) & (steps < TOLERANCE)))
         self._ranking = None
 
     def _unpack(self) -> None:
-        """The packed lists of `rebuild_swept` as the plain lists and dict `_add` and `_remove`
-        change in place (once per sweep, on the first update)."""
-        if isinstance(self.fit_keys, _Packed):
-            self.fit_keys = self.fit_keys.unpacked()
-            self.fail_entries = self.fail_entries.unpacked()  # type: ignore[union-attr]
+        """The packed lists of `rebuild_swept` as the plain lists `update_all` changes in place
+        (once per sweep, on the first update)."""
+        packed = self._fit_packed
+        if packed is not None:
+            self.fit_values = array("d", packed.first.astype(np.float64).tobytes())
+            self.fit_names = packed.seconds()
+            self._fit_packed = None
+            self.fail_entries = self.fail_entries.unpacked()  # type: ignore[attr-defined]
             self._fail_names = None
-            values = self.values.tolist()  # type: ignore[attr-defined]
-            self.multiplicity = dict(zip(values, self.multiplicity.tolist(), strict=True))  # type: ignore[attr-defined]
-            self.values = values
 
     @property
     def fail_names(self) -> list[str]:
@@ -250,79 +261,99 @@ class NodeIndex:
         return self._held(name)
 
     def update(self, name: str, verdict: NodeVerdict) -> None:
-        """A node's verdict changed (or was re-evaluated): replace what the index holds for it.
-        What it held is read off the sweep's columns without making a verdict of it; a node
-        that fails as before, for the same counts, changes nothing summed or ordered (most
-        re-checks of a changed node end so: then only the verdict held is replaced)."""
-        held = self.held
-        old = held.get(name)
-        if old is not None:
-            if old is verdict:
-                return
-            was, score = old.failure, old.score
-        else:
-            base = self.base
-            i = base.position.get(name) if base is not None else None
-            if i is None:  # a node it does not know
-                was, score = None, None
-            elif base.fits[i]:  # type: ignore[union-attr]
-                was, score = None, float(base.score[i])  # type: ignore[union-attr]
-            else:
-                was, score = base.failures[int(base.fail_id[i])], None  # type: ignore[union-attr]
-        failure = verdict.failure
-        if failure is not None and was is not None and (was is failure or was == failure):
-            held[name] = verdict  # the entry kept says the same
-            return
-        if isinstance(self.fit_keys, _Packed):
-            self._unpack()
-        if was is not None:
-            self._remove_failed(name, was)
-        elif score is not None:
-            self._remove_fitting(name, score)
-        self._add(name, verdict)
-        self._ranking = None
+        """A node's verdict changed (or was re-evaluated): replace what the index holds for it."""
+        self.update_all(((name, verdict),))
 
-    def _add(self, name: str, verdict: NodeVerdict) -> None:
-        self.held[name] = verdict
-        failure = verdict.failure
-        if failure is not None:
-            i = bisect_left(self.fail_names, name)
-            self.fail_names.insert(i, name)
-            self.fail_entries.insert(i, (name, failure))
-            reasons, carriers = self.reasons, self.carriers
-            for reason, n in failure.reasons.items():
-                reasons[reason] = reasons.get(reason, 0) + n
-                carriers[reason] = carriers.get(reason, 0) + 1
-            for message in getattr(failure, "messages", ()):
-                self.messages[message] = self.messages.get(message, 0) + 1
-            return
-        value = self.sign * verdict.score
-        key = (value, name)
-        keys = self.fit_keys
-        i = bisect_left(keys, key)
-        keys.insert(i, key)
-        if self.fit_entries is not None:
-            self.fit_entries.insert(i, (name, verdict.score))
-        count = self.multiplicity.get(value, 0)
-        self.multiplicity[value] = count + 1
-        if count:
-            return
-        values, near = self.values, self.near
-        j = bisect_left(values, value)
-        values.insert(j, value)
-        if j > 0:
-            prev = values[j - 1]
-            if value - prev < TOLERANCE:
-                near.add(prev)
+    def update_all(self, changed) -> None:
+        """`update` for each `(name, verdict)` of `changed` in turn (names distinct). What a
+        node held is read off the sweep's columns without making a verdict of it; a node that
+        fails as before, for the same counts, changes nothing summed or ordered (most re-checks
+        of a changed node end so: then only the verdict held is replaced)."""
+        held = self.held
+        base = self.base
+        sign = self.sign
+        moved = False
+        values: array = array("d")
+        names: list[str] = []
+        for name, verdict in changed:
+            old = held.get(name)
+            if old is not None:
+                if old is verdict:
+                    continue
+                was, score = old.failure, old.score
             else:
-                near.discard(prev)
-        if j + 1 < len(values) and values[j + 1] - value < TOLERANCE:
-            near.add(value)
+                i = base.position.get(name) if base is not None else None
+                if i is None:  # a node it does not know
+                    was, score = None, None
+                elif base.fits[i]:  # type: ignore[union-attr]
+                    was, score = None, float(base.score[i])  # type: ignore[union-attr]
+                else:
+                    was, score = base.failures[int(base.fail_id[i])], None  # type: ignore[union-attr]
+            failure = verdict.failure
+            if failure is not None and was is not None and (was is failure or was == failure):
+                held[name] = verdict  # the entry kept says the same
+                continue
+            if not moved:
+                moved = True
+                self._ranking = None
+                self._unpack()
+                values, names = self.fit_values, self.fit_names  # type: ignore[assignment]
+            if was is not None:
+                self._remove_failed(name, was)
+            elif score is not None:
+                self._remove_fitting(name, score)
+            if failure is not None:
+                self._add_failed(name, verdict, failure)
+                continue
+            # a fitting node: its key goes in by score
+            held[name] = verdict
+            value = sign * verdict.score
+            i = bisect_left(values, value)
+            if i < len(values) and values[i] == value:  # ties: by name among them
+                i = bisect_left(names, name, i, bisect_right(values, value, i))
+            values.insert(i, value)
+            names.insert(i, name)
+            if self.fit_entries is not None:
+                self.fit_entries.insert(i, (name, verdict.score))
+            self._count_near(values, i, value)
+
+    def _add_failed(self, name: str, verdict: NodeVerdict, failure: NodeFailure) -> None:
+        """Put a failed node in by name (`update_all` puts a fitting one in by score)."""
+        self.held[name] = verdict
+        names = self.fail_names
+        i = bisect_left(names, name)
+        names.insert(i, name)
+        self.fail_entries.insert(i, (name, failure))
+        reasons, carriers = self.reasons, self.carriers
+        for reason, n in failure.reasons.items():
+            reasons[reason] = reasons.get(reason, 0) + n
+            carriers[reason] = carriers.get(reason, 0) + 1
+        for message in getattr(failure, "messages", ()):
+            self.messages[message] = self.messages.get(message, 0) + 1
+
+    def _count_near(self, values: array, i: int, value: float) -> None:
+        """`near_pairs` after `value` went in at `values[i]`: the pair of neighbours it parts,
+        and the two it makes."""
+        if i:
+            before = values[i - 1]
+            if i + 1 < len(values):
+                after = values[i + 1]
+                change = (0 < value - before < TOLERANCE) + (0 < after - value < TOLERANCE)
+                change -= 0 < after - before < TOLERANCE
+            else:
+                change = 0 < value - before < TOLERANCE
+        elif len(values) > 1:
+            change = 0 < values[1] - value < TOLERANCE
+        else:
+            return
+        if change:
+            self.near_pairs += change
 
     def _remove_failed(self, name: str, failure: NodeFailure) -> None:
-        """Take a failed node out (`_add` puts its new verdict in `held`)."""
-        i = bisect_left(self.fail_names, name)
-        del self.fail_names[i]
+        """Take a failed node out (`update_all` puts its new verdict in `held`)."""
+        names = self.fail_names
+        i = bisect_left(names, name)
+        del names[i]
         del self.fail_entries[i]
         reasons, carriers = self.reasons, self.carriers
         for reason, n in failure.reasons.items():
@@ -341,88 +372,93 @@ class NodeIndex:
                 del messages[message]
 
     def _remove_fitting(self, name: str, score: float) -> None:
-        """Take a fitting node out (`_add` puts its new verdict in `held`)."""
+        """Take a fitting node out (`update_all` puts its new verdict in `held`)."""
         value = self.sign * score
-        keys = self.fit_keys
-        i = bisect_left(keys, (value, name))
-        del keys[i]
+        values, names = self.fit_values, self.fit_names
+        assert values is not None and names is not None  # unpacked by `update_all`
+        i = bisect_left(values, value)
+        if names[i] != name:  # ties: by name among them
+            i = bisect_left(names, name, i, bisect_right(values, value, i))
+        # `near_pairs`: the two pairs of neighbours it parts, and the one it leaves
+        if i:
+            before = values[i - 1]
+            if i + 1 < len(values):
+                after = values[i + 1]
+                change = (0 < after - before < TOLERANCE) - (0 < value - before < TOLERANCE)
+                change -= 0 < after - value < TOLERANCE
+            else:
+                change = -(0 < value - before < TOLERANCE)
+        else:
+            change = -(0 < values[1] - value < TOLERANCE) if len(values) > 1 else 0
+        if change:
+            self.near_pairs += change
+        del values[i]
+        del names[i]
         if self.fit_entries is not None:
             del self.fit_entries[i]
-        count = self.multiplicity[value] - 1
-        if count:
-            self.multiplicity[value] = count
-            return
-        del self.multiplicity[value]
-        values, near = self.values, self.near
-        j = bisect_left(values, value)
-        del values[j]
-        near.discard(value)
-        if j > 0:
-            prev = values[j - 1]
-            if j < len(values) and values[j] - prev < TOLERANCE:
-                near.add(prev)
-            else:
-                near.discard(prev)
+
+    def _value(self, i: int) -> float:
+        packed = self._fit_packed
+        return float(packed.first[i]) if packed is not None else self.fit_values[i]  # type: ignore[index]
+
+    def _entries(self, start: int, stop: int) -> list[tuple[str, float]]:
+        """`(name, score)` of the fitting keys from `start` to `stop`, in key order."""
+        entries = self.fit_entries
+        if entries is not None:
+            return entries[start:stop]
+        sign = self.sign
+        packed = self._fit_packed
+        if packed is not None:
+            return [(name, sign * value) for value, name in packed[start:stop]]
+        values, names = self.fit_values, self.fit_names
+        assert values is not None and names is not None
+        return [
+            (name, sign * value) for value, name in zip(values[start:stop], names[start:stop], strict=True)
+        ]
 
     def ranking(self, top: int | None = None) -> list[tuple[str, float]]:
         """`(name, score)` of the fitting nodes in policy order, as `order_nodes` gives it; with
         `top`, its first `top` entries only. Those cost `top`, not the fitting nodes: the index
-        already holds them sorted on `(sign x score, name)`, and only the runs of near scores
+        already holds them sorted on `(sign x score, name)`, and only the groups of near scores
         that start before `top` are re-sorted by name."""
         if top is not None:
             top = max(0, top)
         if self._ranking is not None:
             return self._ranking if top is None else self._ranking[:top]
-        keys = self.fit_keys
-        end = len(keys) if top is None else min(top, len(keys))
-        sign = self.sign
-        entries = self.fit_entries
-        if top is None and entries is None:
-            entries = self.fit_entries = [(name, sign * value) for value, name in keys]
-        if entries is not None:
-            out = self._named_runs(entries, end, None)
-        else:  # the first `top` keys, read as entries
-            out = [(name, sign * value) for value, name in self._named_runs(keys, end, _name)]
+        count = self.fit_count
+        end = count if top is None else min(top, count)
+        if top is None and self.fit_entries is None:
+            self.fit_entries = self._entries(0, count)
+        out = self._entries(0, end)
+        if self.near_pairs:
+            self._name_groups(out, end)
         if top is None:
             self._ranking = out
         return out
 
-    def _named_runs(self, source: list[_Entry], end: int, by_name) -> list[_Entry]:
-        """The first `end` of `source` (`fit_keys`, or `fit_entries` in step with them) with the
-        runs of near scores re-sorted by name (`by_name` reads it; None: an entry's first item)."""
-        kept = source[:end]
-        if self.near:
-            for low, high in self._runs():
-                a, b, values = self._span(low, math.nextafter(high, math.inf))
-                if a >= end:
-                    break  # runs come in order: the rest lie past `top`
-                whole = high - low < TOLERANCE  # one group: just by name
-                start = a
-                for i in range(a + 1, b + 1):
-                    if i == b or (not whole and values[i - a] - values[start - a] >= TOLERANCE):
-                        if i - start > 1:
-                            stop = min(i, end)
-                            kept[start:stop] = sorted(source[start:i], key=by_name)[: stop - start]
-                        start = i
-                        if start >= end:
-                            break
-        return kept
-
-    def _span(self, low: float, high: float) -> tuple[int, int, list[float]]:
-        """Where the fitting nodes with `low <= sign x score < high` sit, and their values."""
-        keys = self.fit_keys
-        a = bisect_left(keys, (low,))  # (low,) sorts before every (low, name)
-        b = bisect_left(keys, (high,))
-        return a, b, [value for value, _ in keys[a:b]]
-
-    def _runs(self) -> list[tuple[float, float]]:
-        """The runs of distinct values each less than 1e-9 above the one before: (first, last)."""
-        values = self.values
-        runs: list[tuple[float, float]] = []
-        for value in sorted(self.near):
-            after = float(values[bisect_left(values, value) + 1])
-            if runs and runs[-1][1] == value:
-                runs[-1] = (runs[-1][0], after)
+    def _name_groups(self, kept: list[tuple[str, float]], end: int) -> None:
+        """Re-sort by name, in `kept` (the first `end` entries in key order), the groups of
+        near scores: as `order_nodes`, a group runs from its first key while the values stay
+        less than 1e-9 above that key's, and the next starts where it stops. A group of ties
+        only is in name order already: it is stepped over with one search."""
+        count = self.fit_count
+        value = self._value
+        packed = self._fit_packed
+        values = packed.first if packed is not None else self.fit_values
+        start = 0
+        while start < end:
+            first = value(start)
+            if packed is not None:
+                ties = start + int(np.searchsorted(values[start:], first, side="right"))  # type: ignore[index]
             else:
-                runs.append((value, after))
-        return runs
+                ties = bisect_right(values, first, start)  # type: ignore[arg-type]
+            if ties < count and value(ties) - first < TOLERANCE:
+                # past the near values: the first key at least 1e-9 above `first`
+                stop = bisect_left(
+                    range(count), True, ties, count, key=lambda i: value(i) - first >= TOLERANCE
+                )
+                cut = min(stop, end)
+                kept[start:cut] = sorted(self._entries(start, stop))[: cut - start]
+                start = stop
+            else:
+                start = ties

@@ -173,6 +173,11 @@ class Scheduler:
         #: what each pod decided here holds of a node once assumed, by pod key
         self._footprints: dict[str, Footprint] = {}
         self._last_rules: tuple[ParsedPod | None, NodeRules] = (None, PLAIN)
+        #: the touch log's entries from `_touched_base` on, each matched to this cluster's node
+        #: (`(name, node)`, or `_FOREIGN`), for as many nodes as the cluster had then
+        self._touched: list[tuple] = []
+        self._touched_base = TOUCHES.position
+        self._touched_by, self._touched_nodes = cluster.by_name, len(cluster.by_name)
 
     def _shape_key(self, parsed: ParsedPod) -> tuple:
         """With one GPU container whose MiB per card is the same on every card of a node, the
@@ -216,24 +221,55 @@ class Scheduler:
             swept = table.base = swept.refused(node_refusals(table.rules, columns.node_rules))
             index.rebuild_swept(swept)
             return index
-        changed, index.position = touched
-        if changed:
-            by_name = self.cluster.by_name
-            mine: dict[str, Node] = {}
-            for ident, name in changed:
-                node = by_name.get(name)
-                if node is not None and id(node) == ident:
-                    mine[name] = node  # else a node of another cluster
+        mine, index.position = self._mine_since(index.position, touched)
+        if mine:
             if len(mine) >= self.RESWEEP_NODES and ask is not None:
                 self._resweep(table, list(mine.values()), ask, apps, policy)
-            update, verdict, verdicts = index.update, table.verdict, table.verdicts
+            verdict, verdicts = table.verdict, table.verdicts
+            found = []
             for name, node in mine.items():
                 cached = verdicts.get(name)  # the other node policy's index, or a resweep, put it there
                 if cached is not None and cached[0] == node.version:
-                    update(name, cached[1])
+                    found.append((name, cached[1]))
                 else:
-                    update(name, verdict(node, inits, apps, policy, ask))
+                    found.append((name, verdict(node, inits, apps, policy, ask)))
+            index.update_all(found)
         return index
+
+    def _mine_since(
+        self, position: int, touched: tuple[list[tuple[int, str]], int]
+    ) -> tuple[dict[str, Node], int]:
+        """The nodes of this cluster among `touched` (`TOUCHES.since(position)`), by name in the
+        order first touched, and the position after them. Each log entry is matched to a node
+        once and kept (`_touched`), not once per index that reads it: a placement is read by
+        every shape decided after it."""
+        entries, after = touched
+        if not entries:
+            return {}, after
+        by_name = self.cluster.by_name
+        if by_name is not self._touched_by or len(by_name) != self._touched_nodes:
+            # another set of nodes: the matches kept do not serve
+            self._touched, self._touched_base = [], after
+            self._touched_by, self._touched_nodes = by_name, len(by_name)
+        kept, base = self._touched, self._touched_base
+        end = base + len(kept)
+        if end < after:  # match the entries not matched yet
+            more = TOUCHES.since(end)
+            if more is None:  # dropped before they were matched: start again from here
+                self._touched, self._touched_base = [], after
+                return _match(entries, by_name), after
+            for ident, name in more[0]:
+                node = by_name.get(name)
+                kept.append((name, node) if node is not None and id(node) == ident else _FOREIGN)
+            if len(kept) > TOUCHES.keep:
+                drop = len(kept) // 2
+                del kept[:drop]
+                self._touched_base = base = base + drop
+        if position < base:  # before the matches kept
+            return _match(entries, by_name), after
+        mine = dict(kept[position - base : after - base])
+        mine.pop(None, None)  # type: ignore[call-overload]
+        return mine, after
 
     def _resweep(self, table: ShapeTable, nodes: list[Node], ask, apps: list, policy) -> None:
         """Put the verdicts of those of `nodes` the table has none for at their version into
@@ -507,7 +543,7 @@ class Scheduler:
                 index, rules, holders, counted, keep
             )
         else:
-            fit_count, fail_count = len(index.fit_keys), len(index.fail_entries)
+            fit_count, fail_count = index.fit_count, len(index.fail_entries)
             if keep is None:
                 ranking = list(index.ranking())
                 failed = list(index.fail_entries)
@@ -601,7 +637,7 @@ class Scheduler:
                 _count(reasons, counted, failure)
                 refused[name] = failure
         fits_refused = len(moved)
-        fit_count = len(index.fit_keys) - fits_refused
+        fit_count = index.fit_count - fits_refused
         fail_count = len(index.fail_entries) + fits_refused
         if rules.prefers and fit_count > 1:
             ranking = [entry for entry in index.ranking() if entry[0] not in refused]
@@ -799,6 +835,20 @@ class Scheduler:
         decision = self.decide(pod)
         self.assume(decision)
         return decision
+
+
+#: a touch log entry naming a node of another cluster (`Scheduler._mine_since`)
+_FOREIGN = (None, None)
+
+
+def _match(entries: list[tuple[int, str]], by_name: dict[str, Node]) -> dict[str, Node]:
+    """The nodes of `by_name` among touch log entries, by name in the order first touched."""
+    mine: dict[str, Node] = {}
+    for ident, name in entries:
+        node = by_name.get(name)
+        if node is not None and id(node) == ident:
+            mine[name] = node  # else a node of another cluster
+    return mine
 
 
 #: the node rules a node fails for what the pods on it hold: it may pass once they leave

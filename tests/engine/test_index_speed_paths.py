@@ -343,9 +343,7 @@ def index_state(index: NodeIndex) -> tuple:
         index.fail_names,
         index.reasons,
         index.carriers,
-        index.multiplicity,
-        index.values,
-        index.near,
+        index.near_pairs,
     )
 
 
@@ -388,7 +386,8 @@ def test_the_index_after_any_changes_equals_one_built_from_scratch(changes, sign
             cut = NodeIndex(sign)
             cut.rebuild(sorted(verdicts.items()))
             assert cut.ranking(top) == expected[:top]
-    assert all(0 < b - a < TOLERANCE for a, b in pairwise(index.values) if a in index.near)
+    keys = [value for value, _ in index.fit_keys]
+    assert index.near_pairs == sum(0 < b - a < TOLERANCE for a, b in pairwise(keys))
 
 
 def test_a_node_failing_again_for_the_same_counts_changes_nothing_but_the_verdict_held():
