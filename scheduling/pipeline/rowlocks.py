@@ -64,8 +64,8 @@ LOCK_ORDER: tuple[tuple[type[Model], ...], ...] = (
 LOCKED_ALONE: tuple[type[Model], ...] = (PodGroup, BoundPod)
 
 
-def _no_key(rows: QuerySet[Row], of_self: bool) -> QuerySet[Row]:
-    return rows.select_for_update(no_key=True, of=("self",) if of_self else ())
+def _no_key(rows: QuerySet[Row], of_self: bool, skip_locked: bool = False) -> QuerySet[Row]:
+    return rows.select_for_update(no_key=True, of=("self",) if of_self else (), skip_locked=skip_locked)
 
 
 def lock_pods(rows: QuerySet[Pod], *, of_self: bool = False) -> QuerySet[Pod]:
@@ -80,10 +80,11 @@ def lock_node(rows: QuerySet[Node]) -> QuerySet[Node]:
     return _no_key(rows, False)
 
 
-def lock_cards(rows: QuerySet[Card], *, of_self: bool = False) -> QuerySet[Card]:
+def lock_cards(rows: QuerySet[Card], *, of_self: bool = False, skip_locked: bool = False) -> QuerySet[Card]:
     """Step 3: cards `FOR NO KEY UPDATE`, in primary-key order; after any pod and node lock of
-    the same transaction (every writer of the counters)."""
-    return _no_key(rows, of_self).order_by("pk")
+    the same transaction (every writer of the counters). `skip_locked`: the cards another
+    transaction holds are left out, never waited for (a release: `pipeline.settle`)."""
+    return _no_key(rows, of_self, skip_locked).order_by("pk")
 
 
 def lock_evictions(rows: QuerySet[Eviction]) -> QuerySet[Eviction]:

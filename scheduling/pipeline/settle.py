@@ -48,13 +48,8 @@ def skip_locked(rows: QuerySet[Card]) -> list[Card]:
     """The cards of `rows` that no other transaction holds, locked as `rowlocks.lock_cards`
     locks them (the same clause, the same place in the lock order, primary-key order) but
     `SKIP LOCKED`: a card another writer holds is left out, never waited for, so this cannot
-    take part in a lock cycle. The clause is added to the helper's own statement, as
-    `rowlocks.share_queues` adds its own; on SQLite (no row locks) every card is had."""
-    locked = lock_cards(rows)
-    if connection.vendor != "postgresql":
-        return list(locked)
-    sql, params = locked.query.sql_with_params()
-    return list(Card.objects.raw(f"{sql} SKIP LOCKED", params))
+    take part in a lock cycle. On SQLite (no row locks) every card is had."""
+    return list(lock_cards(rows, skip_locked=True))
 
 
 def take_owed(card_ids: list[int]) -> dict[int, list[int]]:
