@@ -419,29 +419,45 @@ def warm_worker() -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def start_drainer() -> subprocess.Popen:
-    """Another worker process on the same database draining the same queue (`--drain`)."""
+def start_drainer(cold: bool = False) -> subprocess.Popen:
+    """Another worker process on the same database (`--drain`): it reads the cluster (unless
+    `cold`), says `ready`, and drains the queue once told `go` (`release_drainers`)."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.pipeline", "--drain"],
+        [sys.executable, "-m", "bench.pipeline", "--drain", *(["--cold"] if cold else [])],
         cwd=REPO,
         env=dict(os.environ),
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    process.started = time.perf_counter()  # type: ignore[attr-defined]
+    assert process.stdout is not None
+    if process.stdout.readline().strip() != "ready":
+        raise RuntimeError("a drainer did not start")
     return process
 
 
+def release_drainers(drainers: list[subprocess.Popen]) -> None:
+    """Tell the drainers to start, as the main worker starts its own drain."""
+    for drainer in drainers:
+        assert drainer.stdin is not None
+        drainer.stdin.write("go\n")
+        drainer.stdin.flush()
+
+
 def finished_after(process: subprocess.Popen) -> float:
-    """Seconds from the drainer's start until it found the queue empty (what it printed)."""
+    """Seconds from the drainer's `go` until it found the queue empty (what it printed)."""
     out = (process.stdout.read() if process.stdout else "").strip().splitlines()
     return float(json.loads(out[-1])["seconds"]) if out else 0.0
 
 
-def main_drain() -> None:
+def main_drain(cold: bool = False) -> None:
     import django
 
     django.setup()
+    if not cold:
+        warm_worker()  # as the main worker: a running worker has read the cluster
+    print("ready", flush=True)
+    sys.stdin.readline()
     _, seconds = drain_queue()
     print(json.dumps({"seconds": seconds}))
 
@@ -459,8 +475,9 @@ def main_child(args) -> None:
     call_command("migrate", verbosity=0, interactive=False)
     build_cluster(args.nodes)
     read_ms = 0.0 if args.cold else warm_worker()
+    others = [start_drainer(args.cold) for _ in range(args.workers - 1)]  # each reads the cluster first
     queue_pods(args.pods, MIXES[args.mix])
-    others = [start_drainer() for _ in range(args.workers - 1)]
+    release_drainers(others)
     if args.profile:  # cProfile of the drain alone (the cluster and queue are built already)
         import cProfile
 
@@ -532,7 +549,7 @@ def main() -> None:
     parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drain:
-        main_drain()
+        main_drain(args.cold)
     elif args.child:
         args.nodes = int(args.nodes)
         main_child(args)
