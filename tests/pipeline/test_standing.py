@@ -301,3 +301,27 @@ def test_writes_in_plain_sql_are_found_by_their_marks_on_postgresql():
     assert STANDING.rebuilds == rebuilds + 1  # a row gone: read whole
     assert_standing_is_fresh()
     assert STANDING.rebuilds == rebuilds + 1  # and only once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_whole_read_forgets_deletions_older_than_any_horizon_on_postgresql():
+    """The deletion log is pruned by whole reads: entries older than GONE_KEEP (or twice the
+    rebuild period) go, newer ones stay for the other processes' looks."""
+    from django.db import connection
+
+    from scheduling.pipeline.standing import GONE_KEEP
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the deletion log is PostgreSQL's (SQLite compares every row)")
+    start_cluster(random.Random(14))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO hamiadmin_gone (tbl, xid, at) VALUES"
+            " ('scheduling_card', 1, now() - make_interval(secs => %s)), ('scheduling_card', 2, now())",
+            [GONE_KEEP + 60],
+        )
+    STANDING.clear()
+    assert_standing_is_fresh()  # a whole read
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xid FROM hamiadmin_gone WHERE xid IN (1, 2) ORDER BY xid")
+        assert [row[0] for row in cursor.fetchall()] == [2]
