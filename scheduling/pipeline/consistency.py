@@ -61,15 +61,21 @@ _REASONS = {
 COUNTED = Q(allocations__active=True) | Q(allocations__owed=True)
 
 
+def held(cards):
+    """`cards` with what their counted allocations (`COUNTED`) hold: `held_slots`,
+    `held_memory`, `held_cores`, what their counters should read (the check and the repair)."""
+    return cards.annotate(
+        held_slots=Count("allocations", filter=COUNTED),
+        held_memory=Coalesce(Sum("allocations__memory", filter=COUNTED), 0),
+        held_cores=Coalesce(Sum("allocations__cores", filter=COUNTED), 0),
+    )
+
+
 def counter_drift(card_ids=None) -> list[dict[str, Any]]:
     """Cards whose `used_*` differ from the sum of their active allocations and the owed ones
     (should be none). `card_ids` narrows the look to those cards."""
     cards = Card.objects.all() if card_ids is None else Card.objects.filter(pk__in=card_ids)
-    rows = cards.annotate(
-        held_slots=Count("allocations", filter=COUNTED),
-        held_memory=Coalesce(Sum("allocations__memory", filter=COUNTED), 0),
-        held_cores=Coalesce(Sum("allocations__cores", filter=COUNTED), 0),
-    ).values(
+    rows = held(cards).values(
         "id", "uuid", "used_slots", "used_memory", "used_cores", "held_slots", "held_memory", "held_cores"
     )
     return [

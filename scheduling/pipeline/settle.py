@@ -3,7 +3,7 @@
 A scheduling commit holds its cards' row locks through every write of its cycle; starved of
 CPU it held them past the web tier's bound (HAMI_DB_WEB_LOCK_TIMEOUT_MS), and a `complete/`
 waiting to lower those cards' counters was answered 503. So a release takes its cards
-`SKIP LOCKED` (`skip_locked`): it lowers the counters of the cards it gets, and marks its
+`SKIP LOCKED` (`rowlocks.lock_cards`): it lowers the counters of the cards it gets, and marks its
 allocations on the others released but **owed** (`Allocation.owed`), leaving their counters
 as they are. A card then looks fuller than it is for a moment, never emptier: an owed
 decrement cannot let anything be over-committed.
@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import QuerySet
 
 from scheduling.dbretry import lock_wait_ran_out, retry_on_conflict
 from scheduling.models import Allocation, CapacityVersion, Card
@@ -42,14 +41,6 @@ log = logging.getLogger(__name__)
 
 #: The columns a settle (or a release) writes on a card.
 COUNTER_FIELDS = ("used_slots", "used_memory", "used_cores", "over_capacity")
-
-
-def skip_locked(rows: QuerySet[Card]) -> list[Card]:
-    """The cards of `rows` that no other transaction holds, locked as `rowlocks.lock_cards`
-    locks them (the same clause, the same place in the lock order, primary-key order) but
-    `SKIP LOCKED`: a card another writer holds is left out, never waited for, so this cannot
-    take part in a lock cycle. On SQLite (no row locks) every card is had."""
-    return list(lock_cards(rows, skip_locked=True))
 
 
 def take_owed(card_ids: list[int]) -> dict[int, list[int]]:
@@ -116,7 +107,7 @@ def settle_owed(*, ask_for_cycle: bool = False) -> int:
     anyway). The number of cards settled; one query when nothing is owed on PostgreSQL, none
     elsewhere."""
     if connection.vendor != "postgresql":
-        return 0  # nothing is owed where every card is had at once (no query: `skip_locked`)
+        return 0  # nothing is owed where every card is had at once (no row locks: every card is had)
     card_ids = owed_cards()
     if not card_ids:
         return 0

@@ -184,7 +184,6 @@ class StandingSnapshot:
         self.bound: list[RunningPod] = []  # the pods others bound, as counted
         self.own: dict[str, list[RunningPod]] = {}  # node name -> hamiadmin's placed pods on it
         self.bound_seen: dict[int, object] = {}  # BoundPod id -> updated_at (`_bound_changed`)
-        self.bound_count = 0
         self.position = 0  # where in the touch log the kept nodes were last put back
         self.built_at = float("-inf")
         self.rebuilds = 0  # whole reads, for tests and the bench
@@ -204,7 +203,7 @@ class StandingSnapshot:
         planned on the snapshot since, is taken as up to date. A cycle's wake refreshes it
         moments before the cycle plans; reading again would find only what landed in those
         milliseconds, which any snapshot misses by its commit (re-checked under lock), at the
-        cost of two scans of every card row at 20,000 nodes (issue 29)."""
+        cost of a second look's queries every cycle (issue 29)."""
         if not option("SNAPSHOT_KEEP") or not self.lock.acquire(blocking=False):
             snapshot = load_snapshot()
             yield snapshot, Scheduler(snapshot.cluster, snapshot.config)
@@ -289,7 +288,7 @@ class StandingSnapshot:
         self.gone = set(gone)
         if self.horizon is not None:
             _forget_old_deletions()
-        self.bound_seen, self.bound_count = self._bound_rows(), BoundPod.objects.count()
+        self.bound_seen = self._bound_rows()
         self.cards = {row[0]: row for row in card_rows()}
         self.nodes = {row[0]: row for row in node_rows()}
         self.bound, own = running_pods()
@@ -377,15 +376,16 @@ class StandingSnapshot:
         return dict(rows.values_list("id", "updated_at"))
 
     def _bound_changed(self) -> bool:
-        """Whether a pod others bound came or changed since it was read: a row written since the
-        last horizon is not as it was seen then; on SQLite, or the count moved (on PostgreSQL a
-        row gone is in the deletion log, which `_apply_changes` reads first). Cheap: on
-        PostgreSQL only the rows written since, elsewhere two narrow columns."""
+        """Whether a pod others bound came, went or changed since it was read. On PostgreSQL: a
+        row written since the last horizon is not as it was seen then (a row gone is in the
+        deletion log, which `_apply_changes` reads first); elsewhere every row is read and the
+        whole is compared. Cheap: on PostgreSQL only the rows written since, elsewhere two
+        narrow columns."""
         rows = self._bound_rows()
-        changed = any(self.bound_seen.get(pk) != at for pk, at in rows.items())
         if self.horizon is None:
-            count = BoundPod.objects.count()
-            changed, self.bound_count = changed or count != self.bound_count, count
+            changed = rows != self.bound_seen
+        else:
+            changed = any(self.bound_seen.get(pk) != at for pk, at in rows.items())
         # read after `horizon` was taken: a superset of the rows the next check reads, as seen
         self.bound_seen = rows
         return changed

@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Count, Sum
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
@@ -79,16 +77,12 @@ def _release_ghosts_and_fix_counters(actor: str) -> tuple[list[str], dict[str, l
             Allocation.objects.filter(pk__in=[pk for pk, *_ in ghosts]).update(active=False, released_at=now)
             for _, _, namespace, name, uuid in ghosts:
                 released.setdefault(f"{namespace}/{name}", []).append(uuid)
-        counted = consistency.COUNTED  # owed decrements count: their settle lowers them, once
+        # owed decrements count (`consistency.COUNTED`): their settle lowers them, once
         held = {
             row["pk"]: row
-            for row in Card.objects.filter(pk__in=card_ids)
-            .annotate(
-                held_slots=Count("allocations", filter=counted),
-                held_memory=Coalesce(Sum("allocations__memory", filter=counted), 0),
-                held_cores=Coalesce(Sum("allocations__cores", filter=counted), 0),
+            for row in consistency.held(Card.objects.filter(pk__in=card_ids)).values(
+                "pk", "held_slots", "held_memory", "held_cores"
             )
-            .values("pk", "held_slots", "held_memory", "held_cores")
         }
         fixed = []
         for card in cards:

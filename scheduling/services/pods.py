@@ -41,8 +41,8 @@ from scheduling.models import (
     SchedulerConfig,
 )
 from scheduling.models.pods import gate_names, gated_reason, spec_fields
-from scheduling.pipeline.rowlocks import lock_pods, share_queues
-from scheduling.pipeline.settle import add_up, lower, skip_locked
+from scheduling.pipeline.rowlocks import lock_cards, lock_pods, share_queues
+from scheduling.pipeline.settle import add_up, lower
 from scheduling.pipeline.triggers import request_cycle
 
 from .fields import checked_scheduling
@@ -968,7 +968,7 @@ def _release_allocations_of(pods: list[Pod], now) -> GivenBack:
     if not pods:
         return GivenBack()
     uuids = sorted({uuid for pod in pods for uuid in _cards_named(pod.allocated)})
-    cards = skip_locked(Card.objects.filter(uuid__in=uuids)) if uuids else []
+    cards = list(lock_cards(Card.objects.filter(uuid__in=uuids), skip_locked=True)) if uuids else []
     released = _deactivate_allocations([pod.pk for pod in pods], sorted(card.pk for card in cards), now)
     if not released:
         return GivenBack()
