@@ -19,6 +19,8 @@ from itertools import combinations
 from math import comb
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import numpy as np
+
 from . import budget
 from . import reasons as R
 
@@ -80,6 +82,10 @@ class Filter(Protocol):
     - `rejects_fitting(fitting, count)`, over the cards that passed checks 1-10 (at least
       one) for a container asking `count` cards: the rejection every one of them fails
       with (SPEC 4 check 11), or None.
+    - `rejects_fitting_columns(fitting, node_of, numa, nodes, count)`, the same rule over
+      numpy columns of every card of `nodes` nodes (which fitting cards it rejects, and the
+      reason) for the columnar sweep, or None when the filter has no columnar form (a pod
+      it is active for is then evaluated node by node).
     - `select(ranked, count, node, policy)`, the choice: `ranked` are at least `count` fitting cards
       in chain order; the cards left to choose from, best first, at least `count` of them
       (the engine takes the first `count`).
@@ -126,6 +132,10 @@ class Filter(Protocol):
 
     def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None: ...
 
+    def rejects_fitting_columns(
+        self, fitting: Any, node_of: Any, numa: Any, nodes: int, count: int
+    ) -> tuple[Any, str] | None: ...
+
     def select(
         self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView
     ) -> list[CandidateT]: ...
@@ -159,6 +169,11 @@ class BaseFilter:
         return None
 
     def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:
+        return None
+
+    def rejects_fitting_columns(
+        self, fitting: Any, node_of: Any, numa: Any, nodes: int, count: int
+    ) -> tuple[Any, str] | None:
         return None
 
     def select(
@@ -210,6 +225,21 @@ class NumaBindFilter(BaseFilter):
         for entry in fitting:
             per_numa[entry.numa] = per_numa.get(entry.numa, 0) + 1
         return (R.NUMA_NOT_FIT, "numa") if max(per_numa.values()) < count else None
+
+    def rejects_fitting_columns(
+        self, fitting: Any, node_of: Any, numa: Any, nodes: int, count: int
+    ) -> tuple[Any, str] | None:
+        """`rejects_fitting` on every node at once: per card whether it fits (`fitting`), its
+        node (`node_of`, 0 to `nodes` - 1) and NUMA node; the fitting cards of each node none of
+        whose NUMA nodes holds `count` of them are rejected. A new numa-bind shape is then
+        swept, not evaluated node by node (~0.1 ms a node, seconds at 20,000; issue 29)."""
+        groups, group_of = np.unique(numa, return_inverse=True)
+        width = len(groups)
+        per_group = np.bincount(
+            node_of * width + group_of.reshape(-1), weights=fitting, minlength=nodes * width
+        )
+        most = per_group.reshape(nodes, width).max(axis=1) if nodes and width else np.zeros(nodes)
+        return fitting & (most < count)[node_of], R.NUMA_NOT_FIT
 
     def select(
         self, ranked: list[CandidateT], count: int, node: Node, policy: PolicyView

@@ -106,6 +106,7 @@ class CardColumns:
         self.slots = np.array([c.slots for c in cards], dtype=np.int64)
         self.memory = np.array([c.memory for c in cards], dtype=np.int64)
         self.cores = np.array([c.cores for c in cards], dtype=np.int64)
+        self.numa = np.array([c.numa for c in cards], dtype=np.int64)
         self.used_slots = np.array([c.used_slots for c in cards], dtype=np.int64)
         self.used_memory = np.array([c.used_memory for c in cards], dtype=np.int64)
         self.used_cores = np.array([c.used_cores for c in cards], dtype=np.int64)
@@ -195,6 +196,7 @@ class CardColumns:
             "slots",
             "memory",
             "cores",
+            "numa",
             "used_slots",
             "used_memory",
             "used_cores",
@@ -227,31 +229,45 @@ class CardColumns:
 
 
 def _fixed(node: Node) -> tuple:
-    """What of a node's cards `CardColumns` reads once (capacities, type, mode, UUID): a node
-    whose cards change in any of it is read again whole (`refill`)."""
+    """What of a node's cards `CardColumns` reads once (capacities, type, mode, UUID, NUMA
+    node): a node whose cards change in any of it is read again whole (`refill`)."""
     return tuple(
-        (c.slots, c.memory, c.cores, c.type, c.mode, c.uuid, c.partition is None, c.family)
+        (c.slots, c.memory, c.cores, c.type, c.mode, c.uuid, c.partition is None, c.family, c.numa)
         for c in node.cards
     )
 
 
 def sweepable(
-    inits: list[ContainerAsk], apps: list[ContainerAsk | None], policy: PodPolicy, exclusions: bool = False
+    inits: list[ContainerAsk],
+    apps: list[ContainerAsk | None],
+    policy: PodPolicy,
+    exclusions: bool = False,
+    fitting_columns: bool = False,
 ) -> ContainerAsk | None:
     """The one GPU container's ask when `sweep` decides this pod exactly as `evaluate_node`:
     no GPU init container, one GPU app container, no UUID or mode constraint, and no active
-    filter with a hook over the fitting cards (check 11); card hooks (check 6) run over the
-    columns when the filter has `rejects_columns`, else card by card inside the sweep.
+    filter with a hook over the fitting cards (check 11) unless `fitting_columns`; card hooks
+    (check 6) run over the columns when the filter has `rejects_columns`, else card by card
+    inside the sweep.
     `exclusions`: UUID and mode constraints allowed (`sweep` checks them; the columnar
-    closeness, `closeness.closest_columns`, does not)."""
+    closeness, `closeness.closest_columns`, does not). `fitting_columns`: a filter with a
+    hook over the fitting cards allowed when the hook has a columnar form (`sweep` runs it,
+    `evaluate_alone` evaluates such a node in full; the closeness does not know it)."""
     gpu = [ask for ask in apps if ask is not None]
     if inits or len(gpu) != 1:
         return None
     if not exclusions and (policy.use_modes or policy.use_uuids or policy.nouse_uuids):
         return None
-    if any(f.decides_fit and _overrides(f, "rejects_fitting") for f in policy.active_filters):
-        return None
+    for f in fitting_hooks(policy):
+        if not (fitting_columns and _overrides(f, "rejects_fitting_columns")):
+            return None
     return gpu[0]
+
+
+def fitting_hooks(policy: PodPolicy) -> list:
+    """The active filters with a hook over a container's fitting cards (check 11) that can
+    change whether a node fits."""
+    return [f for f in policy.active_filters if f.decides_fit and _overrides(f, "rejects_fitting")]
 
 
 def _overrides(card_filter: object, hook: str) -> bool:
@@ -432,6 +448,14 @@ def sweep(
     codes = card_codes(c, ask, policy, exclusions=True)
     assert codes is not None  # card by card when a hook has no columns
     code, reasons = codes
+    for card_filter in fitting_hooks(policy):
+        # check 11 over the cards that passed 1-10; a node it rejects keeps none fitting
+        columnar = card_filter.rejects_fitting_columns(code == 0, c.node_of, c.numa, c.count, ask.count)
+        assert columnar is not None  # `sweepable` lets only a columnar hook through
+        rejected, reason = columnar
+        if reason not in reasons:
+            reasons = [*reasons, reason]
+        code[rejected] = reasons.index(reason) + 1
     width = len(reasons) + 1
     counts = np.bincount(c.node_of * width + code, minlength=c.count * width).reshape(c.count, width)
     fitting = counts[:, 0]

@@ -184,7 +184,7 @@ def test_the_pinned_sweeps_give_every_node_its_full_verdict(stream):
             continue
         inits, apps, policy = parsed.gpu_inits, list(parsed.apps), parsed.policy
         full = [evaluate_node(each, inits, apps, policy, explain=True) for each in cluster.nodes]
-        one = sweepable(inits, apps, policy, exclusions=True)
+        one = sweepable(inits, apps, policy, exclusions=True, fitting_columns=True)
         swept = None
         if one is not None:
             swept = sweep(columns, cluster.nodes, one, apps, policy)
@@ -202,6 +202,80 @@ def test_the_pinned_sweeps_give_every_node_its_full_verdict(stream):
             if unpinned is not None:
                 assert not verdict.fits
                 assert unpinned.failure == verdict.failure
+
+
+NUMA_CARD = st.tuples(
+    st.sampled_from([-1, 0, 1, 3, 70000]),  # NUMA nodes need not be 0..n-1
+    st.integers(0, 3),  # tenants
+    st.sampled_from([0, 4000, 15000, 16000]),  # MiB held
+    st.booleans(),  # healthy
+)
+
+
+@examples(0.02)
+@given(
+    nodes=st.lists(st.lists(NUMA_CARD, min_size=0, max_size=8), min_size=1, max_size=9),
+    count=st.integers(1, 5),
+    memory=st.sampled_from([1000, 8000, 16000]),
+    chain=st.sampled_from(["binpack", "spread", "mutex", "binpack,topology-aware", "numa,spread"]),
+)
+def test_a_numa_bind_pod_is_swept_as_the_full_evaluation_decides_each_node(nodes, count, memory, chain):
+    """Issue 29: numa-bind's check 11 over columns (`NumaBindFilter.rejects_fitting_columns`),
+    so a new numa-bind shape is swept, not evaluated node by node: each node's verdict (fit,
+    score to the last bit, reason counts with `NumaNotFit`) is `evaluate_node`'s, on nodes with
+    no cards, NUMA nodes numbered anyhow and cards used, full or unhealthy."""
+    raw = scenario(
+        [
+            node(
+                f"n{i:02d}",
+                *(
+                    card(f"G{i}-{j}", 16000, numa=numa, health=healthy, used=(slots, mib, 0))
+                    for j, (numa, slots, mib, healthy) in enumerate(cards)
+                ),
+            )
+            for i, cards in enumerate(nodes)
+        ],
+        [
+            pod(
+                "bound",
+                {NUMA_BIND: "true", "hami.io/gpu-scheduler-policy": chain},
+                ask(gpu=count, mem=memory),
+            )
+        ],
+    )
+    cluster, config, pods = parse_scenario(raw)
+    parsed = parse_pod(pods[0], config)
+    apps, policy = list(parsed.apps), parsed.policy
+    assert sweepable([], apps, policy) is None  # the closeness does not know the hook
+    one = sweepable([], apps, policy, exclusions=True, fitting_columns=True)
+    assert one is not None
+    swept = sweep(CardColumns(cluster.nodes), cluster.nodes, one, apps, policy)
+    for i, each in enumerate(cluster.nodes):
+        got, full = swept.verdict(i), evaluate_node(each, [], apps, policy, explain=True)
+        assert (got.fits, got.failure) == (full.fits, full.failure)
+        if full.fits:
+            assert got.score == full.score
+
+
+def test_numa_bind_rejects_the_fitting_cards_of_a_node_without_enough_on_one_numa_node():
+    """The example: 4 free cards, 2 on each NUMA node, a pod asking 3 on one: the sweep
+    fails the node with 4 NumaNotFit cards, as the card-by-card hook does; 2 asked fit."""
+    raw = scenario(
+        [node("n", *(card(f"G{j}", 16000, numa=j // 2) for j in range(4)))],
+        [
+            pod("three", {NUMA_BIND: "true"}, ask(gpu=3, mem=1000)),
+            pod("two", {NUMA_BIND: "true"}, ask(gpu=2, mem=1000)),
+        ],
+    )
+    cluster, config, pods = parse_scenario(raw)
+    verdicts = []
+    for spec in pods:
+        parsed = parse_pod(spec, config)
+        apps = list(parsed.apps)
+        one = sweepable([], apps, parsed.policy, exclusions=True, fitting_columns=True)
+        verdicts.append(sweep(CardColumns(cluster.nodes), cluster.nodes, one, apps, parsed.policy).verdict(0))
+    assert verdicts[0].failure == NodeFailure(4, {R.NUMA_NOT_FIT: 4})
+    assert verdicts[1].fits
 
 
 def test_a_pod_pinned_to_a_full_card_waits_with_the_carrier_closest():
