@@ -46,3 +46,32 @@ def test_0002_moves_the_reason_to_its_field_and_guesses_origins():
         assert dict(Pod.objects.values_list("name", "origin")) == {"watched": "kubernetes", "posted": "api"}
     finally:
         migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+def test_0025_compresses_decision_payloads_with_lz4_and_they_read_back_whole():
+    """Issue 29: new decision payloads are compressed with lz4 on PostgreSQL (a server without
+    lz4 keeps pglz); a payload large enough to be compressed reads back as it was written."""
+    from scheduling.models import Decision, Pod
+
+    if connection.vendor != "postgresql":
+        pytest.skip("column compression is PostgreSQL's (SQLite stores the text)")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        )
+        lz4 = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT attcompression FROM pg_attribute"
+            " WHERE attrelid = 'scheduling_decision'::regclass AND attname = 'payload'"
+        )
+        assert cursor.fetchone()[0] == ("l" if lz4 else "")
+    pod = Pod.objects.create(name="explained", containers=[])
+    payload = {"node_order": [[f"node-{i:05d}", i / 7] for i in range(400)], "reasons": {"x": 1}}
+    decision = Decision.objects.create(pod=pod, outcome="pending", payload=payload)
+    assert Decision.objects.get(pk=decision.pk).payload == payload
+    if lz4:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_column_compression(payload) FROM scheduling_decision WHERE id = %s", [decision.pk]
+            )
+            assert cursor.fetchone()[0] == "lz4"
