@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Count, Exists, JSONField, OuterRef
 from django.utils import timezone
@@ -292,6 +293,8 @@ def _converter(field, db):
     casts below read text), plain values as they are, anything else as Django prepares it."""
     if isinstance(field, JSONField):
         encoder = field.encoder
+        if encoder is None:
+            return json_text
 
         def as_json(value):
             return json.dumps(value, cls=encoder)
@@ -304,6 +307,16 @@ def _converter(field, db):
         return value if type(value) in plain else field.get_db_prep_save(value, db)
 
     return prepared
+
+
+def json_text(value) -> str:
+    """`value` as JSON text, as `json.dumps` writes it up to spacing: by orjson, ~5x faster on
+    a decision payload (~90 -> ~17 ms a 1,000-pod cycle, issue 29); what orjson refuses (keys
+    that are not strings, integers past 64 bits) by `json.dumps`."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value)
 
 
 def _prepared(model, names: list[str]):
