@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS, Filter, chain_names
+from .chain import DEFAULT_SORT_KEYS, FILTERS, SORT_KEYS, Filter, chain_names, fitting_hooks
 from .errors import PodInvalid
 from .families import ASCEND, NVIDIA
 from .model import ClusterConfig
@@ -73,10 +73,13 @@ class PodPolicy:
     #: The pod's group (`namespace/name`) when the chain names `gang-spread`; else "".
     gang: str = ""
     active_filters: tuple[Filter, ...] = field(default=(), init=False, compare=False, repr=False)
+    #: those of them with a hook over a container's fitting cards that decides fit (check 11)
+    fitting_hooks: tuple[Filter, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         active = tuple(f for f in FILTERS.values() if f.active(self))
         object.__setattr__(self, "active_filters", active)
+        object.__setattr__(self, "fitting_hooks", fitting_hooks(active))
 
     def uses(self, name: str) -> bool:
         """Whether the registered filter `name` is active for this pod."""

@@ -60,6 +60,18 @@ class Ranked(Protocol):
     def index(self) -> int: ...
 
 
+class Placed(Protocol):
+    """What check 11 (`rejects_fitting`) reads of a fitting card: where it sits, never its
+    score (a score ranks cards, it does not decide whether a node fits). So a node re-checked
+    alone passes its cards themselves (`evaluate.evaluate_alone`), not their evaluations."""
+
+    @property
+    def numa(self) -> int: ...
+
+    @property
+    def index(self) -> int: ...
+
+
 class Candidate(Ranked, Protocol):
     """What filters read of a fitting card: also its position among the node's cards."""
 
@@ -81,7 +93,7 @@ class Filter(Protocol):
       None when the filter has no columnar form (the sweep then calls `rejects` card by card).
     - `rejects_fitting(fitting, count)`, over the cards that passed checks 1-10 (at least
       one) for a container asking `count` cards: the rejection every one of them fails
-      with (SPEC 4 check 11), or None.
+      with (SPEC 4 check 11), or None. It reads where the cards sit (`Placed`), not scores.
     - `rejects_fitting_columns(fitting, node_of, numa, nodes, count)`, the same rule over
       numpy columns of every card of `nodes` nodes (which fitting cards it rejects, and the
       reason) for the columnar sweep, or None when the filter has no columnar form (a pod
@@ -130,7 +142,7 @@ class Filter(Protocol):
         self, used_slots: Any, used_memory: Any, used_cores: Any
     ) -> tuple[Any, str] | None: ...
 
-    def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None: ...
+    def rejects_fitting(self, fitting: Sequence[Placed], count: int) -> Rejection | None: ...
 
     def rejects_fitting_columns(
         self, fitting: Any, node_of: Any, numa: Any, nodes: int, count: int
@@ -168,7 +180,7 @@ class BaseFilter:
     def rejects_columns(self, used_slots: Any, used_memory: Any, used_cores: Any) -> tuple[Any, str] | None:
         return None
 
-    def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:
+    def rejects_fitting(self, fitting: Sequence[Placed], count: int) -> Rejection | None:
         return None
 
     def rejects_fitting_columns(
@@ -183,6 +195,17 @@ class BaseFilter:
 
     def choice_work(self, cards: int, count: int) -> int:
         return 0
+
+
+def overrides(card_filter: object, hook: str) -> bool:
+    """Whether a filter has its own `hook`, not `BaseFilter`'s pass-everything default."""
+    return getattr(type(card_filter), hook, None) is not getattr(BaseFilter, hook)
+
+
+def fitting_hooks(filters: Sequence[Filter]) -> tuple[Filter, ...]:
+    """Those of `filters` with a hook over a container's fitting cards (check 11) that can
+    change whether a node fits (numa-bind's)."""
+    return tuple(f for f in filters if f.decides_fit and overrides(f, "rejects_fitting"))
 
 
 class MutexFilter(BaseFilter):
@@ -220,7 +243,7 @@ class NumaBindFilter(BaseFilter):
     def active(self, policy: PolicyView) -> bool:
         return policy.numa_bind
 
-    def rejects_fitting(self, fitting: Sequence[Candidate], count: int) -> Rejection | None:
+    def rejects_fitting(self, fitting: Sequence[Placed], count: int) -> Rejection | None:
         per_numa: dict[int, int] = {}
         for entry in fitting:
             per_numa[entry.numa] = per_numa.get(entry.numa, 0) + 1

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import reasons as R
 from .annotations import PodPolicy
-from .chain import BaseFilter
+from .chain import overrides
 from .evaluate import NodeVerdict, evaluate_node
 from .fit import NodeFailure
 from .model import Card, Node
@@ -251,28 +251,17 @@ def sweepable(
     inside the sweep.
     `exclusions`: UUID and mode constraints allowed (`sweep` checks them; the columnar
     closeness, `closeness.closest_columns`, does not). `fitting_columns`: a filter with a
-    hook over the fitting cards allowed when the hook has a columnar form (`sweep` runs it,
-    `evaluate_alone` evaluates such a node in full; the closeness does not know it)."""
+    hook over the fitting cards allowed when the hook has a columnar form (`sweep` runs it
+    over the columns, `evaluate_alone` over one node's cards; the closeness does not know it)."""
     gpu = [ask for ask in apps if ask is not None]
     if inits or len(gpu) != 1:
         return None
     if not exclusions and (policy.use_modes or policy.use_uuids or policy.nouse_uuids):
         return None
-    for f in fitting_hooks(policy):
-        if not (fitting_columns and _overrides(f, "rejects_fitting_columns")):
+    for f in policy.fitting_hooks:
+        if not (fitting_columns and overrides(f, "rejects_fitting_columns")):
             return None
     return gpu[0]
-
-
-def fitting_hooks(policy: PodPolicy) -> list:
-    """The active filters with a hook over a container's fitting cards (check 11) that can
-    change whether a node fits."""
-    return [f for f in policy.active_filters if f.decides_fit and _overrides(f, "rejects_fitting")]
-
-
-def _overrides(card_filter: object, hook: str) -> bool:
-    """Whether a filter has its own `hook`, not `BaseFilter`'s pass-everything default."""
-    return getattr(type(card_filter), hook, None) is not getattr(BaseFilter, hook)
 
 
 def type_excluded(columns: CardColumns, policy: PodPolicy) -> np.ndarray | None:
@@ -340,7 +329,7 @@ def card_codes(
         reasons.append(R.CARD_UUID_MISMATCH)
         mark(uuid_excluded(c, policy), len(reasons))
     mark(c.used_slots >= c.slots, 4)
-    hooks = [f for f in policy.active_filters if f.decides_fit and _overrides(f, "rejects")]
+    hooks = [f for f in policy.active_filters if f.decides_fit and overrides(f, "rejects")]
     for card_filter in hooks:
         # check 6: each card filter's own hook on the cards still in; a reason is counted by
         # its code's name, so a known reason reuses its code
@@ -448,7 +437,7 @@ def sweep(
     codes = card_codes(c, ask, policy, exclusions=True)
     assert codes is not None  # card by card when a hook has no columns
     code, reasons = codes
-    for card_filter in fitting_hooks(policy):
+    for card_filter in policy.fitting_hooks:
         # check 11 over the cards that passed 1-10; a node it rejects keeps none fitting
         columnar = card_filter.rejects_fitting_columns(code == 0, c.node_of, c.numa, c.count, ask.count)
         assert columnar is not None  # `sweepable` lets only a columnar hook through

@@ -314,9 +314,10 @@ def failed_verdict(examined: int, counts: dict[str, int]) -> NodeVerdict:
 def evaluate_alone(
     node: Node, ask: ContainerAsk, apps: list[ContainerAsk | None], policy: PodPolicy
 ) -> NodeVerdict:
-    """`evaluate_node` for a pod `sweepable` accepts (`exclusions` allowed), on one node, as
-    `sweep` does it: the
-    cards are only counted (no evaluation objects, no ranking), the node score is SPEC 7's
+    """`evaluate_node` for a pod `sweepable` accepts (`exclusions` and `fitting_columns`
+    allowed), on one node, as `sweep` does it: the
+    cards are only counted (no evaluation objects, no ranking; a filter's check 11 reads the
+    fitting cards themselves), the node score is SPEC 7's
     with `ask.count` cards of `ask` added (the same integer sums and float operations as
     `node_score`). A percentage ask on cards that differ in MiB needs the choice: `evaluate_node`."""
     cards = node.cards
@@ -333,6 +334,20 @@ def evaluate_alone(
     # every card takes the same MiB: the fixed ask, or its share of the one card size
     each = ask.memory_on(cards[0].memory) if cards else 0
     fitting, counts = count_cards(cards, ask, each, policy)
+    if fitting and policy.fitting_hooks:
+        # check 11 (numa-bind) over the fitting cards themselves: it reads where they sit
+        fits = [
+            card
+            for card in cards
+            if check_card(card, ask, each, policy, (card.used_slots, card.used_memory, card.used_cores))
+            is None
+        ]
+        for card_filter in policy.fitting_hooks:
+            rejected = card_filter.rejects_fitting(fits, ask.count)
+            if rejected is not None:
+                counts[rejected[0]] = counts.get(rejected[0], 0) + fitting
+                fitting = 0
+                break
     if fitting < ask.count:
         if fitting:
             counts[R.ALLOCATED_INSUFFICIENT] = fitting

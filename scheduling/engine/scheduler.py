@@ -40,10 +40,10 @@ from dataclasses import replace
 import numpy as np
 
 from . import budget
-from .chain import ranking_order
+from .chain import rank
 from .claimhold import claims_hold
 from .closeness import ClosestColumns, ClosestKeys, NodeCloseness, cluster_never, never_reason, node_closeness
-from .columns import CardColumns, Swept, fitting_hooks, sweep, sweep_pinned, sweepable
+from .columns import CardColumns, Swept, sweep, sweep_pinned, sweepable
 from .decision import (
     PENDING,
     REJECTED,
@@ -205,17 +205,12 @@ class Scheduler:
         inits, apps, policy = parsed.gpu_inits, list(parsed.apps), parsed.policy
         # the one GPU container's ask when the pod needs no choice of cards to be decided
         ask = sweepable(inits, apps, policy, exclusions=True, fitting_columns=True)
-        # the same, node by node (`evaluate_alone`): a hook over the fitting cards (numa-bind)
-        # has columns only, so one node is evaluated in full
-        alone = None if ask is None or fitting_hooks(policy) else ask
         touched = TOUCHES.since(index.position) if index.node_count == len(nodes) else None
         if touched is None:
             index.position = TOUCHES.position
             index.node_count = len(nodes)
             if len(nodes) < self.SWEEP_NODES or (ask is None and not policy.use_uuids):
-                index.rebuild(
-                    [(node.name, table.verdict(node, inits, apps, policy, alone)) for node in nodes]
-                )
+                index.rebuild([(node.name, table.verdict(node, inits, apps, policy, ask)) for node in nodes])
                 return index
             columns = self._columns_now()
             if ask is not None:
@@ -237,7 +232,7 @@ class Scheduler:
                 if cached is not None and cached[0] == node.version:
                     found.append((name, cached[1]))
                 else:
-                    found.append((name, verdict(node, inits, apps, policy, alone)))
+                    found.append((name, verdict(node, inits, apps, policy, ask)))
             index.update_all(found)
         return index
 
@@ -744,7 +739,9 @@ class Scheduler:
                 entry.position: by for entry, by in zip(container.ranked, container.decided_by, strict=True)
             }
             rest = [entry for entry in container.evals if entry.reason is not None]
-            rest_ranked, _ = ranking_order(rest, parsed.policy.sort_keys)
+            rest_ranked = rank(
+                rest, parsed.policy.sort_keys
+            )  # the order alone: no key decides between removed cards
             cards = [
                 CardVerdict(
                     uuid=entry.uuid,

@@ -27,7 +27,7 @@ from scheduling.engine.chain import TOLERANCE
 from scheduling.engine.closeness import cluster_never, node_closeness
 from scheduling.engine.columns import CardColumns, sweep, sweep_pinned, sweepable
 from scheduling.engine.errors import PodInvalid
-from scheduling.engine.evaluate import NodeVerdict, evaluate_node, evaluate_unpinned
+from scheduling.engine.evaluate import NodeVerdict, evaluate_alone, evaluate_node, evaluate_unpinned
 from scheduling.engine.fit import NodeFailure
 from scheduling.engine.nodeindex import NodeIndex
 from scheduling.engine.nodeindex import order_nodes as _order_nodes
@@ -221,9 +221,10 @@ NUMA_CARD = st.tuples(
 )
 def test_a_numa_bind_pod_is_swept_as_the_full_evaluation_decides_each_node(nodes, count, memory, chain):
     """Issue 29: numa-bind's check 11 over columns (`NumaBindFilter.rejects_fitting_columns`),
-    so a new numa-bind shape is swept, not evaluated node by node: each node's verdict (fit,
-    score to the last bit, reason counts with `NumaNotFit`) is `evaluate_node`'s, on nodes with
-    no cards, NUMA nodes numbered anyhow and cards used, full or unhealthy."""
+    so a new numa-bind shape is swept, not evaluated node by node, and over one node's cards
+    when it is re-checked alone (`evaluate_alone`): each node's verdict (fit, score to the
+    last bit, reason counts with `NumaNotFit`) is `evaluate_node`'s, on nodes with no cards,
+    NUMA nodes numbered anyhow and cards used, full or unhealthy."""
     raw = scenario(
         [
             node(
@@ -251,10 +252,11 @@ def test_a_numa_bind_pod_is_swept_as_the_full_evaluation_decides_each_node(nodes
     assert one is not None
     swept = sweep(CardColumns(cluster.nodes), cluster.nodes, one, apps, policy)
     for i, each in enumerate(cluster.nodes):
-        got, full = swept.verdict(i), evaluate_node(each, [], apps, policy, explain=True)
-        assert (got.fits, got.failure) == (full.fits, full.failure)
-        if full.fits:
-            assert got.score == full.score
+        full = evaluate_node(each, [], apps, policy, explain=True)
+        for got in (swept.verdict(i), evaluate_alone(each, one, apps, policy)):
+            assert (got.fits, got.failure) == (full.fits, full.failure)
+            if full.fits:
+                assert got.score == full.score
 
 
 def test_numa_bind_rejects_the_fitting_cards_of_a_node_without_enough_on_one_numa_node():
