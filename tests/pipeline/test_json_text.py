@@ -35,7 +35,7 @@ def test_json_text_reads_back_as_json_dumps_writes(value):
 
 def test_json_text_of_a_tuple_and_of_unicode():
     assert json.loads(json_text({"order": ("a", 1)})) == {"order": ["a", 1]}
-    assert json.loads(json_text({"name": "é \"\\ \u2028"})) == {"name": "é \"\\ \u2028"}
+    assert json.loads(json_text({"name": 'é "\\ \u2028'})) == {"name": 'é "\\ \u2028'}
 
 
 @pytest.mark.django_db
