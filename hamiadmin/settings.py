@@ -280,6 +280,9 @@ HAMIADMIN: dict[str, Any] = {
     "SNAPSHOT_REBUILD_SECONDS": env_float("HAMI_SNAPSHOT_REBUILD_SECONDS", "300"),
     # the standing snapshot and warmed caches out of the garbage collector's sweeps (issue 29)
     "GC_FREEZE": env_bool("HAMI_GC_FREEZE", True),
+    # a cycle's decision rows written after its commit, beside the next cycle's planning
+    # (pipeline/decisionlog.py; PostgreSQL only, issue 29)
+    "DECISIONS_AFTER_COMMIT": env_bool("HAMI_DECISIONS_AFTER_COMMIT", True),
     "FINISHED_PODS_KEPT_HOURS": env_float("HAMI_FINISHED_PODS_KEPT_HOURS", "168"),
     # Batch (engine/jobs.py): a job still unplaced after this long holds the nodes it came
     # closest on for the rest of each cycle, so smaller jobs cannot starve it; <= 0: never.

@@ -52,6 +52,7 @@ from scheduling.engine.model import cordoned_uuids
 from ..dbretry import retry_on_conflict
 from ..models import Allocation, CapacityVersion, Card, Cycle, Decision, Eviction, Nomination, Pod, PodGroup
 from . import preemption, rowlocks
+from .decisionlog import DecisionLog, deferrable
 from .limits import Limits, lock_limits
 from .nodecheck import NodeLedger, cards_to_lock, limited_nodes
 from .observe import record_commit
@@ -396,6 +397,14 @@ def insert_rows(model, rows: list[dict]) -> None:
         )
 
 
+#: A cycle's decision rows are written after its commit from this many on (`decisionlog`):
+#: below it, handing them over costs a waking pod more than writing them in the commit.
+DECISIONS_LATER_FROM = 50
+
+#: This process's writer of decision rows after their commit (`decisionlog`).
+DECISIONS = DecisionLog(lambda rows: insert_rows(Decision, rows))
+
+
 def backoff_until(attempts: int, now):
     """Exponential back-off after `attempts` tries, capped; capacity changes cut it short."""
     base, cap = option("BACKOFF_BASE_SECONDS"), option("BACKOFF_MAX_SECONDS")
@@ -422,9 +431,13 @@ def _bound_lock_waits() -> None:
 
 
 @retry_on_conflict
-def commit_plan(plan: CyclePlan) -> CycleReport:
-    """Write the plan in one transaction: allocations, counters, pods, decisions, the cycle."""
+def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
+    """Write the plan in one transaction: allocations, counters, pods, decisions, the cycle.
+    With `defer`, the decision rows are written after it, beside the next cycle's planning,
+    where `decisionlog` allows it (PostgreSQL, no caller's transaction, no victims chosen)."""
     commit_started = time.perf_counter()
+    DECISIONS.flush()  # the last cycle's decisions first: a pod's decisions keep their order
+    defer = defer and deferrable()
     now = timezone.now()
     top = option("DECISION_TOP")
     report = CycleReport(
@@ -608,7 +621,15 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         ]
         update_rows(Card, COUNTERS, counters)
         update_rows(Pod, POD_FIELDS, pods)
-        insert_rows(Decision, decisions)
+        # victims' evictions point at their preemptors' decisions: then they are written here;
+        # a few rows cost less here than a hand-over to the writer's connection
+        later = (
+            defer
+            and len(decisions) >= DECISIONS_LATER_FROM
+            and not any(why == PREEMPTS for _, _, why in outcomes)
+        )
+        if not later:
+            insert_rows(Decision, decisions)
         report.evictions = write_preemptions(cycle.pk, outcomes, cards, now)
         forget_nominations(plan, outcomes, now)
         gang_waits = write_gang_phases(plan, outcomes, now)
@@ -617,6 +638,8 @@ def commit_plan(plan: CyclePlan) -> CycleReport:
         Cycle.objects.filter(pk=cycle.pk).update(
             finished_at=timezone.now(), commit_ms=report.commit_ms, duration_ms=report.duration_ms
         )
+    if later:
+        DECISIONS.submit(decisions)
     report.cycle_id = cycle.pk
     report.more = plan.full or conflicted or capacity_moved
     record_commit(report, outcomes, gang_waits)

@@ -18,7 +18,7 @@ from django.db import DatabaseError
 from scheduling.dbretry import lock_wait_ran_out
 
 from . import preemption, triggers, wake
-from .commit import commit_plan
+from .commit import DECISIONS, commit_plan
 from .cycle import plan_cycle
 from .locks import cycle_lock, keep_alive
 from .options import option
@@ -29,16 +29,20 @@ from .standing import STANDING
 log = logging.getLogger(__name__)
 
 
-def run_cycle(trigger: str = "", worker: str = "", limit: int | None = None) -> CycleReport:
+def run_cycle(
+    trigger: str = "", worker: str = "", limit: int | None = None, defer_decisions: bool = False
+) -> CycleReport:
     """Plan and commit one cycle. Cheap (one query) when nothing is due. After a commit, the
     victims it chose that hamiadmin runs itself are evicted, and evictions that ended are
-    settled (housekeeping settles too, so a timed-out victim is noticed when all is idle)."""
+    settled (housekeeping settles too, so a timed-out victim is noticed when all is idle).
+    `defer_decisions`: the decision rows may be written after the commit (`decisionlog`);
+    the caller then flushes them (`DECISIONS.flush`) before it reads them."""
     plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
     if not plan.attempts:
         return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
     keep_alive()  # before the commit's transaction, where a lease write would stay unseen
     try:
-        report = commit_plan(plan)
+        report = commit_plan(plan, defer=defer_decisions)
     except DatabaseError as exc:
         if not lock_wait_ran_out(exc):
             raise
@@ -64,7 +68,15 @@ def run_requested_cycles(
     """Cycles until nothing more is asked for (or `max_cycles`, a guard against spinning),
     each after settling the decrements releases owe (`settle.settle_owed`: one query on
     PostgreSQL when nothing is owed, none elsewhere), so its wake sees the capacity they
-    free; a release that only owes asks for a cycle for that."""
+    free; a release that only owes asks for a cycle for that. A cycle's decision rows are
+    written beside the next one's planning (`decisionlog`), all of them before this returns."""
+    try:
+        return _run_cycles(trigger, worker, max_cycles)
+    finally:
+        DECISIONS.flush(close=True)
+
+
+def _run_cycles(trigger: str, worker: str, max_cycles: int) -> list[CycleReport]:
     worker = worker or worker_name()
     reports: list[CycleReport] = []
     while len(reports) < max_cycles:
@@ -77,7 +89,7 @@ def run_requested_cycles(
                     return reports
                 triggers.take_request()
                 settle_owed()  # what releases owe (`settle`): capacity this cycle's wake then sees
-                report = run_cycle(trigger=trigger, worker=worker)
+                report = run_cycle(trigger=trigger, worker=worker, defer_decisions=True)
                 reports.append(report)
                 if report.considered:
                     log.info(

@@ -42,6 +42,8 @@ DEFAULTS = {
     "SNAPSHOT_KEEP": True,
     "SNAPSHOT_REBUILD_SECONDS": 300.0,
     "GC_FREEZE": True,
+    # A cycle's decision rows written after its commit, beside the next planning (decisionlog).
+    "DECISIONS_AFTER_COMMIT": True,
 }
 
 
