@@ -333,15 +333,10 @@ def evaluate_alone(
         return evaluate_node(node, [], apps, policy)
     # every card takes the same MiB: the fixed ask, or its share of the one card size
     each = ask.memory_on(cards[0].memory) if cards else 0
-    fitting, counts = count_cards(cards, ask, each, policy)
-    if fitting and policy.fitting_hooks:
-        # check 11 (numa-bind) over the fitting cards themselves: it reads where they sit
-        fits = [
-            card
-            for card in cards
-            if check_card(card, ask, each, policy, (card.used_slots, card.used_memory, card.used_cores))
-            is None
-        ]
+    # check 11 (numa-bind) reads where the fitting cards sit: the count keeps them for it
+    fits: list[Card] | None = [] if policy.fitting_hooks else None
+    fitting, counts = count_cards(cards, ask, each, policy, fits)
+    if fits:
         for card_filter in policy.fitting_hooks:
             rejected = card_filter.rejects_fitting(fits, ask.count)
             if rejected is not None:

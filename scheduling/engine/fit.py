@@ -85,10 +85,11 @@ def check_card(
 
 
 def count_cards(
-    cards: Sequence[Card], ask: ContainerAsk, memory: int, policy: PodPolicy
+    cards: Sequence[Card], ask: ContainerAsk, memory: int, policy: PodPolicy, fits: list[Card] | None = None
 ) -> tuple[int, dict[str, int]]:
     """`check_card` on every card of `cards` as it stands (no usage of this pod's own), each
-    taking `memory` MiB: how many fit, and per reason how many do not. The same checks in the
+    taking `memory` MiB: how many fit, and per reason how many do not; the cards that fit are
+    appended to `fits` when it is given (check 11 reads them). The same checks in the
     same order, written out for a pod that names no card types, modes or UUIDs (the filters'
     card hooks and MIG instances are still asked): a node re-checked after it changed costs
     its cards, not a call per card (tests/engine/test_count_cards.py holds it to `check_card`)."""
@@ -101,6 +102,8 @@ def count_cards(
             )
             if failed is None:
                 fitting += 1
+                if fits is not None:
+                    fits.append(card)
             else:
                 counts[failed[0]] = counts.get(failed[0], 0) + 1
         return fitting, counts
@@ -136,6 +139,8 @@ def count_cards(
                 reason = card.partition.reason
             else:
                 fitting += 1
+                if fits is not None:
+                    fits.append(card)
                 continue
         counts[reason] = counts.get(reason, 0) + 1
     return fitting, counts

@@ -739,9 +739,8 @@ class Scheduler:
                 entry.position: by for entry, by in zip(container.ranked, container.decided_by, strict=True)
             }
             rest = [entry for entry in container.evals if entry.reason is not None]
-            rest_ranked = rank(
-                rest, parsed.policy.sort_keys
-            )  # the order alone: no key decides between removed cards
+            # the order alone: no key decides between removed cards
+            rest_ranked = rank(rest, parsed.policy.sort_keys)
             cards = [
                 CardVerdict(
                     uuid=entry.uuid,

@@ -63,11 +63,14 @@ def test_count_cards_agrees_with_check_card(some, with_mig, annotations, memory,
     ask = ContainerAsk("main", 1, memory, 0, cores)
     every = some + (mig_cards() if with_mig else [])
     expected: dict[str, int] = {}
-    fitting = 0
+    fitting = []
     for card in every:
         failed = check_card(card, ask, memory, policy, (card.used_slots, card.used_memory, card.used_cores))
         if failed is None:
-            fitting += 1
+            fitting.append(card)
         else:
             expected[failed[0]] = expected.get(failed[0], 0) + 1
-    assert count_cards(every, ask, memory, policy) == (fitting, expected)
+    assert count_cards(every, ask, memory, policy) == (len(fitting), expected)
+    kept: list = []
+    assert count_cards(every, ask, memory, policy, kept) == (len(fitting), expected)
+    assert [id(card) for card in kept] == [id(card) for card in fitting]  # the cards that fit, in order
