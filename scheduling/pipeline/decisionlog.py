@@ -20,8 +20,9 @@ test's transaction holds rows no other connection sees), for a cycle of at least
 `commit.DECISIONS_LATER_FROM` pods (a waking pod's small cycle writes its few rows at once)
 that chose no victims (its evictions point at its decisions, in the commit), and while
 `DECISIONS_AFTER_COMMIT` is on. The writer keeps its connection between the writes of a run
-of cycles and closes it at the run's end. Callers that read decisions after a run of cycles call `flush` (`run_requested_cycles`
-does, before it returns).
+of cycles and closes it at the run's end. Callers that read decisions after a run of cycles
+call `flush`; `run_requested_cycles` does before it lets the cycle lock go, so the next
+holder's decisions come after these.
 """
 
 from __future__ import annotations

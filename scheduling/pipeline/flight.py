@@ -69,43 +69,49 @@ def run_requested_cycles(
     each after settling the decrements releases owe (`settle.settle_owed`: one query on
     PostgreSQL when nothing is owed, none elsewhere), so its wake sees the capacity they
     free; a release that only owes asks for a cycle for that. A cycle's decision rows are
-    written beside the next one's planning (`decisionlog`), all of them before this returns."""
-    try:
-        return _run_cycles(trigger, worker, max_cycles)
-    finally:
-        DECISIONS.flush(close=True)
-
-
-def _run_cycles(trigger: str, worker: str, max_cycles: int) -> list[CycleReport]:
+    written beside the next one's planning (`decisionlog`), all of them before the cycle lock
+    is let go: the next holder's decisions come after them."""
     worker = worker or worker_name()
     reports: list[CycleReport] = []
     while len(reports) < max_cycles:
         with cycle_lock() as held:
             if not held:
                 return reports
-            while len(reports) < max_cycles:
-                if not held.renew():
-                    log.warning("this worker lost the cycle lock's lease; leaving the cycles to others")
-                    return reports
-                triggers.take_request()
-                settle_owed()  # what releases owe (`settle`): capacity this cycle's wake then sees
-                report = run_cycle(trigger=trigger, worker=worker, defer_decisions=True)
-                reports.append(report)
-                if report.considered:
-                    log.info(
-                        "cycle %s (%s): %d considered, %d placed, %d pending, %d rejected, %d conflicts in %.0f ms",
-                        report.cycle_id,
-                        trigger,
-                        report.considered,
-                        len(report.placed),
-                        len(report.pending),
-                        len(report.rejected),
-                        len(report.conflicts),
-                        report.duration_ms,
-                    )
-                trigger = "follow-up"
-                if not (report.more or triggers.take_request()):
-                    break
+            try:
+                kept = _cycles_while_held(held, reports, trigger, worker, max_cycles)
+            finally:
+                DECISIONS.flush(close=True)
+            if not kept:
+                log.warning("this worker lost the cycle lock's lease; leaving the cycles to others")
+                return reports
         if not triggers.request_pending():
             break
     return reports
+
+
+def _cycles_while_held(held, reports: list[CycleReport], trigger: str, worker: str, max_cycles: int) -> bool:
+    """Cycles under one holding of the cycle lock, their reports appended to `reports` (the
+    run's first is `trigger`'s, the rest follow-ups); False when the lock's lease was lost."""
+    while len(reports) < max_cycles:
+        if not held.renew():
+            return False
+        triggers.take_request()
+        settle_owed()  # what releases owe (`settle`): capacity this cycle's wake then sees
+        why = "follow-up" if reports else trigger
+        report = run_cycle(trigger=why, worker=worker, defer_decisions=True)
+        reports.append(report)
+        if report.considered:
+            log.info(
+                "cycle %s (%s): %d considered, %d placed, %d pending, %d rejected, %d conflicts in %.0f ms",
+                report.cycle_id,
+                why,
+                report.considered,
+                len(report.placed),
+                len(report.pending),
+                len(report.rejected),
+                len(report.conflicts),
+                report.duration_ms,
+            )
+        if not (report.more or triggers.take_request()):
+            break
+    return True
