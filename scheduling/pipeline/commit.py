@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Count, Exists, JSONField, OuterRef
 from django.utils import timezone
@@ -346,15 +347,15 @@ def update_rows(model, names: list[str], rows: list[dict]) -> None:
     if db.vendor == "postgresql":
         columns = list(zip(*(values(row) for row in rows), strict=True))
         types = [_array_type(field, db) for field in fields]
-        arrays = ", ".join(f"%s::{kind}[]" for kind, _ in types)
+        arrays = ", ".join(f"%b::{kind}[]" for kind, _ in types)
         names_of = ", ".join(f"c{i}" for i in range(len(fields)))
         assignments = ", ".join(
             f"{column} = v.c{i}{cast}"
             for i, (column, (_, cast)) in enumerate(zip(quoted, types, strict=True))
         )
-        with db.cursor() as cursor:
+        with bound_cursor(db) as cursor:
             cursor.execute(
-                f"UPDATE {table} SET {assignments} FROM unnest(%s::bigint[], {arrays})"  # noqa: S608 - our own names
+                f"UPDATE {table} SET {assignments} FROM unnest(%b::bigint[], {arrays})"  # noqa: S608 - our own names
                 f" AS v(id, {names_of}) WHERE {table}.id = v.id",
                 [[row["id"] for row in rows], *(list(column) for column in columns)],
             )
@@ -365,6 +366,17 @@ def update_rows(model, names: list[str], rows: list[dict]) -> None:
             f"UPDATE {table} SET {assignments} WHERE id = %s",  # noqa: S608 - our own names
             [[*values(row), row["id"]] for row in rows],
         )
+
+
+def bound_cursor(db):
+    """A cursor on `db`'s PostgreSQL connection (and transaction) that binds its parameters on
+    the server (`%b`: sent in binary): Django's own cursors quote every value into the SQL text
+    on the client, which for a 1,000-pod cycle's arrays of reasons and verdicts costs ~30 ms
+    a statement against ~8 (issue 29). Wrapped as Django wraps its own, so query logging and
+    `execute_wrapper`s still see the statement."""
+    db.ensure_connection()
+    raw = psycopg.Cursor(db.connection)
+    return db.make_debug_cursor(raw) if db.queries_logged else db.make_cursor(raw)
 
 
 def _array_type(field, db) -> tuple[str, str]:
