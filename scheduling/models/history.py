@@ -8,6 +8,7 @@ from django.utils import timezone
 from scheduling.engine import decision as outcomes
 from scheduling.engine import explain
 
+from .fields import JSONField
 from .pods import Pod
 
 
@@ -58,7 +59,7 @@ class Decision(models.Model):
     node = models.CharField(max_length=253, blank=True, default="")
     reason = models.TextField(blank=True, default="")
     error = models.TextField(blank=True, default="")
-    payload = models.JSONField(default=dict)
+    payload = JSONField(default=dict)
     duration_ms = models.FloatField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 
