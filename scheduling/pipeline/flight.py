@@ -17,7 +17,7 @@ from django.db import DatabaseError
 
 from scheduling.dbretry import lock_wait_ran_out
 
-from . import preemption, triggers, wake
+from . import collector, preemption, triggers, wake
 from .commit import DECISIONS, commit_plan
 from .cycle import plan_cycle
 from .locks import cycle_lock, keep_alive
@@ -37,10 +37,16 @@ def run_cycle(
     settled (housekeeping settles too, so a timed-out victim is noticed when all is idle).
     `defer_decisions`: the decision rows may be written after the commit (`decisionlog`);
     the caller then flushes them (`DECISIONS.flush`) before it reads them."""
-    plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
-    if not plan.attempts:
-        return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
-    keep_alive()  # before the commit's transaction, where a lease write would stay unseen
+    with collector.paused():  # the next refresh sweeps what the cycle left (`collector`)
+        plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
+        if not plan.attempts:
+            return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
+        keep_alive()  # before the commit's transaction, where a lease write would stay unseen
+        return _commit(plan, defer_decisions)
+
+
+def _commit(plan, defer_decisions: bool) -> CycleReport:
+    """`run_cycle`'s commit of a plan with attempts, and what follows it."""
     try:
         report = commit_plan(plan, defer=defer_decisions)
     except DatabaseError as exc:

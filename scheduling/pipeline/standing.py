@@ -49,6 +49,7 @@ from scheduling.engine.model import Card as EngineCard
 from scheduling.engine.model import Node as EngineNode
 from scheduling.models import BoundPod, Card, Node
 
+from . import collector
 from .options import option
 from .snapshot import (
     CARD_COLUMNS,
@@ -162,10 +163,6 @@ class Rebuild(Exception):
     """What changed cannot be applied in place: read the snapshot whole."""
 
 
-#: Refreshes after a rebuild when the warmed caches are frozen too (`StandingSnapshot._freeze`).
-FREEZE_AFTER_REFRESHES = 20
-
-
 class StandingSnapshot:
     """One process's snapshot and scheduler between cycles (see the module docstring)."""
 
@@ -258,8 +255,7 @@ class StandingSnapshot:
             self.scheduler = Scheduler(self.snapshot.cluster, config)
         self.refreshes += 1
         self.since_rebuild += 1
-        if self.since_rebuild == FREEZE_AFTER_REFRESHES:
-            self._freeze()
+        self._freeze()
 
     def rebuild(self, config) -> None:
         """Read the cluster whole: carried over onto the kept snapshot and scheduler where it
@@ -336,16 +332,15 @@ class StandingSnapshot:
 
     def _freeze(self, whole: bool = False) -> None:
         """Take what lives from cycle to cycle (the snapshot, the scheduler's verdict tables)
-        out of the garbage collector's sweeps: at 5,000 nodes they took a quarter of a cycle
-        with pauses of 245 ms (issue 29). Done after a rebuild and once the caches have warmed
-        (FREEZE_AFTER_REFRESHES cycles later); after a rebuild (`whole`) what was frozen is
-        swept too, so a replaced snapshot, and whatever else was let go since, is collected.
-        Off with HAMI_GC_FREEZE=false."""
-        if option("GC_FREEZE"):
-            if whole:
-                gc.unfreeze()
-            gc.collect()
-            gc.freeze()
+        out of the garbage collector's sweeps (`collector`): at 5,000 nodes they took a
+        quarter of a cycle with pauses of 245 ms (issue 29). After every refresh what was made
+        since the last freeze is swept and frozen; after a rebuild (`whole`) what was frozen
+        is swept too, so a replaced snapshot, and whatever else was let go since, is
+        collected. Off with HAMI_GC_FREEZE=false."""
+        if whole:
+            collector.sweep_whole()
+        else:
+            collector.sweep_young()
 
     def _changed_rows(self, kept: dict[int, tuple], read_all, read_since):
         """Rows changed since they were kept: id -> new row. Raises Rebuild when rows came or
