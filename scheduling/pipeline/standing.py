@@ -253,6 +253,7 @@ class StandingSnapshot:
         if config != self.snapshot.config:
             self.snapshot.config = config
             self.scheduler = Scheduler(self.snapshot.cluster, config)
+            self.scheduler.warm()
         self.refreshes += 1
         self.since_rebuild += 1
         self._freeze()
@@ -298,9 +299,11 @@ class StandingSnapshot:
             if config != kept.config:
                 kept.config = config
                 self.scheduler = Scheduler(kept.cluster, config)
+                self.scheduler.warm()
         else:
             self.snapshot = read
             self.scheduler = Scheduler(read.cluster, config)
+            self.scheduler.warm()  # its card columns, read while the collector sleeps
         self.spoiled = False
 
     def _carry_over(self, read: Snapshot) -> bool:

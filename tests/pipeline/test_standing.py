@@ -325,3 +325,24 @@ def test_a_whole_read_forgets_deletions_older_than_any_horizon_on_postgresql():
     with connection.cursor() as cursor:
         cursor.execute("SELECT xid FROM hamiadmin_gone WHERE xid IN (1, 2) ORDER BY xid")
         assert [row[0] for row in cursor.fetchall()] == [2]
+
+
+def test_a_whole_read_of_a_cluster_large_enough_to_sweep_builds_its_card_columns_first():
+    """The card columns a new shape's sweep reads are built by the whole read (`warm`), so
+    the first pods decided after it build nothing; a cluster too small to sweep builds none."""
+    Pod.objects.all().delete()
+    Node.objects.all().delete()
+    STANDING.clear()
+    for n in range(Scheduler.SWEEP_NODES):
+        services.report_inventory(f"node{n:03}", {}, {}, [card(f"GPU-{n}-0", 0), card(f"GPU-{n}-1", 1)])
+    with STANDING.use() as (_, scheduler):
+        built = scheduler._columns_reads
+        assert built == 1, "read whole: the columns are built"
+        decision = scheduler.decide(PROBES[0])
+        assert decision.status == "scheduled" and decision.nodes_fit == Scheduler.SWEEP_NODES
+        assert scheduler._columns_reads == built, "the first sweep found them built"
+    Node.objects.exclude(name="node000").delete()
+    STANDING.clear()
+    with STANDING.use() as (_, scheduler):
+        assert scheduler._columns_reads == 0
+        assert scheduler.decide(PROBES[0]).status == "scheduled"
