@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .errors import NO_GPU
 from .families import FAMILIES, NVIDIA
@@ -15,6 +15,10 @@ from .reasons import CODES, NODE_RULES, SCHEDULING_GATED
 if TYPE_CHECKING:
     from .fit import NodeFailure
     from .triage import Triage
+
+
+#: `Decision.as_dict`'s `triaged` when the caller has not triaged the decision.
+UNTRIAGED = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +381,7 @@ class Decision:
         """The one line an operator reads for this decision (`verdict`)."""
         return verdict(self)
 
-    def as_dict(self, top: int | None = None) -> dict:
+    def as_dict(self, top: int | None = None, triaged: Triage | None | object = UNTRIAGED) -> dict:
         """The pod object of SPEC 9's output. `top` keeps the K best node scores and K failed nodes
         (the same dict as from a decision kept to `keep` >= K entries).
 
@@ -395,12 +399,15 @@ class Decision:
         for a pod a gang, queue or quota rule kept pending (`Decision.batch`); `node_reasons`,
         how many failed nodes say each node rule's words or card reason (SPEC 10); `verdict`,
         for a pod left waiting (pending or rejected), its class, decisive reason code, deciding
-        fact and actions (`triage.Triage`), else null.
+        fact and actions (`triage.Triage`), else null. `triaged`: this decision's `triage`
+        where the caller has it already (None once placed).
         """
         ranking = self.node_ranking if top is None else self.node_ranking[:top]
         failed = self.node_failures if top is None else self.node_failures[:top]
         scores = [(name, round(score, 6)) for name, score in ranking]
-        triaged = self.triage if self.status != SCHEDULED else None  # None once placed
+        if triaged is UNTRIAGED:
+            triaged = self.triage if self.status != SCHEDULED else None  # None once placed
+        verdict = cast("Triage | None", triaged)
         out = {
             "name": self.name,
             "namespace": self.namespace,
@@ -428,7 +435,7 @@ class Decision:
             "closest_nodes": [dict(c) for c in self.closest] if self.status == PENDING else [],
             "unschedulable": self.unschedulable,
             "unschedulable_reason": self.never if self.unschedulable else None,
-            "verdict": triaged.as_dict() if triaged is not None else None,
+            "verdict": verdict.as_dict() if verdict is not None else None,
         }
         extra = self.extra_annotations
         if extra:  # only when a vGPU is a MIG instance: other payloads stay as they were
