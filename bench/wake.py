@@ -176,7 +176,8 @@ def child(args) -> dict:
 
 class full_collections:  # noqa: N801 - read as a call: the collections from now on
     """The full (generation 2) garbage collections from now on, their pauses in ms: those the
-    collector ran by itself (`pauses`) and the standing snapshot's before it freezes (`own`)."""
+    collector ran by itself (`pauses`) and the sweeps before a freeze (`own`: `pipeline.collector`'s
+    `sweep_young`, after each refresh, and `sweep_whole`, after a whole read)."""
 
     def __init__(self) -> None:
         self.pauses: list[float] = []
@@ -191,7 +192,7 @@ class full_collections:  # noqa: N801 - read as a call: the collections from now
             self.began = time.perf_counter()
             return
         frame = sys._getframe(1) if sys._getframe().f_back is not None else None
-        own = frame is not None and frame.f_code.co_name == "_freeze"
+        own = frame is not None and frame.f_code.co_name in ("sweep_young", "sweep_whole")
         (self.own if own else self.pauses).append((time.perf_counter() - self.began) * 1000)
 
 
