@@ -8,7 +8,6 @@ from django.utils import timezone
 from scheduling.engine import decision as outcomes
 from scheduling.engine import explain
 
-from .fields import JSONField
 from .pods import Pod
 
 
@@ -59,7 +58,7 @@ class Decision(models.Model):
     node = models.CharField(max_length=253, blank=True, default="")
     reason = models.TextField(blank=True, default="")
     error = models.TextField(blank=True, default="")
-    payload = JSONField(default=dict)
+    payload = models.JSONField(default=dict)
     duration_ms = models.FloatField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
 

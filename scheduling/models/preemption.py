@@ -13,7 +13,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .cluster import Card
-from .fields import JSONField
 from .history import Decision
 from .pods import Pod
 
@@ -60,7 +59,7 @@ class Eviction(models.Model):
     )
     kind = models.CharField(max_length=16, choices=KINDS, default=PREEMPT)
     node = models.CharField(max_length=253)
-    cards = JSONField(default=list, help_text="UUIDs of the cards the victim gives up")
+    cards = models.JSONField(default=list, help_text="UUIDs of the cards the victim gives up")
     reason = models.TextField(help_text="why this victim, with the figures")
     state = models.CharField(max_length=16, choices=STATES, default=REQUESTED)
     message = models.TextField(blank=True, default="", help_text="what Kubernetes answered, or why it ended")

@@ -22,7 +22,6 @@ from django.utils import timezone
 from scheduling.engine.batch.queues import DEFAULT_QUEUE
 
 from .cluster import Node
-from .fields import JSONField
 from .history import Cycle, Decision
 from .pods import Allocation, Pod
 
@@ -62,13 +61,13 @@ class UsageSample(models.Model):
     memory_share = models.FloatField(default=0)
     cores_share = models.FloatField(default=0)
     pending = models.FloatField(default=0, help_text="pending pods (the average when folded)")
-    pending_reasons = JSONField(default=dict, blank=True, help_text="top reasons -> pods")
+    pending_reasons = models.JSONField(default=dict, blank=True, help_text="top reasons -> pods")
     placements = models.PositiveIntegerField(default=0)
     cycles = models.PositiveIntegerField(default=0)
     cycle_p50_ms = models.FloatField(null=True, blank=True)
     cycle_max_ms = models.FloatField(null=True, blank=True)
-    nodes = JSONField(default=dict, blank=True, help_text="node -> fullest share, percent")
-    queues = JSONField(
+    nodes = models.JSONField(default=dict, blank=True, help_text="node -> fullest share, percent")
+    queues = models.JSONField(
         default=dict,
         blank=True,
         help_text="queue -> {vgpus, memory (MiB), pending}: its own pods only, the busiest MAX_QUEUES",
