@@ -238,10 +238,11 @@ def running_pods() -> tuple[list[RunningPod], list[RunningPod]]:
     return [pod for pod in bound if pod.key not in mine], own
 
 
-def count_running(cluster: Cluster) -> None:
-    """Apply `cluster.running` to its nodes (the engine's `account_running`, idempotent): the one
-    place a snapshot does it. A running pod that does not read is left out and logged."""
-    for pod, problem in account_running(cluster):
+def count_running(cluster: Cluster, pods=None, nodes=None) -> None:
+    """Apply `cluster.running` to its nodes (the engine's `account_running`, idempotent; `pods`
+    and `nodes`: only those nodes, holding exactly those pods): the one place a snapshot does
+    it. A running pod that does not read is left out and logged."""
+    for pod, problem in account_running(cluster, pods, nodes):
         log.warning("running pod %s on %s is not counted: %s", pod.key, pod.node, problem)
 
 

@@ -179,6 +179,7 @@ class StandingSnapshot:
         self.horizon: int | None = None  # PostgreSQL: rows written before it were read
         self.gone: set[int] = set()  # the deletions logged since `horizon` that were read already
         self.bound: list[RunningPod] = []  # the pods others bound, as counted
+        self.bound_on: dict[str, list[RunningPod]] = {}  # node name -> those of them on it
         self.own: dict[str, list[RunningPod]] = {}  # node name -> hamiadmin's placed pods on it
         self.bound_seen: dict[int, object] = {}  # BoundPod id -> updated_at (`_bound_changed`)
         self.position = 0  # where in the touch log the kept nodes were last put back
@@ -289,6 +290,9 @@ class StandingSnapshot:
         self.cards = {row[0]: row for row in card_rows()}
         self.nodes = {row[0]: row for row in node_rows()}
         self.bound, own = running_pods()
+        self.bound_on = {}
+        for pod in self.bound:
+            self.bound_on.setdefault(pod.node, []).append(pod)
         self.own = {}
         for pod in own:
             self.own.setdefault(pod.node, []).append(pod)
@@ -441,8 +445,9 @@ class StandingSnapshot:
 
     def _recount(self, names: set[str]) -> None:
         """The running pods of the nodes put back counted again: hamiadmin's own placed pods on
-        them read anew (one query), every running pod applied (`count_running`, idempotent: it
-        adds only what the put-back nodes lost)."""
+        them read anew (one query), and every running pod of those nodes applied to them
+        (`count_running`); the other nodes' pods are as they were counted (a pod others bound
+        that came, went or changed reads the snapshot whole), so they are not gone over."""
         assert self.snapshot is not None
         ids = self.snapshot.node_ids
         for name in names:
@@ -451,7 +456,10 @@ class StandingSnapshot:
             self.own.setdefault(pod.node, []).append(pod)
         cluster = self.snapshot.cluster
         cluster.running = [*self.bound, *(pod for pods in self.own.values() for pod in pods)]
-        count_running(cluster)
+        bound, own = self.bound_on, self.own
+        count_running(
+            cluster, [pod for name in names for pod in (*bound.get(name, ()), *own.get(name, ()))], names
+        )
 
     def _put_back(self, node, row) -> None:
         """The node as its rows say: readiness and every card's counters, health and cordon

@@ -346,3 +346,45 @@ def test_a_whole_read_of_a_cluster_large_enough_to_sweep_builds_its_card_columns
     with STANDING.use() as (_, scheduler):
         assert scheduler._columns_reads == 0
         assert scheduler.decide(PROBES[0]).status == "scheduled"
+
+
+def _held(cluster) -> dict:
+    """What the pods on each node hold of it, as plain data."""
+    return {
+        node.name: (
+            sorted(node.held.pods) if node.held else [],
+            dict(sorted(node.held.requested.items())) if node.held else {},
+        )
+        for node in cluster.nodes
+    }
+
+
+def test_a_refresh_recounts_the_nodes_it_put_back_as_a_fresh_read_counts_every_node():
+    """The refresh recounts only the running pods of the nodes it put back; every node must
+    then hold what a fresh read counts, cycle after cycle and release after release."""
+    Pod.objects.all().delete()
+    Node.objects.all().delete()
+    STANDING.clear()
+    for n in range(4):
+        services.report_inventory(
+            f"node{n}",
+            {},
+            {},
+            [card(f"GPU-{n}-{i}", i, memory=16000) for i in range(2)],
+            allocatable={"cpu": "8", "memory": "64Gi", "pods": "110"},
+        )
+    cpu = {
+        "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000},
+        "requests": {"cpu": "1", "memory": "1Gi"},
+    }
+    rng = random.Random(3)
+    for step in range(6):
+        for i in range(rng.randint(1, 5)):
+            services.submit_pod("default", f"p{step}-{i}", {}, [{"name": "main", "resources": cpu}])
+        run_cycle(trigger="test")
+        placed = list(Pod.objects.filter(status=Pod.SCHEDULED))
+        for pod in rng.sample(placed, k=min(len(placed), rng.randint(0, 2))):
+            services.release_pod(pod, Pod.SUCCEEDED)
+        with STANDING.use() as (snapshot, _):
+            assert _held(snapshot.cluster) == _held(load_snapshot().cluster), f"step {step}"
+    assert any(pods for pods, _ in _held(load_snapshot().cluster).values())

@@ -11,6 +11,7 @@ GPU holdings of `hami.io/vgpu-devices-allocated` included, idempotently; the sch
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -214,15 +215,20 @@ def _take_off(node: Node, state: NodeHeld, footprint: Footprint) -> None:
         node.hold_instances(footprint.instances, -1)
 
 
-def account_running(cluster: Cluster) -> list[tuple[RunningPod, PodInvalid]]:
+def account_running(
+    cluster: Cluster, pods: Iterable[RunningPod] | None = None, nodes: Iterable[str] | None = None
+) -> list[tuple[RunningPod, PodInvalid]]:
     """Apply `cluster.running` to its nodes: each running pod's footprint (cpu, memory, pods,
     ports, labels, anti-affinity, and the cards of its `hami.io/vgpu-devices-allocated`) on its
     node. Idempotent: a pod already on its node is left as it is, and running pods no longer
     listed are taken off. A running pod on a node the cluster lacks is skipped; one that does
-    not read is skipped too and returned with its error, for the caller to report."""
+    not read is skipped too and returned with its error, for the caller to report.
+
+    `pods` and `nodes`: only those nodes, whose running pods are exactly `pods` (a caller that
+    put a few nodes back recounts them, not every pod of the cluster)."""
     problems: list[tuple[RunningPod, PodInvalid]] = []
     listed: dict[str, set[str]] = {}
-    for pod in cluster.running:
+    for pod in cluster.running if pods is None else pods:
         node = cluster.by_name.get(pod.node)
         if node is None:
             continue
@@ -235,7 +241,8 @@ def account_running(cluster: Cluster) -> list[tuple[RunningPod, PodInvalid]]:
             problems.append((pod, exc))
             continue
         add(node, footprint)
-    for node in cluster.nodes:
+    by_name = cluster.by_name
+    for node in cluster.nodes if nodes is None else (by_name[name] for name in nodes if name in by_name):
         state = node.held
         if state is None:
             continue
