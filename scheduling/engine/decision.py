@@ -406,7 +406,7 @@ class Decision:
         failed = self.node_failures if top is None else self.node_failures[:top]
         scores = [(name, round(score, 6)) for name, score in ranking]
         if triaged is UNTRIAGED:
-            triaged = self.triage if self.status != SCHEDULED else None  # None once placed
+            triaged = self.triage  # None once placed
         verdict = cast("Triage | None", triaged)
         out = {
             "name": self.name,

@@ -585,7 +585,7 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
                 "queue_id": None if attempt.queue_id in limits.gone else attempt.queue_id,
                 "updated_at": now,
             }
-            triaged = decision.triage if decision.status != SCHEDULED else None  # engine.triage, once
+            triaged = decision.triage  # engine.triage, once (None once placed)
             pod["verdict"] = triaged.verdict if triaged is not None else ""
             payload = Payload(decision, top, triaged)  # built where its row is written
             if outcome == SCHEDULED and decision.node is not None:

@@ -238,7 +238,9 @@ def running_pods() -> tuple[list[RunningPod], list[RunningPod]]:
     return [pod for pod in bound if pod.key not in mine], own
 
 
-def count_running(cluster: Cluster, pods=None, nodes=None) -> None:
+def count_running(
+    cluster: Cluster, pods: Iterable[RunningPod] | None = None, nodes: Iterable[str] | None = None
+) -> None:
     """Apply `cluster.running` to its nodes (the engine's `account_running`, idempotent; `pods`
     and `nodes`: only those nodes, holding exactly those pods): the one place a snapshot does
     it. A running pod that does not read is left out and logged."""

@@ -159,6 +159,14 @@ def differs_beyond(old: tuple, new: tuple, allowed) -> bool:
     return any(a != b for i, (a, b) in enumerate(zip(old, new, strict=True)) if i not in allowed)
 
 
+def _warm_scheduler(cluster, config) -> Scheduler:
+    """A new scheduler for the kept snapshot, its card columns built now (`Scheduler.warm`):
+    while a whole read has the collector asleep, not in the first cycle after it."""
+    scheduler = Scheduler(cluster, config)
+    scheduler.warm()
+    return scheduler
+
+
 class Rebuild(Exception):
     """What changed cannot be applied in place: read the snapshot whole."""
 
@@ -188,7 +196,6 @@ class StandingSnapshot:
         self.carried = 0  # whole reads carried over onto the kept snapshot and scheduler
         self.spoiled = False  # the next whole read replaces the scheduler too (`spoil`)
         self.refreshes = 0
-        self.since_rebuild = 0  # refreshes since the last rebuild (`_freeze`)
         self.refreshed_at = float("-inf")  # perf_counter() when last brought up to date
 
     @contextmanager
@@ -253,10 +260,8 @@ class StandingSnapshot:
             return
         if config != self.snapshot.config:
             self.snapshot.config = config
-            self.scheduler = Scheduler(self.snapshot.cluster, config)
-            self.scheduler.warm()
+            self.scheduler = _warm_scheduler(self.snapshot.cluster, config)
         self.refreshes += 1
-        self.since_rebuild += 1
         self._freeze()
 
     def rebuild(self, config) -> None:
@@ -276,7 +281,6 @@ class StandingSnapshot:
         self.position = TOUCHES.position
         self.built_at = time.monotonic()
         self.rebuilds += 1
-        self.since_rebuild = 0
         self._freeze(whole=True)
 
     def _read_whole(self, config) -> None:
@@ -302,12 +306,10 @@ class StandingSnapshot:
             self.carried += 1
             if config != kept.config:
                 kept.config = config
-                self.scheduler = Scheduler(kept.cluster, config)
-                self.scheduler.warm()
+                self.scheduler = _warm_scheduler(kept.cluster, config)
         else:
             self.snapshot = read
-            self.scheduler = Scheduler(read.cluster, config)
-            self.scheduler.warm()  # its card columns, read while the collector sleeps
+            self.scheduler = _warm_scheduler(read.cluster, config)
         self.spoiled = False
 
     def _carry_over(self, read: Snapshot) -> bool:
