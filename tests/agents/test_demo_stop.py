@@ -80,3 +80,54 @@ def test_the_demo_agents_stop_when_the_demo_is_stopped(tmp_path, how):
     finally:
         if demo.poll() is None:
             demo.kill()
+
+
+#: Run the demo with its scheduler loop's stop stuck for good and a 3-second stop grace.
+STUCK_DEMO = """
+import sys, threading
+from django.core.management import execute_from_command_line
+import os
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hamiadmin.settings")
+import django
+django.setup()
+from scheduling.management.commands import demo
+from scheduling.pipeline.loop import SchedulerLoop
+demo.STOP_GRACE = 3.0
+SchedulerLoop.stop = lambda self, timeout=10: threading.Event().wait()
+execute_from_command_line(["manage.py", *sys.argv[1:]])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc (Linux)")
+def test_a_demo_whose_stop_hangs_exits_anyway_and_logs_where(tmp_path):
+    env = {
+        **os.environ,
+        "HAMIADMIN_VAR_DIR": str(tmp_path),
+        "DATABASE_URL": f"sqlite:///{tmp_path}/demo.sqlite3",
+        "REDIS_URL": "",
+        "DEMO_PASSWORD": "not-shown",
+    }
+    demo = subprocess.Popen(
+        [sys.executable, "-c", STUCK_DEMO, "demo", "--port", str(free_port()), "--no-pods"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(agents_of(demo.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        agents = agents_of(demo.pid)
+        assert len(agents) >= 3, "the demo started no agents"
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=30) == 1
+        deadline = time.monotonic() + 15
+        while any(alive(pid) for pid in agents) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [pid for pid in agents if alive(pid)], "agents outlived the stuck demo"
+        log = (tmp_path / "demo.log").read_text()
+        assert "Timeout (0:00:03)!" in log and "in <lambda>" in log, log[-2000:]
+    finally:
+        if demo.poll() is None:
+            demo.kill()

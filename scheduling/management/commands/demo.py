@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import faulthandler
 import functools
+import io
 import logging
 import logging.config
 import os
@@ -54,6 +56,11 @@ log = logging.getLogger("scheduling.demo")
 NAMESPACE = "demo"
 #: prctl(2) option: the signal the kernel sends a child when its parent dies (Linux).
 PR_SET_PDEATHSIG = 1
+#: Seconds a stopping demo gives its agents to end on their own before they are killed.
+AGENT_GRACE = 5.0
+#: Seconds a stopping demo may take in all (agents, scheduler loop, web server, logs) before
+#: it prints every thread's stack to its log and exits anyway (faulthandler's watchdog).
+STOP_GRACE = 20.0
 
 
 def gpu(count=None, memory=None, percentage=None, cores=None) -> dict:
@@ -265,9 +272,42 @@ def _die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _stop_on_sigterm(signum, frame) -> None:
-    """SIGTERM (systemd, docker, `kill`) ends the demo like Ctrl-C: agents and loop stopped."""
-    raise KeyboardInterrupt
+class StopRequest:
+    """SIGTERM (systemd, docker, `kill`) and SIGINT (Ctrl-C) ask the demo to stop: the handler
+    only notes it, and the main thread, which waits for nothing else, stops everything.
+
+    Why not raise KeyboardInterrupt from the handler, as Ctrl-C does by default: the exception
+    lands in whatever the main thread runs at that instant, and where that is a finalizer
+    (`__del__`, a weakref callback) Python prints it and drops it. A demo so stopped served on
+    and outlived the 30 s its stop was given, once in a CI run."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def install(self) -> None:
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self._note)
+
+    def _note(self, signum, frame) -> None:
+        self.signal = signum
+
+    @staticmethod
+    def uninstall() -> None:
+        """While stopping, a second signal acts at once (SIGTERM kills, Ctrl-C interrupts)."""
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _exit_within(seconds: float, stream) -> None:
+    """A stopping demo ends within `seconds` whatever it waits on: past them, every thread's
+    stack goes to `stream` (the demo's log; stderr when None) and the process exits (code 1),
+    its agents with it (parent-death signal). Armed for good: the stop is the demo's end. The
+    watchdog writes to a copy of the log's descriptor, which outlives the log's closing."""
+    try:
+        target = os.dup((stream if stream is not None else sys.stderr).fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # no descriptor (a captured stderr)
+        target = 2
+    faulthandler.dump_traceback_later(seconds, exit=True, file=target)
 
 
 class SimulatedAgents:
@@ -330,14 +370,24 @@ class SimulatedAgents:
             time.sleep(0.25)
         return False
 
-    def stop(self) -> None:
+    def terminate(self) -> None:
+        """Ask every agent to stop (SIGTERM: each ends after its report in flight)."""
         for process in self.processes:
-            process.terminate()
+            if process.poll() is None:
+                process.terminate()
+
+    def stop(self, grace: float = AGENT_GRACE) -> None:
+        """Stop the agents: asked first, then, `grace` seconds after, killed. One deadline for
+        all of them, not `grace` each: an agent whose report is stuck on the stopped server
+        waits out its HTTP timeout (10 s), and three of them in a row outlasted a stop."""
+        self.terminate()
+        deadline = time.monotonic() + grace
         for process in self.processes:
             try:
-                process.wait(timeout=5)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
 
 
 #: How many pods of one kind the trickle lets wait at once (DemoWorkload.next_kind).
@@ -692,65 +742,78 @@ class Command(BaseCommand):
         self.stdout.write(loaded)
 
     def serve(self, options, login: str, log_path, log_stream, cluster) -> None:
+        """Run the demo until SIGTERM or Ctrl-C. The web server runs on a thread of its own;
+        the main thread starts the rest and then waits for a stop request (or the server's
+        end), so a stop at any point, agents half started included, runs the same cleanup."""
+        stop = StopRequest()
+        stop.install()
         address = f"{options['host']}:{options['port']}"
         agent_host = "127.0.0.1" if options["host"] in ("0.0.0.0", "::") else options["host"]
-        agents = inventory = None
+        agents = inventory = loop = web = None
         ready = None
-        if cluster is not None:
-            inventory = DemoInventory(nodes=cluster[0])
-            inventory.last = time.monotonic()  # reported just now
-            origin = f"scenario {options['scenario']}" if options["scenario"] else "synthetic"
-            what = f"{len(cluster[0])} nodes ({origin})"
-        elif options["no_serve"]:
-            inventory = DemoInventory()
-            inventory.report()
-            what = f"{', '.join(node['name'] for node in inventory.nodes)} (loaded directly)"
-        else:
-            agents = SimulatedAgents(f"http://{agent_host}:{options['port']}", output=log_stream)
-            agents.start()
-            ready = agents.wait_for_nodes
-            what = f"{', '.join(agents.node_names())} (simulated NVML agents)"
-        if ready is None and not options["no_serve"]:
-            ready = functools.partial(wait_for_port, agent_host, int(options["port"]))
-        signal.signal(signal.SIGTERM, _stop_on_sigterm)
-        loop = SchedulerLoop()
-        loop.start()
         stopping = threading.Event()
-        trickle = not options["no_pods"] and not options["scenario"]
-        workload = DemoWorkload() if trickle else _Idle()
-        url = None if options["no_serve"] else f"http://{address}/"
-        feed = threading.Thread(
-            target=run_demo_feed,
-            args=(
-                inventory,
-                workload,
-                stopping,
-                ready,
-                functools.partial(self.announce, login, log_path, url, what),
-            ),
-            daemon=True,
-            name="demo-feed",
-        )
-        feed.start()
         try:
-            if options["no_serve"]:
-                while True:
-                    time.sleep(1)
+            if cluster is not None:
+                inventory = DemoInventory(nodes=cluster[0])
+                inventory.last = time.monotonic()  # reported just now
+                origin = f"scenario {options['scenario']}" if options["scenario"] else "synthetic"
+                what = f"{len(cluster[0])} nodes ({origin})"
+            elif options["no_serve"]:
+                inventory = DemoInventory()
+                inventory.report()
+                what = f"{', '.join(node['name'] for node in inventory.nodes)} (loaded directly)"
             else:
-                call_command(
-                    "runserver",
-                    address,
-                    use_reloader=False,
-                    insecure_serving=True,
-                    **({"stdout": log_stream, "stderr": log_stream} if log_stream else {}),
+                agents = SimulatedAgents(f"http://{agent_host}:{options['port']}", output=log_stream)
+                agents.start()
+                ready = agents.wait_for_nodes
+                what = f"{', '.join(agents.node_names())} (simulated NVML agents)"
+            if ready is None and not options["no_serve"]:
+                ready = functools.partial(wait_for_port, agent_host, int(options["port"]))
+            loop = SchedulerLoop()
+            loop.start()
+            trickle = not options["no_pods"] and not options["scenario"]
+            workload = DemoWorkload() if trickle else _Idle()
+            url = None if options["no_serve"] else f"http://{address}/"
+            feed = threading.Thread(
+                target=run_demo_feed,
+                args=(
+                    inventory,
+                    workload,
+                    stopping,
+                    ready,
+                    functools.partial(self.announce, login, log_path, url, what),
+                ),
+                daemon=True,
+                name="demo-feed",
+            )
+            feed.start()
+            if not options["no_serve"]:
+                web = threading.Thread(
+                    target=call_command,
+                    args=("runserver", address),
+                    kwargs={
+                        "use_reloader": False,
+                        "insecure_serving": True,
+                        **({"stdout": log_stream, "stderr": log_stream} if log_stream else {}),
+                    },
+                    daemon=True,
+                    name="demo-web",
                 )
-        except KeyboardInterrupt:
-            pass
+                web.start()
+            while stop.signal is None and (web is None or web.is_alive()):
+                time.sleep(0.2)
         finally:
+            stop.uninstall()
+            _exit_within(STOP_GRACE, log_stream)
             stopping.set()
-            loop.stop()
+            if agents is not None:
+                agents.terminate()  # they wind down while the loop ends its cycle
+            if loop is not None:
+                loop.stop()
             if agents is not None:
                 agents.stop()
+        if stop.signal is None:
+            self.fail("the web server stopped: its error is in the log above or in the demo's log", code=1)
 
     def announce(self, login: str, log_path: Path | None, url: str | None, what: str) -> None:
         """What the demo is, where its logs are, then the dashboard and its login: the last
