@@ -301,6 +301,10 @@ class NodeIndex:
             if was is not None:
                 self._remove_failed(name, was)
             elif score is not None:
+                if failure is None:
+                    self._move_fitting(name, sign * score, verdict.score)
+                    held[name] = verdict
+                    continue
                 self._remove_fitting(name, score)
             if failure is not None:
                 self._add_failed(name, verdict, failure)
@@ -371,25 +375,103 @@ class NodeIndex:
             else:
                 del messages[message]
 
-    def _remove_fitting(self, name: str, score: float) -> None:
-        """Take a fitting node out (`update_all` puts its new verdict in `held`)."""
-        value = self.sign * score
+    def _fitting_at(self, name: str, value: float) -> int:
+        """Where a fitting node's key `(value, name)` is among the keys (unpacked)."""
         values, names = self.fit_values, self.fit_names
         assert values is not None and names is not None  # unpacked by `update_all`
         i = bisect_left(values, value)
         if names[i] != name:  # ties: by name among them
             i = bisect_left(names, name, i, bisect_right(values, value, i))
-        # `near_pairs`: the two pairs of neighbours it parts, and the one it leaves
+        return i
+
+    def _move_fitting(self, name: str, old: float, score: float) -> None:
+        """A node that fits before and after: its key `(old, name)` becomes `(sign x score,
+        name)`. Where the new key still sorts between its neighbours it is rewritten where it
+        stands; else the keys between its old and new places shift by one, or, when those
+        are more than about an eighth of the keys after both places, it is taken out and put
+        back (two moves of those keys, in C, but ~9x cheaper a key than a shift).
+        Why: most re-checks of a placement's node leave it where it was or move it a few
+        places (in a 5,000-pod burst at 20,000 nodes, 24,495 of 30,656 stayed, and most of
+        the rest moved under 1,000 places), and each taking out and putting back moved the
+        ~20,000 keys after it twice."""
+        values, names = self.fit_values, self.fit_names
+        assert values is not None and names is not None  # unpacked by `update_all`
+        entries = self.fit_entries
+        value = self.sign * score
+        j = self._fitting_at(name, old)
+        last = len(values) - 1
+        before = values[j - 1] if j else None
+        after = values[j + 1] if j < last else None
+        stays = (before is None or before < value or (before == value and names[j - 1] < name)) and (
+            after is None or value < after or (after == value and name < names[j + 1])
+        )
+        if stays:
+            # `near_pairs`: the pairs it makes with its neighbours, for those it made
+            change = 0
+            if before is not None:
+                change += (0 < value - before < TOLERANCE) - (0 < old - before < TOLERANCE)
+            if after is not None:
+                change += (0 < after - value < TOLERANCE) - (0 < after - old < TOLERANCE)
+            if change:
+                self.near_pairs += change
+            values[j] = value
+            if entries is not None:
+                entries[j] = (name, score)
+            return
+        parted = self._parting(values, j, old)
+        # its place among the other keys: where it goes in the list with it, less one when
+        # its old key sorts before the new (keys are distinct: the names are)
+        i = bisect_left(values, value)
+        if i <= last and values[i] == value:  # ties: by name among them
+            i = bisect_left(names, name, i, bisect_right(values, value, i))
+        if j < i:
+            i -= 1
+        if abs(i - j) << 3 < 2 * len(values) - i - j:
+            if i < j:
+                values[i + 1 : j + 1] = values[i:j]
+                names[i + 1 : j + 1] = names[i:j]
+                if entries is not None:
+                    entries[i + 1 : j + 1] = entries[i:j]
+            else:
+                values[j:i] = values[j + 1 : i + 1]
+                names[j:i] = names[j + 1 : i + 1]
+                if entries is not None:
+                    entries[j:i] = entries[j + 1 : i + 1]
+            values[i] = value
+            names[i] = name
+            if entries is not None:
+                entries[i] = (name, score)
+        else:
+            del values[j]
+            del names[j]
+            values.insert(i, value)
+            names.insert(i, name)
+            if entries is not None:
+                del entries[j]
+                entries.insert(i, (name, score))
+        if parted:
+            self.near_pairs += parted
+        self._count_near(values, i, value)
+
+    def _parting(self, values: array, i: int, value: float) -> int:
+        """How `near_pairs` changes when the key of value `value` at `i` leaves: the two pairs
+        of neighbours it parts, and the one it leaves."""
         if i:
             before = values[i - 1]
             if i + 1 < len(values):
                 after = values[i + 1]
                 change = (0 < after - before < TOLERANCE) - (0 < value - before < TOLERANCE)
-                change -= 0 < after - value < TOLERANCE
-            else:
-                change = -(0 < value - before < TOLERANCE)
-        else:
-            change = -(0 < values[1] - value < TOLERANCE) if len(values) > 1 else 0
+                return change - (0 < after - value < TOLERANCE)
+            return -(0 < value - before < TOLERANCE)
+        return -(0 < values[1] - value < TOLERANCE) if len(values) > 1 else 0
+
+    def _remove_fitting(self, name: str, score: float) -> None:
+        """Take a fitting node out (`update_all` puts its new verdict in `held`)."""
+        value = self.sign * score
+        values, names = self.fit_values, self.fit_names
+        assert values is not None and names is not None  # unpacked by `update_all`
+        i = self._fitting_at(name, value)
+        change = self._parting(values, i, value)
         if change:
             self.near_pairs += change
         del values[i]
