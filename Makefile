@@ -45,6 +45,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.pipeline
+	$(BIN)/python -m bench.burst
 	$(BIN)/python -m bench.wake
 	$(BIN)/python -m bench.batch
 	$(BIN)/python -m bench.preempt
