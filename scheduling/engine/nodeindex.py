@@ -312,9 +312,7 @@ class NodeIndex:
             # a fitting node: its key goes in by score
             held[name] = verdict
             value = sign * verdict.score
-            i = bisect_left(values, value)
-            if i < len(values) and values[i] == value:  # ties: by name among them
-                i = bisect_left(names, name, i, bisect_right(values, value, i))
+            i = self._place_for(value, name)
             values.insert(i, value)
             names.insert(i, name)
             if self.fit_entries is not None:
@@ -384,6 +382,15 @@ class NodeIndex:
             i = bisect_left(names, name, i, bisect_right(values, value, i))
         return i
 
+    def _place_for(self, value: float, name: str) -> int:
+        """Where the key `(value, name)` goes among the fitting keys (unpacked)."""
+        values, names = self.fit_values, self.fit_names
+        assert values is not None and names is not None  # unpacked by `update_all`
+        i = bisect_left(values, value)
+        if i < len(values) and values[i] == value:  # ties: by name among them
+            i = bisect_left(names, name, i, bisect_right(values, value, i))
+        return i
+
     def _move_fitting(self, name: str, old: float, score: float) -> None:
         """A node that fits before and after: its key `(old, name)` becomes `(sign x score,
         name)`. Where the new key still sorts between its neighbours it is rewritten where it
@@ -421,9 +428,7 @@ class NodeIndex:
         parted = self._parting(values, j, old)
         # its place among the other keys: where it goes in the list with it, less one when
         # its old key sorts before the new (keys are distinct: the names are)
-        i = bisect_left(values, value)
-        if i <= last and values[i] == value:  # ties: by name among them
-            i = bisect_left(names, name, i, bisect_right(values, value, i))
+        i = self._place_for(value, name)
         if j < i:
             i -= 1
         if abs(i - j) << 3 < 2 * len(values) - i - j:
