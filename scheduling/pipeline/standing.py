@@ -36,7 +36,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from operator import attrgetter
@@ -157,6 +157,14 @@ def same_state(old, new) -> bool:
 def differs_beyond(old: tuple, new: tuple, allowed) -> bool:
     """Whether two rows differ in a column whose index is not in `allowed`."""
     return any(a != b for i, (a, b) in enumerate(zip(old, new, strict=True)) if i not in allowed)
+
+
+def _by_node(pods: Iterable[RunningPod]) -> dict[str, list[RunningPod]]:
+    """Running pods by the name of the node they run on, in the order given."""
+    on: dict[str, list[RunningPod]] = {}
+    for pod in pods:
+        on.setdefault(pod.node, []).append(pod)
+    return on
 
 
 def _warm_scheduler(cluster, config) -> Scheduler:
@@ -294,12 +302,8 @@ class StandingSnapshot:
         self.cards = {row[0]: row for row in card_rows()}
         self.nodes = {row[0]: row for row in node_rows()}
         self.bound, own = running_pods()
-        self.bound_on = {}
-        for pod in self.bound:
-            self.bound_on.setdefault(pod.node, []).append(pod)
-        self.own = {}
-        for pod in own:
-            self.own.setdefault(pod.node, []).append(pod)
+        self.bound_on = _by_node(self.bound)
+        self.own = _by_node(own)
         read = build_snapshot(self.cards.values(), self.nodes.values(), config, [*self.bound, *own])
         kept = self.snapshot
         if not self.spoiled and kept is not None and self._carry_over(read):
@@ -454,8 +458,7 @@ class StandingSnapshot:
         ids = self.snapshot.node_ids
         for name in names:
             self.own.pop(name, None)
-        for pod in own_running(ids[name] for name in names):
-            self.own.setdefault(pod.node, []).append(pod)
+        self.own.update(_by_node(own_running(ids[name] for name in names)))
         cluster = self.snapshot.cluster
         cluster.running = [*self.bound, *(pod for pods in self.own.values() for pod in pods)]
         bound, own = self.bound_on, self.own
