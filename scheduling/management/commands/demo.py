@@ -278,8 +278,9 @@ class StopRequest:
 
     Why not raise KeyboardInterrupt from the handler, as Ctrl-C does by default: the exception
     lands in whatever the main thread runs at that instant, and where that is a finalizer
-    (`__del__`, a weakref callback) Python prints it and drops it. A demo so stopped served on
-    and outlived the 30 s its stop was given, once in a CI run."""
+    (`__del__`, a weakref callback) Python prints it and drops it. A demo stopped that way
+    once served on past the 30 s its stop was given (a CI run; where the exception went was
+    not found, a finalizer being the likely place)."""
 
     def __init__(self) -> None:
         self.signal: int | None = None
@@ -378,8 +379,8 @@ class SimulatedAgents:
 
     def stop(self, grace: float = AGENT_GRACE) -> None:
         """Stop the agents: asked first, then, `grace` seconds after, killed. One deadline for
-        all of them, not `grace` each: an agent whose report is stuck on the stopped server
-        waits out its HTTP timeout (10 s), and three of them in a row outlasted a stop."""
+        all of them, not `grace` each: an agent ends only after its report in flight, which
+        may wait out its HTTP timeout (10 s), and graces in a row would add up."""
         self.terminate()
         deadline = time.monotonic() + grace
         for process in self.processes:
