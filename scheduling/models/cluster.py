@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import models
+from django.db import connection, models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
@@ -281,8 +281,15 @@ class CapacityVersion(models.Model):
 
     @classmethod
     def bump(cls) -> None:
-        """Move it: capacity may have been freed."""
-        if not cls.objects.filter(pk=cls.ROW).update(version=F("version") + 1):
+        """Move it: capacity may have been freed. One UPDATE written once (every release
+        sends it; the ORM's `update()` compiles it anew each time)."""
+        quote = connection.ops.quote_name
+        column = {field.name: str(field.column) for field in cls._meta.concrete_fields}
+        table, version, key = quote(str(cls._meta.db_table)), quote(column["version"]), quote(column["id"])
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {table} SET {version} = {version} + 1 WHERE {key} = %s", [cls.ROW])
+            moved = cursor.rowcount
+        if not moved:
             cls.objects.get_or_create(pk=cls.ROW, defaults={"version": 1})
 
 

@@ -7,6 +7,7 @@ from django.db import models
 
 from scheduling.engine import ClusterConfig
 from scheduling.engine.scenario import parse_config
+from scheduling.statements import Statement
 
 
 class SchedulerConfig(models.Model):
@@ -63,11 +64,15 @@ class SchedulerConfig(models.Model):
 
     @classmethod
     def in_force(cls) -> SchedulerConfig | None:
-        """The row in force, or None while the settings' defaults apply."""
-        return cls.objects.order_by("-id").first()
+        """The row in force, or None while the settings' defaults apply (every submission
+        reads it: a statement compiled once)."""
+        return _IN_FORCE.first()
 
     @classmethod
     def current(cls) -> ClusterConfig:
         """The config in force: the latest row, else the settings' defaults (one query)."""
         latest = cls.in_force()
         return latest.as_engine() if latest else parse_config(cls.default_raw())
+
+
+_IN_FORCE = Statement(lambda: SchedulerConfig.objects.order_by("-id")[:1])
