@@ -31,9 +31,10 @@ class _Marker(str):
     __slots__ = ()
 
 
-#: The first integer marker: integer values stand in as FIRST_INT_MARKER - n (inside every
-#: backend's 32-bit range, which Django checks lookups against) and are found by value.
-FIRST_INT_MARKER = -2_100_000_000
+#: The first integer marker: integer values stand in as FIRST_INT_MARKER + n, found by value;
+#: positive and inside 32 bits, the range Django checks integer lookups against (a value
+#: outside a column's range compiles to no SQL at all).
+FIRST_INT_MARKER = 2_100_000_000
 
 
 class Statement:
@@ -87,7 +88,7 @@ def _marked(value: Any, markers: list) -> Any:
     marker = (
         _Marker(f"\x00statement-value-{len(markers)}")
         if type(value) is str
-        else FIRST_INT_MARKER - len(markers)
+        else FIRST_INT_MARKER + len(markers)
     )
     markers.append(marker)
     return marker

@@ -4,6 +4,7 @@ per-pod paths stay free of duplicate reads (the load test sends hundreds a secon
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
@@ -132,3 +133,31 @@ def test_a_completed_pod_in_an_eviction_is_answered_with_its_evictions(cluster, 
     answer = operator.post("/api/v1/pods/default/p/complete/")
     assert answer.status_code == 200, answer.content
     assert [row["victim"] for row in answer.json()["preemptions"]] == ["default/victim"]
+
+
+def test_submit_bodies_validated_side_by_side_keep_their_own_fields_and_errors():
+    """`PodSubmitSerializer` builds its fields once per class: each body still gets fields of
+    its own, bound to it, and threads validating at once see only their own errors."""
+    good = gpu_pod("fine", mem=1000)
+    bad = {**gpu_pod("Not_A_Name", mem=1000), "priority": "high"}
+    first, second = s.PodSubmitSerializer(data=good), s.PodSubmitSerializer(data=bad)
+    assert first.fields["name"] is not second.fields["name"]
+    assert first.fields["name"].parent is first and second.fields["name"].parent is second
+    assert first.is_valid(), first.errors
+    assert not second.is_valid() and {"name", "priority"} <= set(second.errors)
+    assert first.validated_data["name"] == "fine"
+
+    def validate(n: int) -> list:
+        found = []
+        for round_ in range(50):
+            body = good if (n + round_) % 2 else bad
+            serializer = s.PodSubmitSerializer(
+                data={**body, "name": body["name"] if body is bad else f"p{n}-{round_}"}
+            )
+            found.append((serializer.is_valid(), sorted(serializer.errors), body is good))
+        return found
+
+    with ThreadPoolExecutor(8) as pool:
+        for results in pool.map(validate, range(8)):
+            for valid, errors, was_good in results:
+                assert valid is was_good and (errors == [] if was_good else "name" in errors)

@@ -133,6 +133,10 @@ def test_integer_values_and_constants_beside_them(placed):
     statement = Statement(lambda pks: Pod.objects.filter(pk__in=pks, status=Pod.SCHEDULED).order_by("pk"))
     pks = list(Pod.objects.order_by("pk").values_list("pk", flat=True))
     assert [pod.name for pod in statement.rows(pks[:6])] == ["p0", "p3", "p4"]
+    Pod.objects.filter(name="p7").update(attempts=3)
+    positive = Statement(lambda least: Pod.objects.filter(attempts__gte=least))  # a PositiveIntegerField
+    assert [pod.name for pod in positive.rows(2)] == ["p7"]
+    assert len(positive.rows(0)) == Pod.objects.count()
 
 
 @pytest.mark.django_db(transaction=True)

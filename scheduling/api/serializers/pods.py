@@ -18,6 +18,7 @@ from scheduling.models.pods import SCHEDULING_GATED, decisive_reason, waiting_ve
 from scheduling.statements import Statement
 
 from .fields import (
+    BuiltOnceSerializer,
     OutputModelSerializer,
     StrictCharField,
     StrictIntegerField,
@@ -50,7 +51,7 @@ def with_problems(detail, problems: list[Problem]) -> dict:
     return keyed
 
 
-class PodSubmitSerializer(serializers.Serializer):
+class PodSubmitSerializer(BuiltOnceSerializer):
     """`POST pods/`: the envelope. Its keys and containers are shaped as the engine's pod
     schema says (`engine.podschema`, `API_POD_KEYS`: an unknown key or a GPU-like resource name
     hamiadmin does not read is refused, every one at once with the envelope's errors);
