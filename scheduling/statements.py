@@ -102,7 +102,7 @@ class _Compiled:
         self,
         sql: str,
         params: list,
-        slots: list[int | None],
+        slots: list[tuple[int, type | None] | None],
         compiler,
         using: str,
         for_update: bool,
@@ -132,15 +132,16 @@ class _Compiled:
         sql, params = compiler.as_sql()
         where = {id(marker): index for index, marker in enumerate(markers) if type(marker) is _Marker}
         numbers = {marker: index for index, marker in enumerate(markers) if type(marker) is int}
-        slots: list[int | None] = []
+        slots: list[tuple[int, type | None] | None] = []
         for param in params:
             if type(param) is _Marker:
-                slots.append(where[id(param)])
-            elif type(param) is int and param in numbers:
-                slots.append(numbers[param])
+                slots.append((where[id(param)], None))
+            elif isinstance(param, int) and param in numbers:
+                # as the field adapted it (psycopg's Int4 for an integer column on PostgreSQL)
+                slots.append((numbers[param], None if type(param) is int else type(param)))
             else:
                 slots.append(None)
-        missing = set(range(len(markers))) - set(slots)
+        missing = set(range(len(markers))) - {slot[0] for slot in slots if slot is not None}
         if missing:
             raise ValueError(f"value {min(missing)} of this Statement is not a parameter of its SQL: {sql}")
         if queryset._iterable_class not in (ModelIterable, ValuesIterable):
@@ -162,7 +163,7 @@ class _Compiled:
         if self.for_update and connection.get_autocommit():
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         params = [
-            param if slot is None else leaves[slot]
+            param if slot is None else leaves[slot[0]] if slot[1] is None else slot[1](leaves[slot[0]])
             for param, slot in zip(self.params, self.slots, strict=True)
         ]
         with connection.cursor() as cursor:
