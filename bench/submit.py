@@ -5,9 +5,11 @@ relist of a quiet cluster) and new specs (every pod re-queued).
     python -m bench.submit [--pods 5000] [--batch 500] [--backends postgresql,sqlite]
 
 It also prints the server CPU of one `POST pods/` and one `POST pods/<ns>/<name>/complete/`
-(the median of up to 1,000 each, through Django's test client in the child: every
-middleware, token authentication, the database; Redis too when REDIS_URL is set for it
-with BENCH_REDIS_URL), the cost the one-request-per-pod load test pays per pod.
+(the cost the one-request-per-pod load test pays per pod) and of one `POST agents/report/`
+of 8 cards whose measurements moved (what every node sends every report period): the
+median of up to 1,000 each, through Django's test client in the child (every middleware,
+token authentication, the database; Redis too when REDIS_URL is set for it with
+BENCH_REDIS_URL).
 
 Each run gets a throwaway database as `bench.pipeline` makes them: a PostgreSQL database
 `hamiadmin_bench_<pid>_<random>` created on the server of DATABASE_URL and dropped after
@@ -110,7 +112,7 @@ def request_cpu(namespace: str, count: int) -> dict[str, float]:
     from rest_framework.test import APIClient
 
     from scheduling import services
-    from scheduling.api.tokens import issue_role_token
+    from scheduling.api.tokens import issue_agent_token, issue_role_token
     from scheduling.pipeline import run_cycle
 
     for n in range(max(1, count // 64 + 1)):  # 8 cards of 16,000 MiB a node: room for them all
@@ -147,7 +149,23 @@ def request_cpu(namespace: str, count: int) -> dict[str, float]:
         pass
     paths = (f"/api/v1/pods/{namespace}/c{n:05d}/complete/" for n in range(count))
     complete = median_ms((partial(client.post, path) for path in paths), 200)
-    return {"POST pods/": submit, "POST .../complete/": complete}
+    # an agent's report of a node that changed only in its measurements (the common case)
+    agent = APIClient()
+    agent.credentials(HTTP_AUTHORIZATION=f"Token {issue_agent_token(f'{namespace}-0')}")
+    devices = [
+        {"uuid": f"GPU-{namespace}-0-{i}", "index": i, "memory": 16000, "type": "NVIDIA-Tesla T4"}
+        for i in range(8)
+    ]
+
+    def report(n: int):
+        measured = [
+            {**device, "observed": {"memory": n % 1000, "utilization": n % 100}} for device in devices
+        ]
+        body = {"node": f"{namespace}-0", "labels": {}, "annotations": {}, "devices": measured}
+        return agent.post("/api/v1/agents/report/", body, format="json")
+
+    reported = median_ms((partial(report, n) for n in range(count)), 200)
+    return {"POST pods/": submit, "POST .../complete/": complete, "POST agents/report/": reported}
 
 
 def main_child(args) -> None:

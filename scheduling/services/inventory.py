@@ -19,7 +19,9 @@ from scheduling.engine.scenario import parse_node
 from scheduling.models import INT32_MAX, Card, Event, Node, record_event
 from scheduling.models.cluster import over_capacity_text
 from scheduling.ops.metrics import count_claim_refused
+from scheduling.pipeline.commit import update_rows
 from scheduling.pipeline.rowlocks import lock_cards, lock_node
+from scheduling.statements import Statement
 
 from .fields import checked_node_fields
 from .pods import capacity_changed
@@ -158,7 +160,7 @@ def report_inventory(
     now = timezone.now()
     refused: list[dict] = []
     with transaction.atomic():
-        node = lock_node(Node.objects.filter(name=parsed.name)).first()
+        node = _NODE_LOCKED.first(parsed.name)
         if node is None:
             changed = True
             node = Node.objects.create(
@@ -187,13 +189,7 @@ def report_inventory(
                     "updated_at",
                 ]
             )
-        existing = {
-            card.uuid: card
-            for card in lock_cards(
-                Card.objects.select_related("node").filter(Q(node=node) | Q(uuid__in=list(positions))),
-                of_self=True,
-            )
-        }
+        existing = {card.uuid: card for card in _CARDS_LOCKED.rows(node.pk, list(positions))}
         foreign = {uuid for uuid, row in existing.items() if row.node_id != node.id}
         # Each taken card's pair scores, both ways, leaving out the cards whose claim is refused.
         links = pairs_to_links((card.uuid for card in parsed.cards if card.uuid not in foreign), parsed.links)
@@ -239,21 +235,22 @@ def report_inventory(
             if differs:
                 for name, value in differs.items():
                     setattr(row, name, value)
+                row.updated_at = now  # `auto_now` is applied by save() only
                 updates.append(row)
         for uuid, row in existing.items():
             if uuid not in positions and row.node_id == node.id and row.present:
-                row.present = False
+                row.present, row.updated_at = False, now
                 updates.append(row)
         if creates:
             Card.objects.bulk_create(creates)
         if updates:
-            Card.objects.bulk_update(
-                updates, ["present", "cordoned", "over_capacity", "dra", *CAPACITY_FIELDS, "updated_at"]
+            _write_cards(
+                updates, ("present", "cordoned", "over_capacity", "dra", *CAPACITY_FIELDS, "updated_at")
             )
         if measured:
             # Apart from `updated_at`: measurements move on every report, and the pages'
             # live token must not (it follows what scheduling changes).
-            Card.objects.bulk_update(measured, OBSERVED_FIELDS)
+            _write_cards(measured, OBSERVED_FIELDS)
         for row, text in shrunk:
             log.warning("card %s of %s reported smaller than its tenants hold: %s", row.uuid, node.name, text)
             record_event(
@@ -268,6 +265,26 @@ def report_inventory(
             capacity_changed(f"inventory {node.name}")
     node.refused = refused
     return node
+
+
+#: An agent report's locks, compiled once (per number of cards): the node by name, then the
+#: node's cards and those the report names, with their nodes read, not locked.
+_NODE_LOCKED = Statement(lambda name: lock_node(Node.objects.filter(name=name))[:1])
+_CARDS_LOCKED = Statement(
+    lambda node, uuids: lock_cards(
+        Card.objects.select_related("node").filter(Q(node=node) | Q(uuid__in=uuids)), of_self=True
+    )
+)
+
+
+def _write_cards(rows: list[Card], names: tuple[str, ...]) -> None:
+    """Write these columns of these card rows as they stand in memory, in one statement
+    (`update_rows`):
+    `bulk_update`'s CASE per column and row was two thirds of an agent report's CPU (~20 ms
+    for a report of 8 cards that changes nothing but their measurements)."""
+    update_rows(
+        Card, list(names), [{"id": row.pk, **{name: getattr(row, name) for name in names}} for row in rows]
+    )
 
 
 @dataclass
@@ -319,7 +336,7 @@ def record_measurements(node_name: str, observed: dict[str, dict]) -> Measured:
                 setattr(card, name, value)
             result.written.append(uuid)
         if result.written:
-            Card.objects.bulk_update([cards[uuid] for uuid in result.written], OBSERVED_FIELDS)
+            _write_cards([cards[uuid] for uuid in result.written], OBSERVED_FIELDS)
     return result
 
 

@@ -4,6 +4,8 @@ nothing written), then upserted; a card belongs to the node that first reported 
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduling import services
 from scheduling.engine import ScenarioError
@@ -86,3 +88,31 @@ def test_a_not_ready_reason_is_kept_until_the_next_valid_report():
     assert (node.ready, node.not_ready_reason) == (True, "")
     created = services.mark_node_not_ready("node2", "the node was deleted from Kubernetes")
     assert (created.ready, created.not_ready_reason) == (False, "the node was deleted from Kubernetes")
+
+
+def test_a_report_writes_each_changed_card_once_and_stamps_only_what_scheduling_sees():
+    """Capacity and presence changes move a card's `updated_at` (the pages' live token reads
+    it); measurements alone write the card but leave it; every changed column lands, for every
+    card of the report, in one statement per kind of change."""
+    devices = [t4(f"GPU-{i}", i) for i in range(4)]
+    services.report_inventory("node1", {}, {}, devices)
+    before = {c.uuid: c.updated_at for c in Card.objects.all()}
+    measured = [
+        {**device, "observed": {"memory": 100 + i, "utilization": i, "power": 70.5}}
+        for i, device in enumerate(devices)
+    ]
+    with CaptureQueriesContext(connection) as sent:
+        services.report_inventory("node1", {}, {}, measured)
+    assert sum('UPDATE "scheduling_card"' in q["sql"] for q in sent.captured_queries) == 1  # executemany: one
+    cards = {c.uuid: c for c in Card.objects.all()}
+    assert {uuid: (c.observed_memory, c.utilization, c.power) for uuid, c in cards.items()} == {
+        f"GPU-{i}": (100 + i, i, 70.5) for i in range(4)
+    }
+    assert {uuid: c.updated_at for uuid, c in cards.items()} == before
+    smaller = [{**measured[0], "memory": 8000}, *measured[1:3]]  # GPU-0 shrinks, GPU-3 goes
+    services.report_inventory("node1", {}, {}, smaller)
+    cards = {c.uuid: c for c in Card.objects.all()}
+    assert (cards["GPU-0"].memory, cards["GPU-3"].present) == (8000, False)
+    moved = {uuid for uuid, c in cards.items() if c.updated_at != before[uuid]}
+    assert moved == {"GPU-0", "GPU-3"}
+    assert all(c.present for uuid, c in cards.items() if uuid != "GPU-3")
