@@ -45,14 +45,19 @@ class Statement:
     #: The most shapes one statement keeps; others are compiled for their call alone.
     SHAPES = 64
 
-    def __init__(self, build: Callable[..., QuerySet]):
+    def __init__(self, build: Callable[..., QuerySet], *, most: int | None = None):
+        """`most`: a call with more values than this runs the built queryset as Django runs
+        it, its shape not kept (a batch's shapes would take the places of a request's)."""
         self._build = build
+        self._most = most
         self._compiled: dict[tuple, _Compiled] = {}
         self._lock = threading.Lock()
 
     def rows(self, *values: Any, using: str = "default") -> list:
         leaves: list = []
         shape = _shape(values, leaves)
+        if self._most is not None and len(leaves) > self._most:
+            return list(self._build(*values).using(using))
         key = (using, shape)
         compiled = self._compiled.get(key)
         if compiled is None:

@@ -676,12 +676,8 @@ def _locked_rows(keys: list[tuple[str, str]], *, with_node: bool = False) -> dic
     `with_node` reads their nodes in the same query without locking them."""
     if not keys:
         return {}
-    found: Iterable[Pod]
-    if len(keys) <= FEW:  # a request's pod or few: the statement compiled once
-        found = (_LOCKED_WITH_NODE if with_node else _LOCKED).rows(keys)
-    else:
-        found = _locked(keys, with_node)
-    return {(pod.namespace, pod.name): pod for pod in found}
+    statement = _LOCKED_WITH_NODE if with_node else _LOCKED
+    return {(pod.namespace, pod.name): pod for pod in statement.rows(keys)}
 
 
 def _locked(keys: list[tuple[str, str]], with_node: bool = False) -> QuerySet[Pod]:
@@ -691,10 +687,11 @@ def _locked(keys: list[tuple[str, str]], with_node: bool = False) -> QuerySet[Po
     return lock_pods(rows, of_self=with_node)
 
 
-#: Up to this many pods, `_locked_rows` runs a statement compiled once for their number.
+#: Up to this many pods or cards, a request's locks run statements compiled once for their
+#: number; a larger batch compiles its own (a pod's key is two values).
 FEW = 8
-_LOCKED = Statement(_locked)
-_LOCKED_WITH_NODE = Statement(partial(_locked, with_node=True))
+_LOCKED = Statement(_locked, most=2 * FEW)
+_LOCKED_WITH_NODE = Statement(partial(_locked, with_node=True), most=2 * FEW)
 
 
 def _insert(
@@ -725,13 +722,12 @@ def _insert_one(pod: Pod) -> None:
     the field prepares it to be saved; the key read back), from an INSERT written once:
     `bulk_create` compiles its statement anew for every call, a fifth of a one-pod
     submission's CPU."""
-    fields = [field for field in Pod._meta.concrete_fields if not field.primary_key]
+    returning = connection.features.can_return_columns_from_insert
+    statement, fields = _insert_statement(connection.vendor, returning)
     values = [field.get_db_prep_save(field.pre_save(pod, True), connection) for field in fields]
     with connection.cursor() as cursor:
-        cursor.execute(
-            _insert_statement(connection.vendor, connection.features.can_return_columns_from_insert), values
-        )
-        if connection.features.can_return_columns_from_insert:
+        cursor.execute(statement, values)
+        if returning:
             (pod.pk,) = cursor.fetchone()
         else:
             pod.pk = connection.ops.last_insert_id(cursor, str(Pod._meta.db_table), str(Pod._meta.pk.column))
@@ -739,12 +735,14 @@ def _insert_one(pod: Pod) -> None:
 
 
 @cache
-def _insert_statement(vendor: str, returning: bool) -> str:
+def _insert_statement(vendor: str, returning: bool) -> tuple[str, list[Field]]:
+    """`_insert_one`'s INSERT for this database, and the fields whose values it takes."""
     quote = connection.ops.quote_name
-    columns = [quote(str(field.column)) for field in Pod._meta.concrete_fields if not field.primary_key]
-    marks = ", ".join(["%s"] * len(columns))
-    statement = f"INSERT INTO {quote(str(Pod._meta.db_table))} ({', '.join(columns)}) VALUES ({marks})"  # noqa: S608
-    return statement + (f" RETURNING {quote(str(Pod._meta.pk.column))}" if returning else "")
+    fields = [field for field in Pod._meta.concrete_fields if not field.primary_key]
+    columns = ", ".join(quote(str(field.column)) for field in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    statement = f"INSERT INTO {quote(str(Pod._meta.db_table))} ({columns}) VALUES ({marks})"  # noqa: S608
+    return statement + (f" RETURNING {quote(str(Pod._meta.pk.column))}" if returning else ""), fields
 
 
 def _new_pod(submission: Submission, group: PodGroup | None, queue: Queue | None, now) -> Pod:
@@ -1011,12 +1009,7 @@ def _release_allocations_of(pods: list[Pod], now) -> GivenBack:
     if not pods:
         return GivenBack()
     uuids = sorted({uuid for pod in pods for uuid in _cards_named(pod.allocated)})
-    if not uuids:
-        cards = []
-    elif len(uuids) <= FEW:
-        cards = _CARDS_HAD.rows(uuids)
-    else:
-        cards = list(_cards_had(uuids))
+    cards = _CARDS_HAD.rows(uuids) if uuids else []
     released = _deactivate_allocations([pod.pk for pod in pods], sorted(card.pk for card in cards), now)
     if not released:
         return GivenBack()
@@ -1028,7 +1021,7 @@ def _cards_had(uuids: list[str]) -> QuerySet[Card]:
     return lock_cards(Card.objects.filter(uuid__in=uuids), skip_locked=True)
 
 
-_CARDS_HAD = Statement(_cards_had)
+_CARDS_HAD = Statement(_cards_had, most=FEW)
 
 
 def _cards_named(allocated: str) -> list[str]:

@@ -129,6 +129,16 @@ def test_more_shapes_than_it_keeps_are_still_answered(placed):
     assert len(statement._compiled) == 3
 
 
+def test_more_values_than_its_most_run_the_queryset_and_keep_no_shape(placed):
+    statement = Statement(lambda names: Pod.objects.filter(name__in=names).order_by("pk"), most=3)
+    for size in (2, 5, 3, 9):
+        names = [f"p{n}" for n in range(size)]
+        with CaptureQueriesContext(connection) as sent:
+            assert [pod.name for pod in statement.rows(names)] == names
+        assert len(sent) == 1
+    assert sorted(len(shape) for _, (shape,) in statement._compiled) == [2, 3]
+
+
 def test_integer_values_and_constants_beside_them(placed):
     statement = Statement(lambda pks: Pod.objects.filter(pk__in=pks, status=Pod.SCHEDULED).order_by("pk"))
     pks = list(Pod.objects.order_by("pk").values_list("pk", flat=True))
