@@ -21,6 +21,10 @@ one transaction per pod. Release latency: a pod pinned to a full card waits, the
 scheduler loop runs, and the time from the release's commit to the waiting pod's commit
 is taken, several times. `--workers 2` drains the queue with two processes at once
 (single-flight off: with it on, the second would only wait on the cycle lock).
+`--pools N` splits the nodes into N node pools (`hami.io/node-pool`, round robin), each pod
+selecting one, and drains them with one planner per pool (`HAMI_NODE_POOL`, single-flight on,
+each pool under its own lock); the release latency and the write path are not measured then
+(their pods select no pool, and no planner runs for those).
 """
 
 from __future__ import annotations
@@ -123,11 +127,13 @@ def print_table(rows: list[dict]) -> None:
             why = row.get("skipped") or "error: " + row["error"].replace("\n", " | ")
             print(f"{row['backend']:<11} {row['nodes']:>5}  {why}")
             continue
-        latency = f"{row['release_ms_median']:.0f} / {row['release_ms_max']:.0f}"
+        pooled = row.get("pools", 1) > 1  # neither is measured with pools (`main_child`)
+        latency = "-" if pooled else f"{row['release_ms_median']:.0f} / {row['release_ms_max']:.0f}"
+        submit = "-" if pooled else f"{row['submit_per_second']:.0f}"
         print(
             f"{row['backend']:<11} {row['nodes']:>5} {row['cards']:>6} {row['pods']:>5} {row['placed']:>6} "
             f"{row['cycles']:>6} {row['seconds']:>8.2f} {row['pods_per_second']:>7.0f} "
-            f"{row['submit_per_second']:>12.0f} {latency:>32}"
+            f"{submit:>12} {latency:>32}"
         )
     print()
     print(
@@ -168,7 +174,7 @@ def main_parent(args) -> None:
 
 def child_flags(args) -> list[str]:
     """The options a child run takes from the parent's (`{nodes}` filled in per size)."""
-    flags = ["--workers", str(args.workers), "--mix", args.mix]
+    flags = ["--workers", str(args.workers), "--mix", args.mix, "--pools", str(args.pools)]
     if args.profile:
         flags += ["--profile", args.profile + ".{nodes}"]
     return flags + (["--cold"] if args.cold else [])
@@ -273,14 +279,33 @@ REALISTIC_SHAPES = [
 MIXES = {"realistic": REALISTIC_SHAPES, "simple": POD_SHAPES}
 
 
-def build_cluster(nodes: int) -> None:
+#: The node label of `--pools` (pipeline.pools' default).
+POOL_LABEL = "hami.io/node-pool"
+
+
+def pool_names(pools: int) -> list[str]:
+    """`--pools`' pool names; none for one pool (no pools)."""
+    return [f"pool{i}" for i in range(pools)] if pools > 1 else []
+
+
+def build_cluster(nodes: int, pools: int = 1) -> None:
     from django.utils import timezone
 
     from scheduling.models import Card, Node
 
     now = timezone.now()
+    names = pool_names(pools)
     Node.objects.bulk_create(
-        [Node(name=f"node{n:04d}", ready=True, last_heartbeat=now) for n in range(nodes)], batch_size=1000
+        [
+            Node(
+                name=f"node{n:04d}",
+                ready=True,
+                last_heartbeat=now,
+                labels={POOL_LABEL: names[n % pools]} if names else {},
+            )
+            for n in range(nodes)
+        ],
+        batch_size=1000,
     )
     ids = dict(Node.objects.values_list("name", "id"))
     Card.objects.bulk_create(
@@ -300,13 +325,15 @@ def build_cluster(nodes: int) -> None:
     )
 
 
-def queue_pods(count: int, shapes: list = POD_SHAPES) -> None:
-    """A burst of submissions, as the queue holds it (the write path is measured apart)."""
+def queue_pods(count: int, shapes: list = POD_SHAPES, pools: int = 1) -> None:
+    """A burst of submissions, as the queue holds it (the write path is measured apart); with
+    pools, pod n selects pool n mod pools."""
     from django.utils import timezone
 
     from scheduling.models import Pod
 
     now = timezone.now()
+    names = pool_names(pools)
     Pod.objects.bulk_create(
         [
             Pod(
@@ -314,6 +341,7 @@ def queue_pods(count: int, shapes: list = POD_SHAPES) -> None:
                 name=f"pod{n:05d}",
                 annotations=shapes[n % len(shapes)][0],
                 containers=[{"name": "main", "resources": {"limits": shapes[n % len(shapes)][1]}}],
+                scheduling={"nodeSelector": {POOL_LABEL: names[n % pools]}} if names else {},
                 submitted_at=now,
             )
             for n in range(count)
@@ -419,13 +447,14 @@ def warm_worker() -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def start_drainer(cold: bool = False) -> subprocess.Popen:
+def start_drainer(cold: bool = False, pool: str = "") -> subprocess.Popen:
     """Another worker process on the same database (`--drain`): it reads the cluster (unless
-    `cold`), says `ready`, and drains the queue once told `go` (`release_drainers`)."""
+    `cold`), says `ready`, and drains the queue once told `go` (`release_drainers`); `pool`:
+    the node pool it plans."""
     process = subprocess.Popen(
         [sys.executable, "-m", "bench.pipeline", "--drain", *(["--cold"] if cold else [])],
         cwd=REPO,
-        env=dict(os.environ),
+        env={**os.environ, **({"HAMI_NODE_POOL": pool} if pool else {})},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -465,18 +494,23 @@ def main_drain(cold: bool = False) -> None:
 def main_child(args) -> None:
     if args.workers > 1:  # single flight would keep all but one waiting on the cycle lock
         os.environ["HAMI_SINGLE_FLIGHT"] = "0"
+    pools = pool_names(args.pools)
+    if pools:  # this process plans the first pool, a drainer each of the others
+        os.environ["HAMI_NODE_POOLS"] = ",".join(pools)
+        os.environ["HAMI_NODE_POOL"] = pools[0]
     import django
 
     django.setup()
     from django.core.management import call_command
 
-    from scheduling.models import Pod
+    from scheduling.models import Cycle, Pod
 
     call_command("migrate", verbosity=0, interactive=False)
-    build_cluster(args.nodes)
+    build_cluster(args.nodes, args.pools)
     read_ms = 0.0 if args.cold else warm_worker()
     others = [start_drainer(args.cold) for _ in range(args.workers - 1)]  # each reads the cluster first
-    queue_pods(args.pods, MIXES[args.mix])
+    others += [start_drainer(args.cold, pool) for pool in pools[1:]]
+    queue_pods(args.pods, MIXES[args.mix], args.pools)
     release_drainers(others)
     if args.profile:  # cProfile of the drain alone (the cluster and queue are built already)
         import cProfile
@@ -492,8 +526,10 @@ def main_child(args) -> None:
     placed = (
         Pod.objects.filter(status=Pod.SCHEDULED).count() if others else sum(len(r.placed) for r in reports)
     )
-    submit_rate = measure_submit(shapes=MIXES[args.mix])
-    latencies = measure_release_latency()
+    cycles = Cycle.objects.exclude(finished_at=None).count() if others else len(reports)
+    # with pools, nobody plans the pods these two submit (they select no pool)
+    submit_rate = 0.0 if pools else measure_submit(shapes=MIXES[args.mix])
+    latencies = [0.0] if pools else measure_release_latency()
     print(
         json.dumps(
             {
@@ -503,7 +539,8 @@ def main_child(args) -> None:
                 "pods": args.pods,
                 "mix": args.mix,
                 "placed": placed,
-                "cycles": len(reports),
+                "cycles": cycles,
+                "pools": args.pools,
                 "seconds": seconds,
                 "pods_per_second": placed / seconds,
                 "submit_per_second": submit_rate,
@@ -544,6 +581,12 @@ def main() -> None:
         "--cold",
         action="store_true",
         help="start the drain with the worker's first whole read of the cluster (default: read before the burst)",
+    )
+    parser.add_argument(
+        "--pools",
+        type=int,
+        default=1,
+        help="node pools, each drained by its own planner process (pipeline.pools); 1: none",
     )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)

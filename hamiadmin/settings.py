@@ -246,6 +246,13 @@ HAMIADMIN: dict[str, Any] = {
     "CYCLE_LOCK_TIMEOUT_SECONDS": env_float("HAMI_CYCLE_LOCK_TIMEOUT_SECONDS", "3"),
     "CYCLE_LOCK_LEASE_SECONDS": env_float("HAMI_CYCLE_LOCK_LEASE_SECONDS", "15"),
     "COMMIT_LOCK_TIMEOUT_MS": env_int("HAMI_COMMIT_LOCK_TIMEOUT_MS", "2000"),
+    # Node-pool shards (scheduling/pipeline/pools.py, docs/architecture.md): the pools planners
+    # run for (same list everywhere), the label naming a node's pool, and this planner's pool
+    # (empty: the planner of every pod that selects none of them, on every node).
+    "NODE_POOLS": env_list("HAMI_NODE_POOLS"),
+    "NODE_POOL_LABEL": os.environ.get("HAMI_NODE_POOL_LABEL", "hami.io/node-pool").strip()
+    or "hami.io/node-pool",
+    "NODE_POOL": os.environ.get("HAMI_NODE_POOL", "").strip(),
     "SCHEDULER_NAME": os.environ.get("HAMI_SCHEDULER_NAME", "hami-scheduler"),
     # Every spec.schedulerName hamiadmin serves (docs/kubernetes.md, *Routing operators*), e.g.
     # `hami-scheduler,volcano`; SCHEDULER_NAME is always among them (the one the webhook writes).
@@ -380,6 +387,15 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduling.housekeeping",
         "schedule": HAMIADMIN["HOUSEKEEPING_SECONDS"],
         "options": {"expires": HAMIADMIN["HOUSEKEEPING_SECONDS"]},
+    },
+    # each node pool's planner gets its own safety cycle, on its own queue
+    **{
+        f"safety-cycle-{pool}": {
+            "task": "scheduling.safety_cycle",
+            "schedule": HAMIADMIN["SAFETY_CYCLE_SECONDS"],
+            "options": {"expires": HAMIADMIN["SAFETY_CYCLE_SECONDS"], "queue": f"hamiadmin-pool-{pool}"},
+        }
+        for pool in dict.fromkeys(HAMIADMIN["NODE_POOLS"])
     },
 }
 

@@ -12,7 +12,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from scheduling import services
-from scheduling.pipeline import triggers
+from scheduling.pipeline import pools, triggers
 from scheduling.services import simulations
 
 from .pipeline.flight import run_requested_cycles
@@ -59,5 +59,6 @@ def simulate(job: str, scenario: dict, top: int | None = None) -> None:
 
 @worker_ready.connect
 def catch_up(sender=None, **kwargs) -> None:
-    """A starting worker runs a cycle: whatever a dead worker left pending is picked up."""
-    run_cycle.delay("worker started")
+    """A starting worker runs a cycle: whatever a dead worker left pending is picked up. A
+    node pool's planner asks on its pool's queue (`pipeline.pools`)."""
+    run_cycle.apply_async(("worker started",), queue=pools.pool_queue(pools.current()))

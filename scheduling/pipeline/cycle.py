@@ -40,7 +40,7 @@ from scheduling.engine.pod import describe_policy
 from scheduling.models import CapacityVersion, PodGroup
 from scheduling.models.pods import spec_fields
 
-from . import preemption
+from . import pools, preemption
 from .batch import GangState, load_book, load_gangs, load_namespace_book, snapshot_capacity
 from .locks import keep_alive
 from .options import option
@@ -86,7 +86,8 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     rows += gang_members(gangs, {row[0] for row in rows})
     capacity_version = CapacityVersion.read()
     with STANDING.use(since=started) as (snapshot, scheduler):  # the wake's refresh will do
-        book = load_book(capacity=snapshot_capacity(snapshot))
+        # a pool's planner sees its pool's cards only: shares are of the whole cluster's
+        book = load_book(capacity=None if pools.current() else snapshot_capacity(snapshot))
         namespaces = load_namespace_book()
         if uses_gang_spread(rows, snapshot.config):
             mark_gangs(snapshot.cluster)

@@ -40,6 +40,7 @@ from django.conf import settings
 from django.db import connection
 from redis.exceptions import LockError, RedisError
 
+from scheduling.pipeline import pools
 from scheduling.pipeline.options import option
 
 log = logging.getLogger(__name__)
@@ -129,10 +130,10 @@ class _AdvisoryLease(_Lease):
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"INSERT INTO {_lease_table()} (id, pid, holder, expires_at)"  # noqa: S608
-                    " VALUES (1, pg_backend_pid(), %s, now() + make_interval(secs => %s))"
+                    " VALUES (%s, pg_backend_pid(), %s, now() + make_interval(secs => %s))"
                     " ON CONFLICT (id) DO UPDATE SET pid = EXCLUDED.pid, holder = EXCLUDED.holder,"
                     " expires_at = EXCLUDED.expires_at",
-                    [self.holder[:200], self.seconds],
+                    [lease_row(), self.holder[:200], self.seconds],
                 )
         except Exception:  # noqa: BLE001 - our session is gone, and the lock with it
             log.warning("could not renew the cycle lease; this worker may have lost the cycle lock")
@@ -150,6 +151,24 @@ def keep_alive() -> bool:
     the caller should stop planning; the commit's re-checks keep it safe either way."""
     lease = getattr(_current, "lease", None)
     return lease.renew() if lease is not None else True
+
+
+def redis_lock_key() -> str:
+    """This process's cycle lock in Redis: one per node pool (`pools`)."""
+    return REDIS_LOCK_KEY + pools.suffix()
+
+
+def advisory_lock_key() -> int:
+    """This process's advisory lock: `ADVISORY_LOCK_KEY`, its pool's number (`pools.number`)
+    in the upper 32 bits, so each pool's planners take a lock of their own."""
+    return ADVISORY_LOCK_KEY | (pools.number() << 32)
+
+
+def lease_row() -> int:
+    """This process's `CycleLease` row: the unsharded one, or its pool's number."""
+    from scheduling.models import CycleLease
+
+    return pools.number() or CycleLease.ROW
 
 
 def _lease_table() -> str:
@@ -235,7 +254,7 @@ class _Renewer(threading.Thread):
 def _redis_lock(wait: float):
     timeout = option("CYCLE_LOCK_TIMEOUT_SECONDS")
     lock = redis_client().lock(
-        REDIS_LOCK_KEY,
+        redis_lock_key(),
         timeout=timeout,
         blocking=bool(wait),
         blocking_timeout=wait or None,
@@ -267,9 +286,10 @@ def _redis_lock(wait: float):
 @contextmanager
 def _advisory_lock(wait: float):
     deadline = time.monotonic() + wait
+    key = advisory_lock_key()
     with connection.cursor() as cursor:
         while True:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
             held = bool(cursor.fetchone()[0])
             if not held and _end_a_stuck_holder(cursor):
                 deadline = max(deadline, time.monotonic() + 1.0)  # its session is ending now
@@ -288,7 +308,7 @@ def _advisory_lock(wait: float):
         if held and connection.connection is not None:
             try:
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
             except Exception:  # noqa: BLE001 - a broken session has dropped the lock already
                 pass
 
@@ -297,11 +317,12 @@ def _end_a_stuck_holder(cursor) -> bool:
     """End the session holding the advisory lock when its lease deadline has passed (the
     holder made no progress for CYCLE_LOCK_LEASE_SECONDS). A holder with no lease row of its
     own yet (it has just taken the lock) is left alone. True when a session was ended."""
+    key = advisory_lock_key()
     cursor.execute(
         "SELECT l.pid, c.holder, extract(epoch FROM now() - c.expires_at)"  # noqa: S608
-        f" FROM pg_locks l JOIN {_lease_table()} c ON c.id = 1 AND c.pid = l.pid"
+        f" FROM pg_locks l JOIN {_lease_table()} c ON c.id = {lease_row()} AND c.pid = l.pid"
         " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
-        f" AND l.classid = {ADVISORY_LOCK_KEY >> 32} AND l.objid = {ADVISORY_LOCK_KEY & 0xFFFFFFFF}"
+        f" AND l.classid = {key >> 32} AND l.objid = {key & 0xFFFFFFFF}"
         " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         " AND c.expires_at < now()"
     )

@@ -6,6 +6,10 @@ from django.conf import settings
 
 DEFAULTS = {
     "SINGLE_FLIGHT": True,
+    # Node-pool shards (pipeline.pools).
+    "NODE_POOLS": [],
+    "NODE_POOL_LABEL": "hami.io/node-pool",
+    "NODE_POOL": "",
     "CYCLE_MAX_PODS": 1000,
     "DECISION_TOP": 20,
     "CLOSEST_NODES": 5,

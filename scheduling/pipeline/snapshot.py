@@ -23,6 +23,7 @@ from scheduling.engine.model import RunningPod
 from scheduling.engine.noderules import account_running
 from scheduling.models import Allocation, BoundPod, Card, Node, Pod, SchedulerConfig
 
+from . import pools
 from .options import option
 
 log = logging.getLogger(__name__)
@@ -109,13 +110,13 @@ def current_config() -> ClusterConfig:
 
 
 def card_rows():
-    """Every present card as a row of CARD_COLUMNS."""
-    return Card.objects.filter(present=True).values_list(*CARD_COLUMNS)
+    """Every present card (of this planner's node pool, `pools`) as a row of CARD_COLUMNS."""
+    return Card.objects.filter(pools.nodes_q(prefix="node__"), present=True).values_list(*CARD_COLUMNS)
 
 
 def node_rows():
-    """Every node as a row of NODE_COLUMNS."""
-    return Node.objects.values_list(*NODE_COLUMNS)
+    """Every node (of this planner's node pool, `pools`) as a row of NODE_COLUMNS."""
+    return Node.objects.filter(pools.nodes_q()).values_list(*NODE_COLUMNS)
 
 
 def engine_node(row, cards) -> EngineNode:
@@ -174,7 +175,7 @@ def _listing(value) -> list:
 
 
 def _own_rows(node_ids: Iterable[int] | None = None):
-    rows = Pod.objects.filter(status__in=Pod.BOUND, node__isnull=False)
+    rows = Pod.objects.filter(pools.nodes_q(prefix="node__"), status__in=Pod.BOUND, node__isnull=False)
     if node_ids is not None:
         rows = rows.filter(node_id__in=sorted(set(node_ids)))
     marks = {
@@ -191,7 +192,8 @@ def _bound_rows():
         "extra": Value({}, output_field=JSONField()),
         "mine": Value(False, output_field=BooleanField()),
     }
-    rows = BoundPod.objects.exclude(phase__in=BoundPod.ENDED).order_by().annotate(**marks)
+    rows = BoundPod.objects.filter(pools.node_names_q()).exclude(phase__in=BoundPod.ENDED)
+    rows = rows.order_by().annotate(**marks)
     return rows.values_list(*BOUND_RUNNING_COLUMNS)
 
 
@@ -341,12 +343,12 @@ POD_COLUMNS = (
 
 def due_pods(limit: int, now=None):
     """Pending pods in queue order (priority high to low, then submission), skipping parked
-    pods, gated pods (never tried until their gates go), pods still backing off, and extender
-    pods (placed only when kube-scheduler's filter call offers its nodes). One query; rows as
-    tuples of POD_COLUMNS."""
+    pods, gated pods (never tried until their gates go), pods still backing off, extender
+    pods (placed only when kube-scheduler's filter call offers its nodes), and the pods of
+    another planner's node pool (`pools`). One query; rows as tuples of POD_COLUMNS."""
     now = now or timezone.now()
     return list(
-        Pod.objects.filter(status=Pod.PENDING, parked=False, gated=False)
+        Pod.objects.filter(pools.pods_q(), status=Pod.PENDING, parked=False, gated=False)
         .exclude(origin=Pod.EXTENDER)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         .order_by("-priority", "submitted_at", "id")

@@ -49,7 +49,7 @@ from scheduling.engine.model import Card as EngineCard
 from scheduling.engine.model import Node as EngineNode
 from scheduling.models import BoundPod, Card, Node
 
-from . import collector
+from . import collector, pools
 from .options import option
 from .snapshot import (
     CARD_COLUMNS,
@@ -205,6 +205,7 @@ class StandingSnapshot:
         self.spoiled = False  # the next whole read replaces the scheduler too (`spoil`)
         self.refreshes = 0
         self.refreshed_at = float("-inf")  # perf_counter() when last brought up to date
+        self.pool: str | None = None  # the node pool whose nodes it holds (`pools`)
 
     @contextmanager
     def use(self, since: float | None = None) -> Iterator[tuple[Snapshot, Scheduler]]:
@@ -222,6 +223,10 @@ class StandingSnapshot:
             yield snapshot, Scheduler(snapshot.cluster, snapshot.config)
             return
         try:
+            pool = pools.current()
+            if self.pool != pool:
+                self.clear()  # a process plans one pool; a test may switch it
+                self.pool = pool
             if not self._fresh_since(since):
                 self.refresh()
             assert self.snapshot is not None and self.scheduler is not None
@@ -355,11 +360,12 @@ class StandingSnapshot:
         else:
             collector.sweep_young()
 
-    def _changed_rows(self, kept: dict[int, tuple], read_all, read_since):
+    def _changed_rows(self, kept: dict[int, tuple], read_all, read_since, ours=lambda row: True):
         """Rows changed since they were kept: id -> new row. Raises Rebuild when rows came or
         went. PostgreSQL reads the rows written since the horizon (`read_since`: (row, present)
-        pairs; a deleted row is found by the caller, in the deletion log); elsewhere every row is
-        read (`read_all`) and compared."""
+        pairs; a deleted row is found by the caller, in the deletion log), of which a row not
+        kept counts only if `ours` (a node pool's planner keeps its pool's rows, `pools`);
+        elsewhere every row is read (`read_all`, the pool's) and compared."""
         if self.horizon is None:
             rows = {row[0]: row for row in read_all()}
             if rows.keys() != kept.keys():
@@ -368,9 +374,9 @@ class StandingSnapshot:
         changed = {}
         for row, present in read_since():
             if row[0] not in kept:
-                if present:
+                if present and ours(row):
                     raise Rebuild  # a new row
-                continue  # an absent card that was absent before
+                continue  # an absent card that was absent before, or another pool's row
             if not present:
                 raise Rebuild  # a card gone absent
             if kept[row[0]] != row:
@@ -381,7 +387,7 @@ class StandingSnapshot:
         """BoundPod id -> updated_at: of every row (SQLite), or of those written since the
         horizon (PostgreSQL, by their marks)."""
         rows = BoundPod.objects.order_by() if self.horizon is None else written_since(BoundPod, self.horizon)
-        return dict(rows.values_list("id", "updated_at"))
+        return dict(rows.filter(pools.node_names_q()).values_list("id", "updated_at"))
 
     def _bound_changed(self) -> bool:
         """Whether a pod others bound came, went or changed since it was read. On PostgreSQL: a
@@ -417,11 +423,13 @@ class StandingSnapshot:
                 (row[:-1], row[-1])
                 for row in Card.objects.filter(id__in=card_ids).values_list(*CARD_COLUMNS, "present")
             ),
+            lambda row: row[1] in self.nodes,  # a card of another pool's node is not ours
         )
         nodes = self._changed_rows(
             self.nodes,
             node_rows,
             lambda: ((row, True) for row in Node.objects.filter(id__in=node_ids).values_list(*NODE_COLUMNS)),
+            lambda row: pools.in_pool(row[NODE_COLUMNS.index("labels")]),
         )
         for node_id, row in nodes.items():
             if differs_beyond(self.nodes[node_id], row, {READY}):

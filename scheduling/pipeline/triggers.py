@@ -8,6 +8,10 @@ transaction commits, so a cycle never runs before the change it was asked for is
   task is sent per debounce window; the task clears the window key when it starts, so a
   request arriving while a cycle runs always leads to another cycle (see pipeline.flight).
 - Neither: nothing to signal; a loop in another process finds due pods on its next poll.
+
+With node pools (`pipeline.pools`) every pool's planner has its own flag, window and Celery
+queue, and a request goes to each of them: which pools a change concerns is the planners'
+question (a cycle with nothing due costs one query), not the writer's.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from scheduling.pipeline import pools
 from scheduling.pipeline.locks import redis_client
 from scheduling.pipeline.options import option
 
@@ -59,12 +64,17 @@ def signal_scheduler(reason: str) -> None:
     if loops or not settings.REDIS_URL:
         return
     try:
-        pipe = redis_client().pipeline(transaction=False)  # one round trip, the flag first
-        pipe.set(REQUESTED_KEY, reason[:100] or "requested", ex=3600)
-        pipe.set(QUEUED_KEY, "1", nx=True, px=max(1, int(option("TRIGGER_DEBOUNCE_MS"))))
-        _, first_in_window = pipe.execute()
-        if first_in_window:
-            current_app.send_task(RUN_CYCLE_TASK, args=(reason[:100],))
+        planners = ["", *pools.pools()]
+        pipe = redis_client().pipeline(transaction=False)  # one round trip, the flags first
+        for pool in planners:
+            pipe.set(REQUESTED_KEY + pools.suffix(pool), reason[:100] or "requested", ex=3600)
+            pipe.set(
+                QUEUED_KEY + pools.suffix(pool), "1", nx=True, px=max(1, int(option("TRIGGER_DEBOUNCE_MS")))
+            )
+        answers = pipe.execute()
+        for pool, first_in_window in zip(planners, answers[1::2], strict=True):
+            if first_in_window:
+                current_app.send_task(RUN_CYCLE_TASK, args=(reason[:100],), queue=pools.pool_queue(pool))
     except Exception as exc:  # noqa: BLE001 - the write has committed; scheduling catches up later
         log.warning("could not signal the scheduler (%s): %s", reason, exc)
 
@@ -73,9 +83,9 @@ def clear_queued() -> None:
     """Called when a cycle task starts: requests from now on send a new task."""
     if settings.REDIS_URL:
         try:
-            redis_client().delete(QUEUED_KEY)
+            redis_client().delete(QUEUED_KEY + pools.suffix())
         except Exception as exc:  # noqa: BLE001
-            log.warning("could not clear %s: %s", QUEUED_KEY, exc)
+            log.warning("could not clear %s: %s", QUEUED_KEY + pools.suffix(), exc)
 
 
 def take_request() -> bool:
@@ -85,12 +95,13 @@ def take_request() -> bool:
     try:
         client = redis_client()
         pipe = client.pipeline()
-        pipe.get(REQUESTED_KEY)
-        pipe.delete(REQUESTED_KEY)
+        key = REQUESTED_KEY + pools.suffix()
+        pipe.get(key)
+        pipe.delete(key)
         value, _ = pipe.execute()
         return value is not None
     except Exception as exc:  # noqa: BLE001
-        log.warning("could not read %s: %s", REQUESTED_KEY, exc)
+        log.warning("could not read %s: %s", REQUESTED_KEY + pools.suffix(), exc)
         return False
 
 
@@ -99,6 +110,6 @@ def request_pending() -> bool:
     if not settings.REDIS_URL:
         return False
     try:
-        return bool(redis_client().exists(REQUESTED_KEY))
+        return bool(redis_client().exists(REQUESTED_KEY + pools.suffix()))
     except Exception:  # noqa: BLE001
         return False

@@ -44,6 +44,7 @@ from django.utils import timezone
 from scheduling.engine.decision import SCHEDULED
 from scheduling.models import CapacityVersion, Pod
 
+from . import pools
 from .rowlocks import lock_pods
 from .snapshot import Snapshot
 from .standing import STANDING
@@ -61,6 +62,7 @@ class _Seen:
         self.version: int | None = None  # None: the next look sums the backed-off pods up whole
         self.woken: list[int] = []
         self.specs = _Specs()
+        self.pool = ""  # the node pool whose pods it looks at (`pools`)
 
 
 class _Specs:
@@ -152,9 +154,12 @@ WAKE_REGROUP_SECONDS = 300.0
 
 def backed_off(now):
     """The pending pods backing off that a change of capacity may wake: not parked, gated,
-    extender pods, nor held (`Pod.held_until`: a placement given back waits its time)."""
+    extender pods, nor held (`Pod.held_until`: a placement given back waits its time); of
+    this planner's node pool (`pools`), whose nodes its snapshot holds."""
     return (
-        Pod.objects.filter(status=Pod.PENDING, parked=False, gated=False, next_attempt_at__gt=now)
+        Pod.objects.filter(
+            pools.pods_q(), status=Pod.PENDING, parked=False, gated=False, next_attempt_at__gt=now
+        )
         .exclude(origin=Pod.EXTENDER)
         .exclude(held_until__gt=now)
     )
@@ -167,6 +172,8 @@ def wake_movable(now=None) -> int:
     now = now or timezone.now()
     version = CapacityVersion.read()
     with SEEN.lock:
+        if SEEN.pool != pools.current():  # a process plans one pool; a test may switch it
+            SEEN.version, SEEN.woken, SEEN.specs, SEEN.pool = None, [], _Specs(), pools.current()
         if SEEN.version == version and not (SEEN.woken and _moved(SEEN.woken)):
             SEEN.woken = []
             return 0

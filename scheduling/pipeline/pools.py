@@ -1,0 +1,119 @@
+"""Node-pool shards: planners that each own the pods selecting one labelled node pool.
+
+Why: one planner decides every pod against every node, one cycle at a time. With pools, a
+planner process started with `HAMI_NODE_POOL=a` plans only the pods whose `nodeSelector`
+names `hami.io/node-pool: a` (the label is `HAMI_NODE_POOL_LABEL`), against only the nodes
+carrying that label value; planners of different pools run their cycles at the same time,
+each under its own cycle lock, triggers and Celery queue. A planner started without a pool
+(the usual one) plans every other pod, against every node: the pods that select no pool, or
+one no planner runs for (`HAMI_NODE_POOLS`, the pools planners run for, the same list on the
+web tier and every worker).
+
+A pod joins a pool by selecting it, so the pool is a constraint the engine already honours:
+`simulate`, the what-ifs and the explanations judge it as the planner does, and a pod of a
+pool lands nowhere else whoever plans it. Dedicated pools are tainted as well, as in
+Kubernetes (`hami.io/node-pool=a:NoSchedule`, tolerated by the pool's pods): then the
+planner without a pool, which sees every node, places nothing there either.
+
+What stays shared is kept correct at the commit, not by the split (docs/architecture.md):
+cards by row locks and the re-check; queue limits and namespace quotas by the locked re-count
+of `pipeline.limits`; a gang by placing it whole or not at all. A gang whose members select
+different pools is decided by whichever planner takes one of its due members, its other
+members with it.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Exists, OuterRef, Q
+
+from .options import option
+
+#: The Celery queue of a pool's cycle tasks (`pool_queue`); the planner without a pool takes
+#: Celery's default queue.
+QUEUE_PREFIX = "hamiadmin-pool-"
+
+
+def label() -> str:
+    """The node label naming a node's pool (HAMI_NODE_POOL_LABEL)."""
+    return option("NODE_POOL_LABEL")
+
+
+def pools() -> list[str]:
+    """The pools planners run for (HAMI_NODE_POOLS), in the order given, without repeats."""
+    return list(dict.fromkeys(str(name) for name in option("NODE_POOLS") or () if name))
+
+
+def current() -> str:
+    """This process's pool ('' for the planner without one). A pool that is not one of
+    `pools()` is a configuration error: nobody would signal its planner."""
+    pool = option("NODE_POOL") or ""
+    if pool and pool not in pools():
+        raise ImproperlyConfigured(
+            f"HAMI_NODE_POOL={pool!r} is not one of HAMI_NODE_POOLS ({', '.join(pools()) or 'empty'})"
+        )
+    return pool
+
+
+def suffix(pool: str | None = None) -> str:
+    """What a pool's cycle lock and trigger keys add to the unsharded ones ('' without a pool)."""
+    pool = current() if pool is None else pool
+    return f":{pool}" if pool else ""
+
+
+def number(pool: str | None = None) -> int:
+    """A pool's number, for its advisory lock and lease row: 0 without a pool, else a positive
+    31-bit digest of its name (never 0 or 1, the unsharded lease row)."""
+    pool = current() if pool is None else pool
+    if not pool:
+        return 0
+    return max(2, zlib.crc32(pool.encode()) & 0x7FFFFFFF)
+
+
+def pool_queue(pool: str) -> str | None:
+    """The Celery queue a pool's cycle tasks go to (None: Celery's default queue)."""
+    return f"{QUEUE_PREFIX}{pool}" if pool else None
+
+
+def _selector(prefix: str = "") -> str:
+    return f"{prefix}scheduling__nodeSelector__{label()}"
+
+
+def pods_q(pool: str | None = None, prefix: str = "") -> Q:
+    """The pods a pool's planner plans, as a filter on `Pod` (`prefix`: the path to the pod):
+    those selecting `pool`; for the planner without a pool, those selecting none of `pools()`.
+    Without pools, every pod (an empty Q)."""
+    pool = current() if pool is None else pool
+    if pool:
+        return Q(**{_selector(prefix): pool})
+    named = pools()
+    if not named:
+        return Q()
+    return ~Q(**{f"{_selector(prefix)}__in": named}) | Q(**{f"{_selector(prefix)}__isnull": True})
+
+
+def nodes_q(pool: str | None = None, prefix: str = "") -> Q:
+    """The nodes a pool's planner sees, as a filter on `Node` (`prefix`: the path to the node):
+    those labelled with the pool; every node for the planner without a pool (an empty Q)."""
+    pool = current() if pool is None else pool
+    if not pool:
+        return Q()
+    return Q(**{f"{prefix}labels__{label()}": pool})
+
+
+def in_pool(labels, pool: str | None = None) -> bool:
+    """Whether a node with `labels` is one the pool's planner sees (`nodes_q`, in Python)."""
+    pool = current() if pool is None else pool
+    return not pool or (isinstance(labels, dict) and labels.get(label()) == pool)
+
+
+def node_names_q(field: str = "node_name") -> Q:
+    """`nodes_q` for rows that name their node (`field`) rather than point at it."""
+    pool = current()
+    if not pool:
+        return Q()
+    from scheduling.models import Node
+
+    return Q(Exists(Node.objects.filter(nodes_q(pool), name=OuterRef(field))))
