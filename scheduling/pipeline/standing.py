@@ -421,9 +421,10 @@ class StandingSnapshot:
             card_rows,
             lambda: (
                 (row[:-1], row[-1])
-                for row in Card.objects.filter(id__in=card_ids).values_list(*CARD_COLUMNS, "present")
+                for row in Card.objects.filter(pools.nodes_q(prefix="node__"), id__in=card_ids).values_list(
+                    *CARD_COLUMNS, "present"
+                )
             ),
-            lambda row: row[1] in self.nodes,  # a card of another pool's node is not ours
         )
         nodes = self._changed_rows(
             self.nodes,

@@ -6,6 +6,7 @@ Triggers are kept local (no Redis) unless a test asks for `redis_url` and sets i
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -131,12 +132,19 @@ def start_worker(*args: str, **env) -> subprocess.Popen:
     )
 
 
-def start_workers_together(*argv: tuple[str, ...], **env) -> tuple[list[subprocess.Popen], Path]:
+def start_workers_together(
+    *argv: tuple[str, ...], envs: list[dict] | None = None, **env
+) -> tuple[list[subprocess.Popen], Path]:
     """One `cycle_worker` per argument tuple, each with `--control` on one folder, told `go`
     once every one is set up: their first cycles start together, whichever process started
-    slowest. Returns the workers and the folder (touch its `stop` to end them)."""
+    slowest. `envs`: each worker's own environment beside `env`. Returns the workers and the
+    folder (touch its `stop` to end them)."""
     control = Path(tempfile.mkdtemp(prefix="cycle-workers-"))
-    workers = [start_worker(*args, "--control", str(control), **env) for args in argv]
+    own = envs or [{} for _ in argv]
+    workers = [
+        start_worker(*args, "--control", str(control), **env, **mine)
+        for args, mine in zip(argv, own, strict=True)
+    ]
     given_up = time.monotonic() + 60
     while len(list(control.glob("ready-*"))) < len(workers):
         dead = [process for process in workers if process.poll() is not None]
@@ -150,11 +158,21 @@ def start_workers_together(*argv: tuple[str, ...], **env) -> tuple[list[subproce
     return workers, control
 
 
+def summaries(workers: list[subprocess.Popen], timeout: float) -> list[dict]:
+    """What each cycle worker printed last (its summary), in order, once it exited with 0."""
+    results = []
+    for process in workers:
+        out, err = process.communicate(timeout=timeout)
+        assert process.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
 @contextmanager
-def celery_worker_process(redis_url: str, loglevel: str = "WARNING", queues: str | None = None):
+def celery_worker_process(redis_url: str, loglevel: str = "WARNING", queues: str | None = None, **env):
     """A real `celery -A hamiadmin worker` (solo pool) on the test database and `redis_url`,
     with the trigger flags and the cycle lock cleared first; terminated on exit. `queues`:
-    its `-Q` (default: celery's default queue only)."""
+    its `-Q` (default: celery's default queue only); `env`: more of its environment."""
     from scheduling.pipeline import triggers
     from scheduling.pipeline.locks import REDIS_LOCK_KEY, redis_client
 
@@ -175,7 +193,7 @@ def celery_worker_process(redis_url: str, loglevel: str = "WARNING", queues: str
             *(["-Q", queues] if queues else []),
         ],
         cwd=REPO,
-        env=worker_env(REDIS_URL=redis_url),
+        env=worker_env(REDIS_URL=redis_url, **env),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

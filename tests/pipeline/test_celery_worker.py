@@ -72,3 +72,30 @@ def test_the_worker_preempts_a_lower_priority_pod_and_places_the_preemptor(worke
     assert Pod.objects.get(name="low").status == Pod.PENDING  # requeued; no room while urgent runs
     assert eviction.reason == "priority 0 < 100" and eviction.cards == ["GPU-0"]
     assert_consistent()
+
+
+def test_a_pool_worker_plans_its_pools_pods_from_its_own_queue(redis_url, settings):
+    """A worker started for node pool `a` (`HAMI_NODE_POOL`, `-Q hamiadmin-pool-a`) places the
+    pod that selects `a` on `a`'s node from the request sent to its queue, and leaves the pod
+    of no pool to the planner without one (not running here)."""
+    from scheduling.pipeline import locks, triggers
+
+    settings.REDIS_URL = redis_url
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "NODE_POOLS": ["a"]}
+    keys = (triggers.REQUESTED_KEY, triggers.QUEUED_KEY, locks.REDIS_LOCK_KEY)
+    locks.redis_client().delete(*(f"{key}:a" for key in keys))
+    label = "hami.io/node-pool"
+    services.report_inventory("a1", {label: "a"}, {}, [card("GPU-a", 0, slots=2)])
+    services.report_inventory("plain1", {}, {}, [card("GPU-plain", 0, slots=2)])
+    with celery_worker_process(
+        redis_url, loglevel="INFO", queues="hamiadmin-pool-a", HAMI_NODE_POOLS="a", HAMI_NODE_POOL="a"
+    ) as worker:
+        submit("pa", gpu=1, mem=1000, scheduling={"nodeSelector": {label: "a"}})
+        submit("plain", gpu=1, mem=1000)
+        wait_for(lambda: Pod.objects.get(name="pa").status == Pod.SCHEDULED, 30, worker)
+        time.sleep(0.5)  # a cycle of the pool-less planner would have tried `plain` by now
+    assert Pod.objects.get(name="pa").node.name == "a1"
+    plain = Pod.objects.get(name="plain")
+    assert plain.status == Pod.PENDING and plain.attempts == 0
+    assert set(Cycle.objects.values_list("worker", flat=True)) == {f"{socket.gethostname()}:{worker.pid}"}
+    locks.redis_client().delete("celery")  # the pool-less planner's requests: nobody took them

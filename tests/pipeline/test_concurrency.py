@@ -10,7 +10,6 @@ allocation string says or pending with a reason.
 
 from __future__ import annotations
 
-import json
 import random
 from collections import defaultdict
 
@@ -21,7 +20,7 @@ from scheduling import services
 from scheduling.engine.encoding import decode_allocation
 from scheduling.models import Allocation, Card, Cycle, Pod
 
-from .conftest import assert_consistent, pod_kind, start_workers_together, stop
+from .conftest import assert_consistent, pod_kind, start_workers_together, stop, summaries
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -112,11 +111,7 @@ def run_shuffled_workers() -> list[dict]:
         HAMI_SINGLE_FLIGHT=0,
     )
     try:
-        results = []
-        for process in workers:
-            out, err = process.communicate(timeout=170)
-            assert process.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = summaries(workers, 170)
     finally:
         for process in workers:
             stop(process)

@@ -5,15 +5,13 @@ take a queue past its limit together (23 of 20 vGPUs); the commit re-checks unde
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from django.db.models import Count, Sum
 
 from scheduling import services
 from scheduling.models import Allocation, Cycle, Pod, Queue
 
-from .conftest import assert_consistent, limits, start_worker, stop
+from .conftest import assert_consistent, limits, start_worker, stop, summaries
 from .test_concurrency import report_t4_nodes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -54,11 +52,7 @@ def test_four_overlapping_workers_never_take_a_queue_or_namespace_past_its_limit
         for seed in range(WORKERS)
     ]
     try:
-        results = []
-        for process in workers:
-            out, err = process.communicate(timeout=90)
-            assert process.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = summaries(workers, 90)
     finally:
         for process in workers:
             stop(process)

@@ -11,12 +11,8 @@ pools planned at the same time, and the two of pool `a` never did.
 
 from __future__ import annotations
 
-import json
 import random
 import re
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 from django.db.models import Count
@@ -24,7 +20,7 @@ from django.db.models import Count
 from scheduling import services
 from scheduling.models import Allocation, Cycle, Node, Pod, Queue
 
-from .conftest import assert_consistent, limits, start_worker, stop
+from .conftest import assert_consistent, limits, start_workers_together, stop, summaries
 from .test_concurrency import assert_no_card_holds_more_than_it_has
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -90,34 +86,13 @@ def build() -> dict[str, int]:
 
 def test_pool_planners_plan_at_once_and_keep_cards_queues_and_gangs_whole(require_postgres):
     gangs = build()
-    control = Path(tempfile.mkdtemp(prefix="pool-planners-"))
-    workers = [
-        start_worker(
-            "--seed",
-            str(seed),
-            "--deadline",
-            "90",
-            "--limits",
-            "5,10,20",
-            "--control",
-            str(control),
-            HAMI_NODE_POOLS=",".join(POOLS),
-            HAMI_NODE_POOL=pool,
-        )
-        for seed, pool in enumerate(PLANNERS)
-    ]
+    workers, _ = start_workers_together(
+        *(("--seed", str(seed), "--deadline", "90", "--limits", "5,10,20") for seed in range(len(PLANNERS))),
+        envs=[{"HAMI_NODE_POOL": pool} for pool in PLANNERS],
+        HAMI_NODE_POOLS=",".join(POOLS),
+    )
     try:
-        given_up = time.monotonic() + 60
-        while len(list(control.glob("ready-*"))) < len(workers):
-            assert all(process.poll() is None for process in workers), "a planner died while setting up"
-            assert time.monotonic() < given_up, "the planners were not all set up within 60 s"
-            time.sleep(0.01)
-        (control / "go").touch()
-        results = []
-        for process in workers:
-            out, err = process.communicate(timeout=120)
-            assert process.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = summaries(workers, 120)
     finally:
         for process in workers:
             stop(process)

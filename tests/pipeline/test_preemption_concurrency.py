@@ -10,7 +10,6 @@ end every high-priority pod is placed, having evicted exactly as many tenants as
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import defaultdict
@@ -24,7 +23,7 @@ from scheduling.models import Allocation, Card, Eviction, Nomination, Pod
 from scheduling.pipeline import run_cycle
 from scheduling.services.evictions import mark_evicting
 
-from .conftest import assert_consistent, start_workers_together, stop
+from .conftest import assert_consistent, start_workers_together, stop, summaries
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -121,11 +120,7 @@ def test_four_workers_preempting_while_victims_terminate_never_double_allocate()
                 break
             time.sleep(0.05)
         (control / "stop").touch()  # every high pod placed: the workers need not wait out their deadline
-        results = []
-        for process in workers:
-            out, err = process.communicate(timeout=60)
-            assert process.returncode == 0, err[-3000:]
-            results.append(json.loads(out.strip().splitlines()[-1]))
+        results = summaries(workers, 60)
     finally:
         for process in workers:
             stop(process)
