@@ -127,9 +127,13 @@ def print_table(rows: list[dict]) -> None:
             why = row.get("skipped") or "error: " + row["error"].replace("\n", " | ")
             print(f"{row['backend']:<11} {row['nodes']:>5}  {why}")
             continue
-        pooled = row.get("pools", 1) > 1  # neither is measured with pools (`main_child`)
-        latency = "-" if pooled else f"{row['release_ms_median']:.0f} / {row['release_ms_max']:.0f}"
-        submit = "-" if pooled else f"{row['submit_per_second']:.0f}"
+        # neither is measured with pools (`main_child`)
+        latency = (
+            "-"
+            if row["release_ms_median"] is None
+            else f"{row['release_ms_median']:.0f} / {row['release_ms_max']:.0f}"
+        )
+        submit = "-" if row["submit_per_second"] is None else f"{row['submit_per_second']:.0f}"
         print(
             f"{row['backend']:<11} {row['nodes']:>5} {row['cards']:>6} {row['pods']:>5} {row['placed']:>6} "
             f"{row['cycles']:>6} {row['seconds']:>8.2f} {row['pods_per_second']:>7.0f} "
@@ -528,8 +532,8 @@ def main_child(args) -> None:
     )
     cycles = Cycle.objects.exclude(finished_at=None).count() if others else len(reports)
     # with pools, nobody plans the pods these two submit (they select no pool)
-    submit_rate = 0.0 if pools else measure_submit(shapes=MIXES[args.mix])
-    latencies = [0.0] if pools else measure_release_latency()
+    submit_rate = None if pools else measure_submit(shapes=MIXES[args.mix])
+    latencies = [] if pools else measure_release_latency()
     print(
         json.dumps(
             {
@@ -544,8 +548,8 @@ def main_child(args) -> None:
                 "seconds": seconds,
                 "pods_per_second": placed / seconds,
                 "submit_per_second": submit_rate,
-                "release_ms_median": statistics.median(latencies),
-                "release_ms_max": max(latencies),
+                "release_ms_median": statistics.median(latencies) if latencies else None,
+                "release_ms_max": max(latencies, default=None),
                 "snapshot_ms": statistics.mean(r.snapshot_ms for r in reports),
                 "decide_ms": statistics.mean(r.decide_ms for r in reports),
                 "commit_ms": statistics.mean(r.commit_ms for r in reports),

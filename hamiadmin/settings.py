@@ -388,7 +388,8 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": HAMIADMIN["HOUSEKEEPING_SECONDS"],
         "options": {"expires": HAMIADMIN["HOUSEKEEPING_SECONDS"]},
     },
-    # each node pool's planner gets its own safety cycle, on its own queue
+    # each node pool's planner gets its own safety cycle, on its own queue: pools.pool_queue's
+    # name, written out because settings cannot import the pipeline (test_pools checks both)
     **{
         f"safety-cycle-{pool}": {
             "task": "scheduling.safety_cycle",

@@ -35,6 +35,17 @@ QUEUED_KEY = "hamiadmin:cycle-queued"
 #: Sent by name: the pipeline never imports the Celery tasks that run it (scheduling.tasks).
 RUN_CYCLE_TASK = "scheduling.run_cycle"
 
+
+def requested_key(pool: str | None = None) -> str:
+    """The "cycle wanted" flag of a pool's planner (this process's by default, `pools`)."""
+    return REQUESTED_KEY + pools.suffix(pool)
+
+
+def queued_key(pool: str | None = None) -> str:
+    """The debounce window key of a pool's planner (this process's by default)."""
+    return QUEUED_KEY + pools.suffix(pool)
+
+
 _local_loops: list[threading.Event] = []
 _loops_guard = threading.Lock()
 
@@ -67,10 +78,8 @@ def signal_scheduler(reason: str) -> None:
         planners = ["", *pools.pools()]
         pipe = redis_client().pipeline(transaction=False)  # one round trip, the flags first
         for pool in planners:
-            pipe.set(REQUESTED_KEY + pools.suffix(pool), reason[:100] or "requested", ex=3600)
-            pipe.set(
-                QUEUED_KEY + pools.suffix(pool), "1", nx=True, px=max(1, int(option("TRIGGER_DEBOUNCE_MS")))
-            )
+            pipe.set(requested_key(pool), reason[:100] or "requested", ex=3600)
+            pipe.set(queued_key(pool), "1", nx=True, px=max(1, int(option("TRIGGER_DEBOUNCE_MS"))))
         answers = pipe.execute()
         for pool, first_in_window in zip(planners, answers[1::2], strict=True):
             if first_in_window:
@@ -82,26 +91,27 @@ def signal_scheduler(reason: str) -> None:
 def clear_queued() -> None:
     """Called when a cycle task starts: requests from now on send a new task."""
     if settings.REDIS_URL:
+        key = queued_key()
         try:
-            redis_client().delete(QUEUED_KEY + pools.suffix())
+            redis_client().delete(key)
         except Exception as exc:  # noqa: BLE001
-            log.warning("could not clear %s: %s", QUEUED_KEY + pools.suffix(), exc)
+            log.warning("could not clear %s: %s", key, exc)
 
 
 def take_request() -> bool:
     """Consume the "cycle wanted" flag; True if it was set. Local mode has no flag."""
     if not settings.REDIS_URL:
         return False
+    key = requested_key()
     try:
         client = redis_client()
         pipe = client.pipeline()
-        key = REQUESTED_KEY + pools.suffix()
         pipe.get(key)
         pipe.delete(key)
         value, _ = pipe.execute()
         return value is not None
     except Exception as exc:  # noqa: BLE001
-        log.warning("could not read %s: %s", REQUESTED_KEY + pools.suffix(), exc)
+        log.warning("could not read %s: %s", key, exc)
         return False
 
 
@@ -110,6 +120,6 @@ def request_pending() -> bool:
     if not settings.REDIS_URL:
         return False
     try:
-        return bool(redis_client().exists(REQUESTED_KEY + pools.suffix()))
+        return bool(redis_client().exists(requested_key()))
     except Exception:  # noqa: BLE001
         return False

@@ -82,8 +82,9 @@ def test_a_pool_worker_plans_its_pools_pods_from_its_own_queue(redis_url, settin
 
     settings.REDIS_URL = redis_url
     settings.HAMIADMIN = {**settings.HAMIADMIN, "NODE_POOLS": ["a"]}
-    keys = (triggers.REQUESTED_KEY, triggers.QUEUED_KEY, locks.REDIS_LOCK_KEY)
-    locks.redis_client().delete(*(f"{key}:a" for key in keys))
+    locks.redis_client().delete(
+        triggers.requested_key("a"), triggers.queued_key("a"), f"{locks.REDIS_LOCK_KEY}:a"
+    )
     label = "hami.io/node-pool"
     services.report_inventory("a1", {label: "a"}, {}, [card("GPU-a", 0, slots=2)])
     services.report_inventory("plain1", {}, {}, [card("GPU-plain", 0, slots=2)])

@@ -4,6 +4,11 @@ every node; each keeps its own standing snapshot, lock and triggers."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -161,8 +166,9 @@ def test_a_request_reaches_every_pools_planner_on_its_own_queue(pooled, settings
     settings.REDIS_URL = redis_url
     settings.HAMIADMIN = {**settings.HAMIADMIN, "TRIGGER_DEBOUNCE_MS": 2000}
     client = locks.redis_client()
-    keys = [triggers.REQUESTED_KEY, triggers.QUEUED_KEY]
-    client.delete(*keys, *(f"{key}:{pool}" for key in keys for pool in "ab"))
+    client.delete(
+        *(key(pool) for key in (triggers.requested_key, triggers.queued_key) for pool in ("", "a", "b"))
+    )
     queues = ["celery", "hamiadmin-pool-a", "hamiadmin-pool-b"]
     before = {queue: client.llen(queue) for queue in queues}
     for n in range(5):
@@ -177,3 +183,20 @@ def test_a_request_reaches_every_pools_planner_on_its_own_queue(pooled, settings
     after = {queue: client.llen(queue) - before[queue] for queue in queues}
     assert after == {"celery": 1, "hamiadmin-pool-a": 2, "hamiadmin-pool-b": 1}
     client.delete(*queues[1:])
+
+
+def test_beat_sends_each_pools_safety_cycle_to_that_pools_queue():
+    """The beat schedule names each pool's queue itself (settings cannot import `pools`): read
+    from settings as HAMI_NODE_POOLS gives them, they are `pools.pool_queue`'s."""
+    script = (
+        "import json; from hamiadmin import settings as s;"
+        " print(json.dumps({k: v['options'].get('queue') for k, v in s.CELERY_BEAT_SCHEDULE.items()"
+        " if v['task'] == 'scheduling.safety_cycle'}))"
+    )
+    env = {**os.environ, "HAMI_NODE_POOLS": "a,b,a"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == {
+        "safety-cycle": None,
+        "safety-cycle-a": pools.pool_queue("a"),
+        "safety-cycle-b": pools.pool_queue("b"),
+    }
