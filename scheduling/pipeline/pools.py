@@ -17,9 +17,9 @@ planner without a pool, which sees every node, places nothing there either.
 
 What stays shared is kept correct at the commit, not by the split (docs/architecture.md):
 cards by row locks and the re-check; queue limits and namespace quotas by the locked re-count
-of `pipeline.limits`; a gang by placing it whole or not at all. A gang whose members select
-different pools is decided by whichever planner takes one of its due members, its other
-members with it.
+of `pipeline.limits`; a gang by placing it whole or not at all. A gang whose members do not
+all select one pool (a launcher of no pool beside workers of pool `a`, or workers of `a` and
+`b`) is planned by the planner without a pool, which sees every node (`pods_q`).
 """
 
 from __future__ import annotations
@@ -81,17 +81,40 @@ def _selector(prefix: str = "") -> str:
     return f"{prefix}scheduling__nodeSelector__{label()}"
 
 
+def _not_selecting(pool: str, prefix: str = "") -> Q:
+    """Pods that do not select `pool` (no pool selector at all included)."""
+    return ~Q(**{_selector(prefix): pool}) | Q(**{f"{_selector(prefix)}__isnull": True})
+
+
+def _gang_strays(pool: str, prefix: str = "") -> Q:
+    """Pods with a gang member (pending or placed) that does not select `pool`."""
+    from scheduling.models import Pod
+
+    members = Pod.objects.filter(
+        _not_selecting(pool), group_id=OuterRef(f"{prefix}group_id"), status__in=(Pod.PENDING, *Pod.BOUND)
+    )
+    return Q(Exists(members))
+
+
 def pods_q(pool: str | None = None, prefix: str = "") -> Q:
     """The pods a pool's planner plans, as a filter on `Pod` (`prefix`: the path to the pod):
     those selecting `pool`; for the planner without a pool, those selecting none of `pools()`.
-    Without pools, every pod (an empty Q)."""
+    Without pools, every pod (an empty Q).
+
+    A gang whose members do not all select the same pool (some another pool, or none) is
+    the planner without a pool's, every member of it: that planner sees every node, so it
+    can place each member in the pool it selects, where a pool's planner would judge the
+    others against its own nodes only and never fit the gang whole."""
     pool = current() if pool is None else pool
     if pool:
-        return Q(**{_selector(prefix): pool})
+        return Q(**{_selector(prefix): pool}) & ~_gang_strays(pool, prefix)
     named = pools()
     if not named:
         return Q()
-    return ~Q(**{f"{_selector(prefix)}__in": named}) | Q(**{f"{_selector(prefix)}__isnull": True})
+    rest = ~Q(**{f"{_selector(prefix)}__in": named}) | Q(**{f"{_selector(prefix)}__isnull": True})
+    for name in named:
+        rest |= Q(**{_selector(prefix): name}) & _gang_strays(name, prefix)
+    return rest
 
 
 def nodes_q(pool: str | None = None, prefix: str = "") -> Q:
@@ -109,9 +132,9 @@ def in_pool(labels, pool: str | None = None) -> bool:
     return not pool or (isinstance(labels, dict) and labels.get(label()) == pool)
 
 
-def node_names_q(field: str = "node_name") -> Q:
+def node_names_q(field: str = "node_name", pool: str | None = None) -> Q:
     """`nodes_q` for rows that name their node (`field`) rather than point at it."""
-    pool = current()
+    pool = current() if pool is None else pool
     if not pool:
         return Q()
     from scheduling.models import Node

@@ -109,14 +109,15 @@ def current_config() -> ClusterConfig:
     return replace(SchedulerConfig.current(), closest_nodes=option("CLOSEST_NODES"))
 
 
-def card_rows():
-    """Every present card (of this planner's node pool, `pools`) as a row of CARD_COLUMNS."""
-    return Card.objects.filter(pools.nodes_q(prefix="node__"), present=True).values_list(*CARD_COLUMNS)
+def card_rows(pool: str = ""):
+    """Every present card (of node pool `pool`, `pools`; '': the whole cluster) as a row of
+    CARD_COLUMNS."""
+    return Card.objects.filter(pools.nodes_q(pool, prefix="node__"), present=True).values_list(*CARD_COLUMNS)
 
 
-def node_rows():
-    """Every node (of this planner's node pool, `pools`) as a row of NODE_COLUMNS."""
-    return Node.objects.filter(pools.nodes_q()).values_list(*NODE_COLUMNS)
+def node_rows(pool: str = ""):
+    """Every node (of node pool `pool`, `pools`; '': the whole cluster) as a row of NODE_COLUMNS."""
+    return Node.objects.filter(pools.nodes_q(pool)).values_list(*NODE_COLUMNS)
 
 
 def engine_node(row, cards) -> EngineNode:
@@ -174,8 +175,8 @@ def _listing(value) -> list:
     return value if isinstance(value, list) else []
 
 
-def _own_rows(node_ids: Iterable[int] | None = None):
-    rows = Pod.objects.filter(pools.nodes_q(prefix="node__"), status__in=Pod.BOUND, node__isnull=False)
+def _own_rows(node_ids: Iterable[int] | None = None, pool: str = ""):
+    rows = Pod.objects.filter(pools.nodes_q(pool, prefix="node__"), status__in=Pod.BOUND, node__isnull=False)
     if node_ids is not None:
         rows = rows.filter(node_id__in=sorted(set(node_ids)))
     marks = {
@@ -186,13 +187,13 @@ def _own_rows(node_ids: Iterable[int] | None = None):
     return rows.order_by().annotate(**marks).values_list(*OWN_RUNNING_COLUMNS)
 
 
-def _bound_rows():
+def _bound_rows(pool: str = ""):
     marks = {
         "held": F("allocated"),
         "extra": Value({}, output_field=JSONField()),
         "mine": Value(False, output_field=BooleanField()),
     }
-    rows = BoundPod.objects.filter(pools.node_names_q()).exclude(phase__in=BoundPod.ENDED)
+    rows = BoundPod.objects.filter(pools.node_names_q(pool=pool)).exclude(phase__in=BoundPod.ENDED)
     rows = rows.order_by().annotate(**marks)
     return rows.values_list(*BOUND_RUNNING_COLUMNS)
 
@@ -220,21 +221,21 @@ def running_pod(row) -> RunningPod:
     )
 
 
-def own_running(node_ids: Iterable[int] | None = None) -> list[RunningPod]:
+def own_running(node_ids: Iterable[int] | None = None, pool: str = "") -> list[RunningPod]:
     """hamiadmin's own placed pods (scheduled or running) as `RunningPod`s (`node_ids`: only
     those nodes' pods): their cpu, memory, pod slot, ports, labels and anti-affinity count on
     their node. Without their `hami.io/vgpu-devices-allocated`: their cards hold them already."""
-    return [running_pod(row) for row in _own_rows(node_ids)]
+    return [running_pod(row) for row in _own_rows(node_ids, pool)]
 
 
-def running_pods() -> tuple[list[RunningPod], list[RunningPod]]:
+def running_pods(pool: str = "") -> tuple[list[RunningPod], list[RunningPod]]:
     """`Cluster.running` in one query: (the pods others bound that still hold their node, as
     `RunningPod`s with HAMi's allocation annotation when they have one; hamiadmin's own placed
     pods, `own_running`). A pod others bound that hamiadmin placed itself is left out: it
-    counts once, as its own."""
+    counts once, as its own. `pool`: only the pods on that node pool's nodes."""
     bound: list[RunningPod] = []
     own: list[RunningPod] = []
-    for row in _bound_rows().union(_own_rows(), all=True):
+    for row in _bound_rows(pool).union(_own_rows(pool=pool), all=True):
         (own if row[-1] else bound).append(running_pod(row))
     mine = {pod.key for pod in own}
     return [pod for pod in bound if pod.key not in mine], own
@@ -269,16 +270,21 @@ def build_snapshot(cards, nodes, config: ClusterConfig, running: list[RunningPod
     return Snapshot(cluster=cluster, config=config, node_ids=node_ids, card_ids=card_ids)
 
 
-def load_snapshot(config: ClusterConfig | None = None) -> Snapshot:
+def load_snapshot(config: ClusterConfig | None = None, pool: str = "") -> Snapshot:
     """Nodes, present cards with their counters, and the config in force (`current_config`).
 
     Cordon comes from `Card.cordoned` and from the node annotation `hami.io/device-cordon`
     (the engine's Node applies the annotation). Absent cards are left out; a not-ready node
     is kept so that pods see `NodeNotReady` for it. Cycles keep theirs up to date instead
     (`pipeline.standing`); this reads it whole.
+
+    `pool`: only that node pool's nodes, as its planner sees them (`pools`). The default, the
+    whole cluster, is what every reader but a planner wants, a process that plans a pool
+    included: `simulate`, the what-ifs and the extender judge a pod against every node, its
+    pool's selector counted among the node rules.
     """
-    bound, own = running_pods()
-    return build_snapshot(card_rows(), node_rows(), config or current_config(), [*bound, *own])
+    bound, own = running_pods(pool)
+    return build_snapshot(card_rows(pool), node_rows(pool), config or current_config(), [*bound, *own])
 
 
 def mark_gangs(cluster: Cluster) -> None:

@@ -219,7 +219,7 @@ class StandingSnapshot:
         milliseconds, which any snapshot misses by its commit (re-checked under lock), at the
         cost of a second look's queries every cycle (issue 29)."""
         if not option("SNAPSHOT_KEEP") or not self.lock.acquire(blocking=False):
-            snapshot = load_snapshot()
+            snapshot = load_snapshot(pool=pools.current())
             yield snapshot, Scheduler(snapshot.cluster, snapshot.config)
             return
         try:
@@ -304,9 +304,10 @@ class StandingSnapshot:
         if self.horizon is not None:
             _forget_old_deletions()
         self.bound_seen = self._bound_rows()
-        self.cards = {row[0]: row for row in card_rows()}
-        self.nodes = {row[0]: row for row in node_rows()}
-        self.bound, own = running_pods()
+        pool = self.pool or ""
+        self.cards = {row[0]: row for row in card_rows(pool)}
+        self.nodes = {row[0]: row for row in node_rows(pool)}
+        self.bound, own = running_pods(pool)
         self.bound_on = _by_node(self.bound)
         self.own = _by_node(own)
         read = build_snapshot(self.cards.values(), self.nodes.values(), config, [*self.bound, *own])
@@ -387,7 +388,7 @@ class StandingSnapshot:
         """BoundPod id -> updated_at: of every row (SQLite), or of those written since the
         horizon (PostgreSQL, by their marks)."""
         rows = BoundPod.objects.order_by() if self.horizon is None else written_since(BoundPod, self.horizon)
-        return dict(rows.filter(pools.node_names_q()).values_list("id", "updated_at"))
+        return dict(rows.filter(pools.node_names_q(pool=self.pool or "")).values_list("id", "updated_at"))
 
     def _bound_changed(self) -> bool:
         """Whether a pod others bound came, went or changed since it was read. On PostgreSQL: a
@@ -416,21 +417,22 @@ class StandingSnapshot:
             self.gone = set(gone)  # seen: found again by each look until the horizon passes them
         if self._bound_changed():
             raise Rebuild  # a pod others bound came, went or changed: counted anew
+        pool = self.pool or ""
         cards = self._changed_rows(
             self.cards,
-            card_rows,
+            lambda: card_rows(pool),
             lambda: (
                 (row[:-1], row[-1])
-                for row in Card.objects.filter(pools.nodes_q(prefix="node__"), id__in=card_ids).values_list(
-                    *CARD_COLUMNS, "present"
-                )
+                for row in Card.objects.filter(
+                    pools.nodes_q(pool, prefix="node__"), id__in=card_ids
+                ).values_list(*CARD_COLUMNS, "present")
             ),
         )
         nodes = self._changed_rows(
             self.nodes,
-            node_rows,
+            lambda: node_rows(pool),
             lambda: ((row, True) for row in Node.objects.filter(id__in=node_ids).values_list(*NODE_COLUMNS)),
-            lambda row: pools.in_pool(row[NODE_COLUMNS.index("labels")]),
+            lambda row: pools.in_pool(row[NODE_COLUMNS.index("labels")], pool),
         )
         for node_id, row in nodes.items():
             if differs_beyond(self.nodes[node_id], row, {READY}):
@@ -467,7 +469,7 @@ class StandingSnapshot:
         ids = self.snapshot.node_ids
         for name in names:
             self.own.pop(name, None)
-        self.own.update(_by_node(own_running(ids[name] for name in names)))
+        self.own.update(_by_node(own_running((ids[name] for name in names), self.pool or "")))
         cluster = self.snapshot.cluster
         cluster.running = [*self.bound, *(pod for pods in self.own.values() for pod in pods)]
         bound, own = self.bound_on, self.own

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
 
 from scheduling import services
 from scheduling.models import Card, Node, Pod
@@ -71,6 +72,36 @@ def test_each_planner_takes_the_pods_of_its_pool_and_the_planner_without_one_the
     assert due_names() == {"pc", "plain"}
 
 
+def test_a_gang_across_pools_is_the_planner_without_a_pool_s_and_placed_whole_in_its_pools(pooled):
+    """A gang whose members select different pools (or one none) would never fit a pool's
+    planner, which judges the others against its own nodes: the planner without a pool, which
+    sees every node, takes all of it and places each member in the pool it selects."""
+    cluster()
+    gang = {"hami.io/group-name": "mixed", "hami.io/group-min-member": "3"}
+    submit("m-a", gpu=1, mem=4000, annotations=gang, scheduling={"nodeSelector": {LABEL: "a"}})
+    submit("m-b", gpu=1, mem=4000, annotations=gang, scheduling={"nodeSelector": {LABEL: "b"}})
+    submit("m-none", gpu=1, mem=4000, annotations=gang)  # a launcher of no pool
+    whole = {"hami.io/group-name": "whole", "hami.io/group-min-member": "2"}
+    for n in range(2):
+        submit(f"w-{n}", gpu=1, mem=4000, annotations=whole, scheduling={"nodeSelector": {LABEL: "a"}})
+    pooled("a")
+    assert due_names() == {"w-0", "w-1"}  # its own gang only
+    pooled("b")
+    assert due_names() == set()
+    pooled("")
+    assert due_names() == {"m-a", "m-b", "m-none"}
+    assert sorted(placed[0] for placed in run_cycle().placed) == [
+        "default/m-a",
+        "default/m-b",
+        "default/m-none",
+    ]
+    on = dict(Pod.objects.filter(name__startswith="m-").values_list("name", "node__name"))
+    assert on["m-a"].startswith("a") and on["m-b"].startswith("b")
+    pooled("a")
+    assert sorted(placed[0] for placed in run_cycle().placed) == ["default/w-0", "default/w-1"]
+    assert_consistent()
+
+
 def test_without_pools_one_planner_takes_every_pod_and_sees_every_node(settings):
     cluster()
     for name, pool in [("pa", "a"), ("plain", None)]:
@@ -85,7 +116,7 @@ def test_a_pool_planner_sees_and_places_on_its_own_nodes_only(pooled):
         selecting(f"pa{n}", "a", gpu=2, mem=12000)
     selecting("pb", "b")
     pooled("a")
-    snapshot = load_snapshot()
+    snapshot = load_snapshot(pool="a")
     assert sorted(node.name for node in snapshot.cluster.nodes) == ["a0", "a1"]
     assert len(snapshot.card_ids) == 4
     report_ = run_cycle()
@@ -98,6 +129,40 @@ def test_a_pool_planner_sees_and_places_on_its_own_nodes_only(pooled):
     assert [placed[0] for placed in run_cycle().placed] == ["default/pb"]
     assert Pod.objects.get(name="pb").node.name in {"b0", "b1"}
     assert_consistent()
+
+
+def test_readers_other_than_the_planning_see_the_whole_cluster_in_a_pool_process(pooled, tmp_path, capsys):
+    """`simulate`, the what-ifs and the extender judge a pod against every node, the pool's
+    selector among the node rules, even in a process that plans a pool: an operator running
+    `manage.py simulate` in a pool worker's container sees what the web tier sees."""
+    cluster()
+    selecting("pa", "a")
+    pooled("a")
+    assert [placed[0] for placed in run_cycle().placed] == ["default/pa"]
+    whole = load_snapshot()
+    assert len(whole.cluster.nodes) == 8 and len(whole.card_ids) == 16
+    # the placed pod counts on its node in the whole read as in the pool's
+    placed_on = Pod.objects.get(name="pa").node.name
+    for snapshot in (whole, load_snapshot(pool="a")):
+        assert sum(card.used_slots for card in snapshot.cluster.node(placed_on).cards) == 1
+        assert any(pod.name == "pa" for pod in snapshot.cluster.running)
+    path = tmp_path / "whatif.json"
+    body = {
+        "pods": [
+            {
+                "name": "to-b",
+                "nodeSelector": {LABEL: "b"},
+                "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            }
+        ]
+    }
+    path.write_text(json.dumps(body), encoding="utf-8")
+    call_command("simulate", str(path), "--live", "--indent", "0")
+    (decision,) = json.loads(capsys.readouterr().out)["pods"]
+    assert (decision["status"], decision["node"][:1]) == ("scheduled", "b")
+    # the planning itself still reads only the pool
+    with STANDING.use() as (snapshot, _):
+        assert {node.name for node in snapshot.cluster.nodes} == {"a0", "a1"}
 
 
 def test_a_pool_planner_keeps_its_snapshot_through_other_pools_writes(pooled, settings):
