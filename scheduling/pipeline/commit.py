@@ -494,10 +494,12 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
         # moved since planning: nothing is backed off; moved after this read: the next
         # cycle's wake, after this commit, finds what it backs off (`CapacityVersion`)
         capacity_moved = plan.capacity_version is not None and CapacityVersion.read() != plan.capacity_version
+        # with the victims, their gangs' placed members: commits evicting from one gang take turns
+        siblings = set(preemption.victims_gangs(victim_ids))
         locked = {
             pk: (status, parked, revision, attempts)
             for pk, status, parked, revision, attempts in rowlocks.lock_pods(
-                Pod.objects.filter(pk__in=sorted({a.pod_id for a in plan.attempts} | victim_ids))
+                Pod.objects.filter(pk__in=sorted({a.pod_id for a in plan.attempts} | victim_ids | siblings))
             ).values_list("pk", "status", "parked", "revision", "attempts")
         }
         victims = {pk: locked.pop(pk) for pk in victim_ids if pk in locked}
@@ -546,7 +548,8 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
         )
         held.nodes = NodeLedger.read(limited, fresh)
         added: dict[int, list[int]] = {}
-        verdicts = recheck_all(fresh, cards, added, held, limits)
+        thinned = preemption.thinned_gangs([a for a in fresh if a.victims]) if victim_ids else {}
+        verdicts = recheck_all(fresh, cards, added, held, limits, thinned)
         outcomes: list[tuple[Attempt, str, str]] = [(a, *verdicts[id(a)]) for a in fresh]
 
         conflicted = any(outcome == Decision.CONFLICT for _, outcome, _ in outcomes)
@@ -701,19 +704,26 @@ def recheck_all(
     added: dict[int, list[int]],
     held: Held | None = None,
     limits: Limits | None = None,
+    refused: dict[int, str] | None = None,
 ) -> dict:
     """Each attempt's (outcome, conflict text), re-checked in queue order; `added` grows by what
     is placed, `held.added` by what is nominated, `limits` by what is admitted. A gang's
     placements and preemptions are checked together and kept only if at least `gang_needed` of
     them still fit; otherwise none of them is, and each says which member and card (or limit)
     failed. A kept preemption is (PENDING, PREEMPTS); a placement that fits its cards but a
-    limit no longer is (PENDING, HELD_BACK), its decision held back with the limit's verdict."""
+    limit no longer is (PENDING, HELD_BACK), its decision held back with the limit's verdict.
+    `refused`: id(attempt) -> why, preemptions refused before any card is looked at
+    (`preemption.thinned_gangs`): conflicts, as a card taken would be."""
     held = held or Held.empty()
     limits = limits or Limits()
-    refused: dict[int, tuple[str, str]] = {}  # id(attempt) -> (code, message), by a limit
-    verdicts: dict[int, tuple[str, str]] = {}
+    verdicts: dict[int, tuple[str, str]] = {
+        id(a): (Decision.CONFLICT, refused[id(a)]) for a in fresh if refused and id(a) in refused
+    }
+    refused_by_limit: dict[int, tuple[str, str]] = {}  # id(attempt) -> (code, message)
     gangs: dict[int, list[Attempt]] = {}
     for attempt in fresh:
+        if id(attempt) in verdicts:
+            continue
         if _claims(attempt) and attempt.group_id is not None and attempt.gang_needed:
             gangs.setdefault(attempt.group_id, []).append(attempt)
     for attempt in fresh:
@@ -750,7 +760,7 @@ def recheck_all(
             mine, why = _recheck_one(member, cards, trial, trial_held)
             if mine is not None and (refusal := limits.refusal(member)) is not None:
                 mine, why = None, refusal[1]
-                refused[id(member)] = refusal
+                refused_by_limit[id(member)] = refusal
             if mine is None:
                 missed.append((member, why))
             else:
@@ -772,14 +782,14 @@ def recheck_all(
             held.landed.update(trial_held.landed)
             verdicts.update({id(m): _kept(m) for m in kept})
             for m, why in missed:
-                hold = refused.get(id(m))
+                hold = refused_by_limit.get(id(m))
                 verdicts[id(m)] = (
                     _held_back(m, *hold, limits) if hold is not None else (Decision.CONFLICT, why)
                 )
         else:
             for member in kept:
                 limits.take(member, -1)
-            first_hold = refused.get(id(missed[0][0])) if missed else None
+            first_hold = refused_by_limit.get(id(missed[0][0])) if missed else None
             if missed and first_hold is not None:
                 text = f"gang: {len(kept)}/{needed} placements within limits; {missed[0][0].key}: {first_hold[1]}"
                 verdicts.update({id(m): _held_back(m, first_hold[0], text, limits) for m in members})

@@ -268,3 +268,63 @@ def held_whole(card_ids: list[int], now=None) -> dict[int, tuple[int, str]]:
             card_id__in=card_ids, expires_at__gt=now, whole=True
         ).values_list("card_id", "pod_id", "pod__namespace", "pod__name")
     }
+
+
+def victims_gangs(victim_ids) -> list[int]:
+    """The placed members of the pod groups the victims `victim_ids` belong to (their pks):
+    the commit locks them with its pods, so two commits evicting from one gang take turns
+    and the second sees the first's evictions (`thinned_gangs`). One query; none without
+    victims."""
+    if not victim_ids:
+        return []
+    groups = Pod.objects.filter(pk__in=sorted(victim_ids), group__isnull=False).values("group_id")
+    return list(Pod.objects.filter(group_id__in=groups, status__in=Pod.BOUND).values_list("pk", flat=True))
+
+
+def thinned_gangs(attempts) -> dict[int, str]:
+    """id(attempt) -> why, for each preemption (in queue order) whose victims would leave a
+    gang with some members placed but fewer than its minimum: planning takes a gang's members
+    only while it keeps `min_member` placed, or the whole gang, but two planners (node pools,
+    or single flight off) may each take members of one gang that only together break it.
+    Read under the locks of `victims_gangs`, so what earlier commits evict counts; a member
+    moved by consolidation is not lost to its gang."""
+    victims = {victim[0] for attempt in attempts for victim in attempt.victims}
+    group_of = dict(
+        Pod.objects.filter(pk__in=sorted(victims), group__isnull=False).values_list("pk", "group_id")
+    )
+    if not group_of:
+        return {}
+    groups = set(group_of.values())
+    placed = Pod.objects.filter(group_id__in=groups, status__in=Pod.BOUND).values_list("pk", "group_id")
+    going = set(
+        Eviction.objects.filter(state__in=Eviction.ACTIVE, victim__group_id__in=groups).values_list(
+            "victim_id", flat=True
+        )
+    )
+    left: dict[int, int] = {}
+    for pk, group_id in placed:
+        if pk not in going:
+            left[group_id] = left.get(group_id, 0) + 1
+    least, names = {}, {}
+    for group in PodGroup.objects.filter(pk__in=groups):
+        least[group.pk] = max(group.min_member, sum(subgroup_minimums(group.subgroups).values()))
+        names[group.pk] = group.key
+    refused: dict[int, str] = {}
+    for attempt in attempts:
+        moved = {pod_id for pod_id, _ in attempt.moves}
+        taken: dict[int, int] = {}
+        for victim in attempt.victims:
+            gang = group_of.get(victim[0])
+            if gang is not None and victim[0] not in moved and victim[0] not in going:
+                taken[gang] = taken.get(gang, 0) + 1
+        thin = [g for g, n in taken.items() if 0 < left.get(g, 0) - n < least[g]]
+        if thin:
+            g = thin[0]
+            refused[id(attempt)] = (
+                f"gang {names[g]} would keep {left.get(g, 0) - taken[g]} of the {least[g]} members it needs"
+                " placed (other evictions took some since the snapshot)"
+            )
+            continue
+        for g, n in taken.items():
+            left[g] = left.get(g, 0) - n
+    return refused

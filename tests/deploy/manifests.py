@@ -22,9 +22,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-OVERLAYS = ("dev", "production", "extender", "cert-manager")
+OVERLAYS = ("dev", "production", "extender", "cert-manager", "node-pools")
 #: Overlays built on production: secrets out of band, images from a registry.
-PRODUCTION_OVERLAYS = ("production", "extender", "cert-manager")
+PRODUCTION_OVERLAYS = ("production", "extender", "cert-manager", "node-pools")
 NAMESPACE = "hamiadmin"
 KUBE_AGENT_SERVICE_ACCOUNT = "hamiadmin-kube"
 EXTENDER_WEB_SERVICE_ACCOUNT = "hamiadmin-extender"
@@ -38,6 +38,7 @@ API_CALLERS = {
         "hamiadmin-web": EXTENDER_WEB_SERVICE_ACCOUNT,
     },
     "cert-manager": {"hamiadmin-kube-agent": KUBE_AGENT_SERVICE_ACCOUNT},
+    "node-pools": {"hamiadmin-kube-agent": KUBE_AGENT_SERVICE_ACCOUNT},
 }
 CLUSTER_SCOPED_KINDS = {
     "Namespace",

@@ -403,3 +403,38 @@ def test_simulations_run_on_a_queue_only_the_simulator_consumes(objects):
 
     assert consumed("hamiadmin-simulator") == [queue]
     assert queue not in consumed("hamiadmin-worker")
+
+
+def test_node_pools_run_a_planner_per_listed_pool_on_its_own_queue():
+    """The node-pools overlay: every pool of HAMI_NODE_POOLS has one worker Deployment started
+    with HAMI_NODE_POOL set to it, consuming only that pool's queue (`pools.pool_queue`, where
+    beat and every request send its cycles); the default workers consume no pool's queue, and
+    web, workers and beat read the same list (docs/deploy.md, *Node pools*)."""
+    from scheduling.pipeline import pools
+
+    objects = render_overlay("node-pools")
+
+    def app_container(name: str) -> dict:
+        return find(objects, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]
+
+    listed = resolved_env(app_container("hamiadmin-beat"), objects)["HAMI_NODE_POOLS"]
+    assert listed and resolved_env(app_container("hamiadmin-web"), objects)["HAMI_NODE_POOLS"] == listed
+    planners: dict[str, list[str]] = {}
+    for owner in objects:
+        if owner["kind"] != "Deployment":
+            continue
+        name = owner["metadata"]["name"]
+        for container in owner["spec"]["template"]["spec"]["containers"]:
+            argv = command_of(container)
+            if argv[:4] != ["celery", "-A", "hamiadmin", "worker"]:
+                continue
+            env = resolved_env(container, objects)
+            assert env.get("HAMI_NODE_POOLS") == listed, name
+            queues = argv[argv.index("-Q") + 1].split(",")
+            pool = env.get("HAMI_NODE_POOL", "")
+            if pool:
+                assert queues == [pools.pool_queue(pool)], name
+                planners.setdefault(pool, []).append(name)
+            else:
+                assert not any(queue.startswith(pools.QUEUE_PREFIX) for queue in queues), name
+    assert {pool: len(names) for pool, names in planners.items()} == dict.fromkeys(listed.split(","), 1)

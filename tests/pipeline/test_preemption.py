@@ -16,6 +16,7 @@ from scheduling import services
 from scheduling.models import Allocation, Card, Decision, Eviction, Nomination, Pod
 from scheduling.pipeline import plan_cycle, run_cycle
 from scheduling.pipeline.commit import commit_plan
+from scheduling.pipeline.standing import STANDING
 from scheduling.services.evictions import refuse_eviction, settle_evictions
 
 from .conftest import assert_consistent, card, reload, submit
@@ -314,4 +315,63 @@ def test_gang_members_landing_on_the_cards_they_were_nominated_to_count_once():
     report = run_cycle()
     assert report.conflicts == []
     assert sorted(key for key, *_ in report.placed) == ["default/m0", "default/m1"]
+    assert_consistent()
+
+
+def test_two_commits_evicting_members_of_one_gang_never_leave_it_below_its_minimum():
+    """Each of two plans evicts one member of a gang that keeps its minimum in that plan's
+    view; together they would leave it one member short. The second commit, taking turns
+    with the first on the gang's placed members, finds the first's eviction and refuses its
+    preemption (a conflict: planned again at once), so no gang is left partly placed."""
+    for n in range(3):
+        services.report_inventory(f"node{n}", {"slot": str(n)}, {}, [card(f"GPU-{n}", 0, 10000)])
+    gang = {"hami.io/group-name": "g", "hami.io/group-min-member": "2"}
+    for i in range(3):
+        submit(f"g-{i}", gpu=1, mem=10000, annotations=gang)
+    assert len(run_cycle().placed) == 3
+    on = dict(Pod.objects.filter(name__startswith="g-").values_list("node__name", "pk"))
+    p1 = submit("p1", gpu=1, mem=10000, priority=1000, scheduling={"nodeSelector": {"slot": "0"}})
+    p2 = submit("p2", gpu=1, mem=10000, priority=1000, scheduling={"nodeSelector": {"slot": "1"}})
+    Pod.objects.filter(pk=p2.pk).update(gated=True)
+    first = plan_cycle()  # p1 alone: it evicts the member on node0
+    STANDING.clear()  # the second planner reads the database as it is, the first uncommitted
+    Pod.objects.filter(pk=p2.pk).update(gated=False)
+    Pod.objects.filter(pk=p1.pk).update(gated=True)
+    second = plan_cycle()  # p2 alone: it evicts the member on node1
+    assert [v[0] for a in first.attempts for v in a.victims] == [on["node0"]]
+    assert [v[0] for a in second.attempts for v in a.victims] == [on["node1"]]
+    Pod.objects.filter(pk=p1.pk).update(gated=False)
+    assert commit_plan(first).conflicts == []
+    report = commit_plan(second)
+    assert [key for key, _ in report.conflicts] == ["default/p2"]
+    assert "gang default/g would keep 1 of the 2 members it needs placed" in report.conflicts[0][1]
+    assert list(Eviction.objects.values_list("victim_id", flat=True)) == [on["node0"]]
+    assert reload(p2).status == Pod.PENDING and "lost a race" in reload(p2).reason
+    assert_consistent()
+
+
+def test_a_nomination_spent_by_a_gang_member_the_gang_rolls_back_still_holds_its_card():
+    """A nominated gang member is placed on its card in planning, then its gang falls short of
+    its minimum and is taken back: its nomination holds the card again for the rest of the
+    cycle. Dropped, a later pod was planned onto the card and refused by the commit (which
+    counts the nomination) every cycle until the nomination expired."""
+    services.report_inventory("node1", {}, {}, [card("GPU-0", 0, 10000, slots=4)])
+    gang = {"hami.io/group-name": "g", "hami.io/group-min-member": "2"}
+    nominated = submit("g-0", gpu=1, mem=8000, annotations=gang, priority=10)
+    submit("g-1", gpu=1, mem=20000, annotations=gang, priority=10, validate=False)  # fits nowhere
+    later = submit("later", gpu=1, mem=8000)
+    now = timezone.now()
+    Nomination.objects.create(
+        pod=nominated,
+        card=Card.objects.get(uuid="GPU-0"),
+        memory=8000,
+        cores=0,
+        created_at=now,
+        expires_at=now + timedelta(minutes=5),
+    )
+    report = run_cycle()
+    assert report.placed == [] and report.conflicts == [], report
+    later = reload(later)
+    assert later.status == Pod.PENDING and "lost a race" not in later.reason, later.reason
+    assert reload(nominated).status == Pod.PENDING
     assert_consistent()

@@ -340,6 +340,8 @@ class JobRunner:
         self.preemptor = preemptor
         self.consolidator = consolidator
         self.nominations = nominations or {}
+        #: the key of the member whose nomination its decision took off the cards (`_spend`)
+        self._spending: str | None = None
         #: per gang placed to its minimum this run, its parts' needs (`Outcome.parts_needed`)
         self._parts_needed: dict[str, dict[str, int]] = {}
         self._nominated_whole = any(n.whole for n in self.nominations.values())
@@ -618,6 +620,7 @@ class JobRunner:
         decision assumed, else None). `minimum`: it is needed for its gang's `min_member`, so
         it may take other gangs' extras (`Preemptor.plan`); `preempt`: it may evict at all."""
         gang = job.gang
+        self._spending = None
         decision, parsed, plan, before = self._decide_member(job, member, minimum, preempt)
         victims: list[Tenant] = []  # evicted for this member: only a kept, real preemption
         kept: Decision | None = None
@@ -658,6 +661,7 @@ class JobRunner:
                 else:
                     self.statement.assume(decision, job.queue, gang_key)
                     kept = decision
+        self._spend(kept is not None)
         if self.reserved and decision.status in (SCHEDULED, PENDING):
             decision.warnings.append(self._reserved_warning())
         if decision.status == PENDING and not victims:
@@ -665,6 +669,27 @@ class JobRunner:
             if held:
                 decision.warnings.append(held)
         return Outcome(member, job, decision, parsed, victims=victims), kept
+
+    def _spend(self, placed: bool) -> None:
+        """The nomination of the member just decided (`_spending`), taken off the cards to
+        decide it: spent by its placement, and held again if that placement is rolled back (a
+        gang short of its minimum); held again at once when it was not placed after all (a
+        limit held it back). A nomination dropped with a placement that never commits would
+        let the rest of the cycle plan onto its cards, which the commit refuses, every cycle
+        until it expires."""
+        key, self._spending = self._spending, None
+        if key is None:
+            return
+        if not placed:
+            self._hold_nominations(1, key)
+            return
+        nominated = self.nominations.pop(key)
+
+        def hold_again() -> None:
+            self.nominations[key] = nominated
+            self._hold_nominations(1, key)
+
+        self.statement.on_rollback(hold_again)
 
     def _decide_member(self, job: Job, member: Member, minimum: bool = False, preempt: bool = True):
         """(decision, parsed, plan, mark): the member decided, taking its own nomination off the
@@ -678,7 +703,7 @@ class JobRunner:
         decision, parsed = self.decide(member.spec)
         if nominated is not None:
             if decision.status == SCHEDULED:
-                del self.nominations[key]  # used: the placement takes its cards
+                self._spending = key  # spent once the placement is assumed (`_spend`)
             else:
                 self._hold_nominations(1, key)
                 if decision.batch is None:

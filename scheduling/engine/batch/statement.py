@@ -42,6 +42,8 @@ def unfill_cards(node, taken: Fill) -> None:
 
 #: The first item of a Statement's log entry for a card held whole (`hold_whole`).
 WHOLE = "whole"
+#: A log entry undone by calling what it holds (`on_rollback`).
+UNDO = "undo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,8 @@ class Statement:
         self.book = book
         self.namespaces = namespaces
         #: placements as (decision, queue, usage, gang); evictions as (None, preemptor, tenant,
-        #: unmarked); cards held whole as (WHOLE, node, Fill, preemptor)
+        #: unmarked); cards held whole as (WHOLE, node, Fill, preemptor); anything else the
+        #: planner changed beside them as (UNDO, what undoes it, None, "")
         self.log: list[tuple] = []
         #: what each evicted tenant held of its node beside its cards (cpu, memory, pod slot,
         #: ports: SPEC 10), by the tenant's id, given back with it on rollback
@@ -99,6 +102,9 @@ class Statement:
             if decision is None:
                 self._give_back(queue, used, gang)
                 continue
+            if decision is UNDO:
+                queue()
+                continue
             if decision is WHOLE:
                 unfill_cards(queue, used)
                 queue.touch()
@@ -114,6 +120,11 @@ class Statement:
             undone.append(decision)
         undone.reverse()
         return undone
+
+    def on_rollback(self, undo) -> None:
+        """Call `undo` when what is assumed from here on is rolled back (a planner's own state
+        that goes with the placements: a nomination the placement spent)."""
+        self.log.append((UNDO, undo, None, ""))
 
     def evict(self, tenant, preemptor) -> None:
         """Take a running tenant (`preempt.Tenant`) off its cards, its queue and namespace, and
