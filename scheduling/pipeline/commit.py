@@ -497,10 +497,10 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
         # with the victims, their gangs' placed members: commits evicting from one gang take turns
         siblings = set(preemption.victims_gangs(victim_ids))
         locked = {
-            pk: (status, parked, revision, attempts)
-            for pk, status, parked, revision, attempts in rowlocks.lock_pods(
+            pk: (status, parked, revision, attempts, reason)
+            for pk, status, parked, revision, attempts, reason in rowlocks.lock_pods(
                 Pod.objects.filter(pk__in=sorted({a.pod_id for a in plan.attempts} | victim_ids | siblings))
-            ).values_list("pk", "status", "parked", "revision", "attempts")
+            ).values_list("pk", "status", "parked", "revision", "attempts", "reason")
         }
         victims = {pk: locked.pop(pk) for pk in victim_ids if pk in locked}
         fresh: list[Attempt] = []
@@ -622,8 +622,12 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
                     if attempt.victims
                     else f"placement on {decision.node}"
                 )
-                pod["reason"] = f"{what} lost a race ({why}); retrying"
+                pod["reason"] = f"{what} lost a race ({why}){RETRYING}"
                 pod["verdict"] = "capacity"  # the capacity it counted on was taken
+                if locked[attempt.pod_id][4].endswith(RETRYING):
+                    # lost twice running: planning and the commit may disagree for as long as
+                    # something lasts (a nomination, a limit); backed off, never a spin
+                    pod["next_attempt_at"] = backoff_until(pod["attempts"], now)
                 payload.extra["conflict"] = why
                 report.conflicts.append((attempt.key, why))
             elif outcome == REJECTED:
@@ -690,6 +694,9 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
     record_commit(report, outcomes, gang_waits)
     return report
 
+
+#: How a conflict's reason ends: a pod whose last reason ends so lost its last race too.
+RETRYING = "; retrying"
 
 #: The verdict text of a preemption kept by the commit: its evictions and nominations are written.
 PREEMPTS = "preempts"

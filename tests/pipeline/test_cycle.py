@@ -216,6 +216,29 @@ def test_a_placement_that_lost_a_race_stays_pending_with_a_conflict_decision():
     assert reload(slow).status == Pod.SCHEDULED
 
 
+@AFTER_COMMIT  # the release's wake runs on commit
+def test_a_pod_that_loses_two_races_running_is_backed_off_not_retried_at_once():
+    """The first race lost is retried at once (another cycle took the card); a second one
+    running is backed off: a planner and a commit that disagree for as long as something
+    lasts must not spin a worker through cycles that each refuse the same placement."""
+    services.report_inventory("node1", {}, {}, [card("GPU-0", 0, memory=8000)])
+    slow = submit("slow", gpu=1, mem=6000)
+    for lost in (1, 2):
+        plan = plan_cycle()
+        assert plan.attempts[0].decision.status == "scheduled"
+        taker = submit(f"taker{lost}", gpu=1, mem=6000, priority=9)
+        assert run_cycle(limit=1).placed[0][0] == f"default/taker{lost}"
+        assert commit_plan(plan).conflicts == [("default/slow", "GPU-0 CardInsufficientMemory")]
+        slow = reload(slow)
+        assert "lost a race" in slow.reason
+        assert (slow.next_attempt_at is None) == (lost == 1), lost
+        services.release_pod(taker, Pod.SUCCEEDED)
+    # the capacity freed cuts the back-off short, as for any waiting pod
+    run_cycle()
+    assert reload(slow).status == Pod.SCHEDULED
+    assert_consistent()
+
+
 def test_a_pod_changed_since_the_snapshot_is_left_for_the_next_cycle():
     services.report_inventory("node1", {}, {}, [card("GPU-0", 0)])
     pod = submit("p", gpu=1, mem=1000)
