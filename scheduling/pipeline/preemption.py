@@ -317,7 +317,7 @@ def thinned_gangs(attempts) -> dict[int, str]:
             gang = group_of.get(victim[0])
             if gang is not None and victim[0] not in moved and victim[0] not in going:
                 taken[gang] = taken.get(gang, 0) + 1
-        thin = [g for g, n in taken.items() if 0 < left.get(g, 0) - n < least[g]]
+        thin = [g for g, n in taken.items() if 0 < left.get(g, 0) - n < least.get(g, 0)]
         if thin:
             g = thin[0]
             refused[id(attempt)] = (
