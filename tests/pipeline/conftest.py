@@ -88,6 +88,27 @@ def reload(pod: Pod) -> Pod:
     return pod
 
 
+def nominate(pod: Pod, uuid: str, memory: int, *, whole: bool = False, minutes: float = 5) -> None:
+    """A nomination of `pod` to card `uuid` (`memory` MiB, no cores), as a commit that chose
+    victims for it writes one, expiring in `minutes`."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduling.models import Card, Nomination
+
+    now = timezone.now()
+    Nomination.objects.create(
+        pod=pod,
+        card=Card.objects.get(uuid=uuid),
+        memory=memory,
+        cores=0,
+        whole=whole,
+        created_at=now,
+        expires_at=now + timedelta(minutes=minutes),
+    )
+
+
 def assert_consistent() -> None:
     """Counters equal the sum of active allocations, and no card holds more than it has."""
     assert counter_drift() == []

@@ -6,17 +6,14 @@ SQLite by default, PostgreSQL in CI (DATABASE_URL)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
-from django.utils import timezone
 
 from scheduling import services
-from scheduling.models import Card, Eviction, Nomination, Pod
+from scheduling.models import Eviction, Nomination, Pod
 from scheduling.pipeline import plan_cycle, run_cycle
 from scheduling.pipeline.commit import commit_plan
 
-from .conftest import assert_consistent, card, reload, submit
+from .conftest import assert_consistent, card, nominate, reload, submit
 from .test_preemption import last_decision
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real commits: wakes run on_commit
@@ -75,14 +72,7 @@ def test_the_commit_refuses_a_placement_on_a_card_held_whole_for_another_pod():
     late = submit("late", gpu=1, mem=0, cores=0)  # asks nothing a 1000 MiB nomination would refuse
     plan = plan_cycle()  # planned before the nomination below exists
     assert [a.decision.node for a in plan.attempts if a.key == "default/late"] == ["node1"]
-    Nomination.objects.create(
-        pod=waiting,
-        card=Card.objects.get(uuid="GPU-0"),
-        memory=1000,
-        cores=0,
-        whole=True,
-        expires_at=timezone.now() + timedelta(minutes=2),
-    )
+    nominate(waiting, "GPU-0", 1000, whole=True, minutes=2)
     report = commit_plan(plan)
     assert report.placed == []
     assert dict(report.conflicts)["default/late"] == "GPU-0 held whole for preemptor default/waiting"

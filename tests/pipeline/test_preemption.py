@@ -19,7 +19,7 @@ from scheduling.pipeline.commit import commit_plan
 from scheduling.pipeline.standing import STANDING
 from scheduling.services.evictions import refuse_eviction, settle_evictions
 
-from .conftest import assert_consistent, card, reload, submit
+from .conftest import assert_consistent, card, nominate, reload, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real commits: wakes run on_commit
 
@@ -360,15 +360,7 @@ def test_a_nomination_spent_by_a_gang_member_the_gang_rolls_back_still_holds_its
     nominated = submit("g-0", gpu=1, mem=8000, annotations=gang, priority=10)
     submit("g-1", gpu=1, mem=20000, annotations=gang, priority=10, validate=False)  # fits nowhere
     later = submit("later", gpu=1, mem=8000)
-    now = timezone.now()
-    Nomination.objects.create(
-        pod=nominated,
-        card=Card.objects.get(uuid="GPU-0"),
-        memory=8000,
-        cores=0,
-        created_at=now,
-        expires_at=now + timedelta(minutes=5),
-    )
+    nominate(nominated, "GPU-0", 8000)
     report = run_cycle()
     assert report.placed == [] and report.conflicts == [], report
     later = reload(later)
