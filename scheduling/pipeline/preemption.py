@@ -283,48 +283,62 @@ def victims_gangs(victim_ids) -> list[int]:
 
 def thinned_gangs(attempts) -> dict[int, str]:
     """id(attempt) -> why, for each preemption (in queue order) whose victims would leave a
-    gang with some members placed but fewer than its minimum: planning takes a gang's members
-    only while it keeps `min_member` placed, or the whole gang, but two planners (node pools,
-    or single flight off) may each take members of one gang that only together break it.
-    Read under the locks of `victims_gangs`, so what earlier commits evict counts; a member
-    moved by consolidation is not lost to its gang."""
+    gang with some members placed but fewer than its minimum, or one of its parts
+    (`PodGroup.subgroups`) short of its own: planning takes a gang's members only while it
+    keeps them, or the whole gang, but two planners (node pools, or single flight off) may
+    each take members of one gang that only together break it. Read under the locks of
+    `victims_gangs`, so what earlier commits evict counts; a member moved by consolidation is
+    not lost to its gang."""
     victims = {victim[0] for attempt in attempts for victim in attempt.victims}
     group_of = dict(
         Pod.objects.filter(pk__in=sorted(victims), group__isnull=False).values_list("pk", "group_id")
     )
     if not group_of:
         return {}
-    groups = set(group_of.values())
-    placed = Pod.objects.filter(group_id__in=groups, status__in=Pod.BOUND).values_list("pk", "group_id")
+    groups = {group.pk: group for group in PodGroup.objects.filter(pk__in=set(group_of.values()))}
+    parts = {pk: subgroup_minimums(group.subgroups) for pk, group in groups.items()}
     going = set(
         Eviction.objects.filter(state__in=Eviction.ACTIVE, victim__group_id__in=groups).values_list(
             "victim_id", flat=True
         )
     )
-    left: dict[int, int] = {}
-    for pk, group_id in placed:
+    part_of: dict[int, str] = {}
+    left: dict[tuple[int, str], int] = {}  # (group, part) -> placed, not leaving; part "" the whole
+    members = Pod.objects.filter(group_id__in=groups, status__in=Pod.BOUND).values_list(
+        "pk", "group_id", "annotations", "labels"
+    )
+    for pk, group_id, notes, labels in members:
+        part_of[pk] = subgroup_of(notes if isinstance(notes, dict) else {}, labels, parts[group_id])
         if pk not in going:
-            left[group_id] = left.get(group_id, 0) + 1
-    least, names = {}, {}
-    for group in PodGroup.objects.filter(pk__in=groups):
-        least[group.pk] = max(group.min_member, sum(subgroup_minimums(group.subgroups).values()))
-        names[group.pk] = group.key
+            for key in {(group_id, ""), (group_id, part_of[pk])}:
+                left[key] = left.get(key, 0) + 1
+    least = {(pk, ""): max(group.min_member, sum(parts[pk].values())) for pk, group in groups.items()} | {
+        (pk, part): n for pk, minimums in parts.items() for part, n in minimums.items()
+    }
     refused: dict[int, str] = {}
     for attempt in attempts:
         moved = {pod_id for pod_id, _ in attempt.moves}
-        taken: dict[int, int] = {}
+        taken: dict[tuple[int, str], int] = {}
         for victim in attempt.victims:
             gang = group_of.get(victim[0])
-            if gang is not None and victim[0] not in moved and victim[0] not in going:
-                taken[gang] = taken.get(gang, 0) + 1
-        thin = [g for g, n in taken.items() if 0 < left.get(g, 0) - n < least.get(g, 0)]
-        if thin:
-            g = thin[0]
+            if gang is None or victim[0] in moved or victim[0] in going:
+                continue
+            for key in {(gang, ""), (gang, part_of.get(victim[0], ""))}:
+                taken[key] = taken.get(key, 0) + 1
+        short = [
+            key
+            for key, n in taken.items()
+            if left.get((key[0], ""), 0) - taken[(key[0], "")] > 0  # a gang going whole may go
+            and left.get(key, 0) - n < least.get(key, 0)
+        ]
+        if short:
+            (gang, part), keeps = short[0], left.get(short[0], 0) - taken[short[0]]
+            what = f"gang {groups[gang].key}" + (f" subgroup {part}" if part else "")
             refused[id(attempt)] = (
-                f"gang {names[g]} would keep {left.get(g, 0) - taken[g]} of the {least[g]} members it needs"
-                " placed (other evictions took some since the snapshot)"
+                f"{what} would keep {keeps} of the {least[short[0]]} members it needs placed"
+                " (other evictions took some since the snapshot)"
             )
             continue
-        for g, n in taken.items():
-            left[g] = left.get(g, 0) - n
+        for key, n in taken.items():
+            left[key] = left.get(key, 0) - n
     return refused

@@ -13,7 +13,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from scheduling import services
-from scheduling.models import Allocation, Card, Decision, Eviction, Nomination, Pod
+from scheduling.models import Allocation, Card, Decision, Eviction, Node, Nomination, Pod
 from scheduling.pipeline import plan_cycle, run_cycle
 from scheduling.pipeline.commit import commit_plan
 from scheduling.pipeline.standing import STANDING
@@ -330,24 +330,60 @@ def test_two_commits_evicting_members_of_one_gang_never_leave_it_below_its_minim
         submit(f"g-{i}", gpu=1, mem=10000, annotations=gang)
     assert len(run_cycle().placed) == 3
     on = dict(Pod.objects.filter(name__startswith="g-").values_list("node__name", "pk"))
-    p1 = submit("p1", gpu=1, mem=10000, priority=1000, scheduling={"nodeSelector": {"slot": "0"}})
-    p2 = submit("p2", gpu=1, mem=10000, priority=1000, scheduling={"nodeSelector": {"slot": "1"}})
+    report = two_planners_evict_on(["node0", "node1"], on)
+    assert "gang default/g would keep 1 of the 2 members it needs placed" in report.conflicts[0][1]
+
+
+def two_planners_evict_on(nodes: list[str], on: dict[str, int]):
+    """Preemptors p1 and p2 (priority 1000, 10000 MiB), each selecting one of `nodes`
+    (labelled `slot`), planned by two planners on the same database, then committed in turn:
+    each plan evicts the tenant of its node (`on`: node -> pod pk); the second commit, its
+    report returned, must refuse p2's preemption as a conflict."""
+    slots = [Node.objects.get(name=name).labels["slot"] for name in nodes]
+    p1 = submit("p1", gpu=1, mem=10000, priority=1000, scheduling={"nodeSelector": {"slot": slots[0]}})
+    p2 = submit("p2", gpu=1, mem=10000, priority=1000, scheduling={"nodeSelector": {"slot": slots[1]}})
     Pod.objects.filter(pk=p2.pk).update(gated=True)
-    first = plan_cycle()  # p1 alone: it evicts the member on node0
+    first = plan_cycle()  # p1 alone: it evicts the tenant of its node
     STANDING.clear()  # the second planner reads the database as it is, the first uncommitted
     Pod.objects.filter(pk=p2.pk).update(gated=False)
     Pod.objects.filter(pk=p1.pk).update(gated=True)
-    second = plan_cycle()  # p2 alone: it evicts the member on node1
-    assert [v[0] for a in first.attempts for v in a.victims] == [on["node0"]]
-    assert [v[0] for a in second.attempts for v in a.victims] == [on["node1"]]
+    second = plan_cycle()  # p2 alone: it evicts the tenant of the other node
+    assert [v[0] for a in first.attempts for v in a.victims] == [on[nodes[0]]]
+    assert [v[0] for a in second.attempts for v in a.victims] == [on[nodes[1]]]
     Pod.objects.filter(pk=p1.pk).update(gated=False)
     assert commit_plan(first).conflicts == []
     report = commit_plan(second)
     assert [key for key, _ in report.conflicts] == ["default/p2"]
-    assert "gang default/g would keep 1 of the 2 members it needs placed" in report.conflicts[0][1]
-    assert list(Eviction.objects.values_list("victim_id", flat=True)) == [on["node0"]]
+    assert list(Eviction.objects.values_list("victim_id", flat=True)) == [on[nodes[0]]]
     assert reload(p2).status == Pod.PENDING and "lost a race" in reload(p2).reason
     assert_consistent()
+    return report
+
+
+def test_two_commits_never_leave_a_gang_part_below_its_own_minimum():
+    """A gang well above `min_member` whose part `a` has one member above its own minimum:
+    each of two plans evicts one member of `a`; together they would leave `a` short while the
+    gang as a whole still counts enough members."""
+    for n in range(5):
+        services.report_inventory(f"node{n}", {"slot": str(n)}, {}, [card(f"GPU-{n}", 0, 10000)])
+    services.store_pod_group(
+        "default",
+        "tf",
+        "volcano",
+        None,
+        min_member=3,
+        subgroups=[{"name": "a", "min_member": 2}, {"name": "b", "min_member": 1}],
+    )
+    for name, task in [("a-0", "a"), ("a-1", "a"), ("a-2", "a"), ("b-0", "b"), ("b-1", "b")]:
+        annotations = {"scheduling.k8s.io/group-name": "tf", "volcano.sh/task-spec": task}
+        submit(name, gpu=1, mem=10000, annotations=annotations)
+    assert len(run_cycle().placed) == 5
+    on = dict(Pod.objects.filter(status=Pod.SCHEDULED).values_list("node__name", "pk"))
+    by_name = dict(Pod.objects.values_list("name", "node__name"))
+    report = two_planners_evict_on([by_name["a-0"], by_name["a-1"]], on)
+    assert (
+        "gang default/tf subgroup a would keep 1 of the 2 members it needs placed" in report.conflicts[0][1]
+    )
 
 
 def test_a_nomination_spent_by_a_gang_member_the_gang_rolls_back_still_holds_its_card():
