@@ -41,7 +41,7 @@ from scheduling.models import CapacityVersion, PodGroup
 from scheduling.models.pods import spec_fields
 
 from . import pools, preemption
-from .batch import GangState, load_book, load_gangs, load_namespace_book, snapshot_capacity
+from .batch import GangState, load_book, load_gangs, load_namespace_book, pool_capacity, snapshot_capacity
 from .locks import keep_alive
 from .options import option
 from .plan import Attempt, CyclePlan, worker_name
@@ -87,7 +87,7 @@ def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", no
     capacity_version = CapacityVersion.read()
     with STANDING.use(since=started) as (snapshot, scheduler):  # the wake's refresh will do
         # a pool's planner sees its pool's cards only: shares are of the whole cluster's
-        book = load_book(capacity=None if pools.current() else snapshot_capacity(snapshot))
+        book = load_book(capacity=pool_capacity(snapshot) if pools.current() else snapshot_capacity(snapshot))
         namespaces = load_namespace_book()
         if uses_gang_spread(rows, snapshot.config):
             mark_gangs(snapshot.cluster)

@@ -98,6 +98,9 @@ class Snapshot:
     card_ids: dict[str, int] = field(default_factory=dict)
     #: The cards' summed slots, MiB and cores (`batch.snapshot_capacity`), once asked.
     capacity: dict[str, int] | None = None
+    #: A node pool's planner: the whole cluster's (`batch.pool_capacity`), with when it was
+    #: read (`time.monotonic()`).
+    cluster_capacity: tuple[float, dict[str, int]] | None = None
 
 
 NODE_COLUMNS = ("id", "name", "labels", "annotations", "ready", "taints", "unschedulable", "allocatable")

@@ -16,6 +16,7 @@ from django.core.management import call_command
 from scheduling import services
 from scheduling.models import Card, Node, Pod
 from scheduling.pipeline import locks, pools, run_cycle, triggers
+from scheduling.pipeline.batch import POOL_CAPACITY_SECONDS, cluster_capacity, pool_capacity
 from scheduling.pipeline.snapshot import due_pods, load_snapshot
 from scheduling.pipeline.standing import STANDING
 
@@ -183,6 +184,21 @@ def test_a_pool_planner_keeps_its_snapshot_through_other_pools_writes(pooled, se
     with STANDING.use() as (snapshot, _):
         assert {node.name for node in snapshot.cluster.nodes} == {"a1", "plain1"}
     assert STANDING.rebuilds == rebuilds + 1
+
+
+def test_a_pool_planner_reads_the_whole_cluster_capacity_again_at_most_every_ten_seconds(pooled):
+    """A pool's planner shares queues out of the whole cluster's cards, which its snapshot does
+    not hold: it reads their sum with one scan, kept on its snapshot for POOL_CAPACITY_SECONDS,
+    so a card that comes elsewhere counts in its shares within that long, not every cycle."""
+    cluster()
+    pooled("a")
+    with STANDING.use() as (snapshot, _):
+        before = pool_capacity(snapshot, now=1000.0)
+        assert before == cluster_capacity() and before["vgpus"] == 16 * 10
+        report("b1", "b", cards=3)  # another pool's node reports a third card
+        assert pool_capacity(snapshot, now=1000.0 + POOL_CAPACITY_SECONDS - 0.5) == before
+        after = pool_capacity(snapshot, now=1000.0 + POOL_CAPACITY_SECONDS)
+        assert after == cluster_capacity() and after["vgpus"] == before["vgpus"] + 10
 
 
 def test_a_pool_not_among_the_configured_pools_is_refused(settings):
