@@ -205,7 +205,7 @@ class StandingSnapshot:
         self.spoiled = False  # the next whole read replaces the scheduler too (`spoil`)
         self.refreshes = 0
         self.refreshed_at = float("-inf")  # perf_counter() when last brought up to date
-        self.pool: str | None = None  # the node pool whose nodes it holds (`pools`)
+        self.pool = ""  # the node pool whose nodes it holds ('' the whole cluster, `pools`)
 
     @contextmanager
     def use(self, since: float | None = None) -> Iterator[tuple[Snapshot, Scheduler]]:
@@ -304,10 +304,9 @@ class StandingSnapshot:
         if self.horizon is not None:
             _forget_old_deletions()
         self.bound_seen = self._bound_rows()
-        pool = self.pool or ""
-        self.cards = {row[0]: row for row in card_rows(pool)}
-        self.nodes = {row[0]: row for row in node_rows(pool)}
-        self.bound, own = running_pods(pool)
+        self.cards = {row[0]: row for row in card_rows(self.pool)}
+        self.nodes = {row[0]: row for row in node_rows(self.pool)}
+        self.bound, own = running_pods(self.pool)
         self.bound_on = _by_node(self.bound)
         self.own = _by_node(own)
         read = build_snapshot(self.cards.values(), self.nodes.values(), config, [*self.bound, *own])
@@ -388,7 +387,7 @@ class StandingSnapshot:
         """BoundPod id -> updated_at: of every row (SQLite), or of those written since the
         horizon (PostgreSQL, by their marks)."""
         rows = BoundPod.objects.order_by() if self.horizon is None else written_since(BoundPod, self.horizon)
-        return dict(rows.filter(pools.node_names_q(pool=self.pool or "")).values_list("id", "updated_at"))
+        return dict(rows.filter(pools.node_names_q(pool=self.pool)).values_list("id", "updated_at"))
 
     def _bound_changed(self) -> bool:
         """Whether a pod others bound came, went or changed since it was read. On PostgreSQL: a
@@ -417,7 +416,7 @@ class StandingSnapshot:
             self.gone = set(gone)  # seen: found again by each look until the horizon passes them
         if self._bound_changed():
             raise Rebuild  # a pod others bound came, went or changed: counted anew
-        pool = self.pool or ""
+        pool = self.pool
         cards = self._changed_rows(
             self.cards,
             lambda: card_rows(pool),
@@ -469,7 +468,7 @@ class StandingSnapshot:
         ids = self.snapshot.node_ids
         for name in names:
             self.own.pop(name, None)
-        self.own.update(_by_node(own_running((ids[name] for name in names), self.pool or "")))
+        self.own.update(_by_node(own_running((ids[name] for name in names), self.pool)))
         cluster = self.snapshot.cluster
         cluster.running = [*self.bound, *(pod for pods in self.own.values() for pod in pods)]
         bound, own = self.bound_on, self.own

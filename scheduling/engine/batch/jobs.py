@@ -340,8 +340,6 @@ class JobRunner:
         self.preemptor = preemptor
         self.consolidator = consolidator
         self.nominations = nominations or {}
-        #: the key of the member whose nomination its decision took off the cards (`_spend`)
-        self._spending: str | None = None
         #: per gang placed to its minimum this run, its parts' needs (`Outcome.parts_needed`)
         self._parts_needed: dict[str, dict[str, int]] = {}
         self._nominated_whole = any(n.whole for n in self.nominations.values())
@@ -620,8 +618,10 @@ class JobRunner:
         decision assumed, else None). `minimum`: it is needed for its gang's `min_member`, so
         it may take other gangs' extras (`Preemptor.plan`); `preempt`: it may evict at all."""
         gang = job.gang
-        self._spending = None
         decision, parsed, plan, before = self._decide_member(job, member, minimum, preempt)
+        # a nominated member placed in planning was decided with its nomination off its cards
+        key = member.spec.key
+        spending = decision.status == SCHEDULED and key in self.nominations
         victims: list[Tenant] = []  # evicted for this member: only a kept, real preemption
         kept: Decision | None = None
         if decision.status == SCHEDULED:
@@ -661,7 +661,8 @@ class JobRunner:
                 else:
                     self.statement.assume(decision, job.queue, gang_key)
                     kept = decision
-        self._spend(kept is not None)
+        if spending:
+            self._spend(key, kept is not None)
         if self.reserved and decision.status in (SCHEDULED, PENDING):
             decision.warnings.append(self._reserved_warning())
         if decision.status == PENDING and not victims:
@@ -670,16 +671,13 @@ class JobRunner:
                 decision.warnings.append(held)
         return Outcome(member, job, decision, parsed, victims=victims), kept
 
-    def _spend(self, placed: bool) -> None:
-        """The nomination of the member just decided (`_spending`), taken off the cards to
-        decide it: spent by its placement, and held again if that placement is rolled back (a
+    def _spend(self, key: str, placed: bool) -> None:
+        """The nomination of member `key`, taken off the cards to decide it (`_decide_member`):
+        spent by its placement, and held again if that placement is rolled back (a
         gang short of its minimum); held again at once when it was not placed after all (a
         limit held it back). A nomination dropped with a placement that never commits would
         let the rest of the cycle plan onto its cards, which the commit refuses, every cycle
         until it expires."""
-        key, self._spending = self._spending, None
-        if key is None:
-            return
         if not placed:
             self._hold_nominations(1, key)
             return
@@ -695,16 +693,15 @@ class JobRunner:
         """(decision, parsed, plan, mark): the member decided, taking its own nomination off the
         snapshot first; when it does not fit and may preempt (`preempt`), decided again after the
         cheapest evictions (`plan`), which the Statement holds from `mark` on. `minimum`: the
-        member is needed for its gang's `min_member`."""
+        member is needed for its gang's `min_member`. A nominated member placed leaves its
+        nomination off the cards, for `_try` to spend (`_spend`)."""
         key = member.spec.key
         nominated = self.nominations.get(key)
         if nominated is not None:
             self._hold_nominations(-1, key)
         decision, parsed = self.decide(member.spec)
         if nominated is not None:
-            if decision.status == SCHEDULED:
-                self._spending = key  # spent once the placement is assumed (`_spend`)
-            else:
+            if decision.status != SCHEDULED:
                 self._hold_nominations(1, key)
                 if decision.batch is None:
                     why = held_whole(parsed, nominated.grants)[1] if nominated.whole else ""
