@@ -4,6 +4,7 @@ into `ApiError` carrying the API's error body."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,6 +32,13 @@ PATHS: frozenset[tuple[str, str]] = frozenset(
 )
 
 TIMEOUT_SECONDS = 60
+
+#: A 429 (rate limit) or 503 (a row held past the server's lock bound, a busy simulation
+#: queue) that carries `Retry-After` wrote nothing: sent again after that wait, at most this
+#: many more times, as client-go does for the Kubernetes API.
+RETRIES = 3
+#: The longest `Retry-After` honoured; a longer one is answered to the user at once.
+MAX_WAIT_SECONDS = 10.0
 
 
 class ApiError(Exception):
@@ -67,14 +75,21 @@ class Client:
         asked.add_header("Accept", "application/json")
         if data is not None:
             asked.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(asked, timeout=TIMEOUT_SECONDS) as answer:
-                raw = answer.read()
-        except urllib.error.HTTPError as exc:
-            raise ApiError(exc.code, _decoded(exc.read()), url) from None
-        except urllib.error.URLError as exc:
-            raise ApiError(0, {"detail": f"cannot reach {self.url}: {exc.reason}"}, url) from None
-        return _decoded(raw) if raw else None
+        for attempt in range(RETRIES + 1):
+            try:
+                with urllib.request.urlopen(asked, timeout=TIMEOUT_SECONDS) as answer:
+                    raw = answer.read()
+            except urllib.error.HTTPError as exc:
+                body = _decoded(exc.read())
+                wait = _retry_after(exc)
+                if wait is None or attempt == RETRIES:
+                    raise ApiError(exc.code, body, url) from None
+                time.sleep(wait)
+                continue
+            except urllib.error.URLError as exc:
+                raise ApiError(0, {"detail": f"cannot reach {self.url}: {exc.reason}"}, url) from None
+            return _decoded(raw) if raw else None
+        raise AssertionError("unreachable")
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
@@ -98,6 +113,21 @@ class Client:
             if not following:
                 return rows
             page = self.get(following)
+
+
+def _retry_after(error: urllib.error.HTTPError) -> float | None:
+    """Seconds to wait before sending a refused request again, or None when it is not to be
+    sent again: only a 429 or 503 naming a `Retry-After` of whole seconds up to
+    MAX_WAIT_SECONDS."""
+    if error.code not in (429, 503):
+        return None
+    try:
+        seconds = float(error.headers.get("Retry-After", ""))
+    except (TypeError, ValueError):
+        return None
+    if not 0 <= seconds <= MAX_WAIT_SECONDS:
+        return None
+    return seconds
 
 
 def _decoded(raw: bytes) -> Any:

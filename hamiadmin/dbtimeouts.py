@@ -73,7 +73,7 @@ class BoundedLockWaits:
         answer = JsonResponse(
             {
                 "detail": (
-                    f"A row this request writes was held by another writer (a scheduling commit)"
+                    f"A row this request writes was held by another writer (a scheduling commit or another request)"
                     f" for more than {self.milliseconds} ms (HAMI_DB_WEB_LOCK_TIMEOUT_MS); nothing"
                     " was written. Try again."
                 ),
