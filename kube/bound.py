@@ -282,16 +282,40 @@ class BoundPodSync(Handler):
                     self.listed = listed
         return done
 
-    def _with_claims(self, view: BoundView) -> dict:
+    def assume(self, pod: dict, node: str, claims: dict[str, dict]) -> bool:
+        """A pod the DRA pass placed (`kube.dra`), its claims written (`claims`, by name, as
+        the API server answered) and its Binding not sent yet: stored at once as bound to
+        `node`, holding what those claims allocate. Why: the scheduling cycle counts a pod
+        others placed from its row, and the row used to come from the bound pod's watch
+        event, after the Binding; in between, the cycle saw the devices free and could give
+        one device's capacity twice (a whole card on top of a pair's 8000 MiB). The watch's
+        event writes the same row again. Whether it was stored."""
+        if not self.may_write() or self.dra is None:
+            return False
+        bound = {**pod, "spec": {**pod_objects.spec(pod), "nodeName": node}}
+        view = self.project(bound)
+        if view is None:
+            return False
+        written = {(view.namespace, name): claim for name, claim in claims.items()}
+        row = self._with_claims(view, lambda key: written.get(key) or self.dra.claims.get(key))
+        results = services.upsert_bound_pods([row])
+        self._refused([row], results)
+        return all(result.error is None for result in results)
+
+    def _with_claims(
+        self, view: BoundView, claim_of: Callable[[tuple[str, str]], dict | None] | None = None
+    ) -> dict:
         """The view's row, its allocated claims' devices added to `allocated` (one container a
         claim, `UUID,DRA,MiB,cores:` per result; a claim shared by several pods counts with
-        the first pod it is reserved for only)."""
+        the first pod it is reserved for only). `claim_of`: a claim by (namespace, name),
+        the DRA informer's by default."""
         row = view.row()
         if not view.claims or self.dra is None:
             return row
+        claim_of = claim_of or self.dra.claims.get
         extra = []
         for name in view.claims:
-            claim = self.dra.claims.get((view.namespace, name))
+            claim = claim_of((view.namespace, name))
             status = pod_objects.as_dict(pod_objects.as_dict(claim).get("status"))
             reserved = status.get("reservedFor")
             if (

@@ -191,6 +191,9 @@ class DraCycle:
         self.held: Callable[[DraAllocator], list] = lambda allocator: []
         #: the pods to place that the cycle holds (the agent: `withdraw_queued`); none alone
         self.withdraw: Callable[[list[dict]], set[tuple[str, str]]] = lambda pods: set()
+        #: a placed pod whose claims are written, before its Binding (the agent:
+        #: `BoundPodSync.assume`, so the scheduling cycle counts its devices from then on)
+        self.assume: Callable[[dict, str, dict[str, dict]], object] = lambda pod, node, claims: None
         #: why a pod must wait for quotas the pass cannot count (the agent: `quota_holds`)
         self.quotas: Callable[[dict], str] = lambda pod: ""
         #: whether the Workload API serves PodGroups (discovery, asked until it does)
@@ -345,7 +348,7 @@ class DraCycle:
                         placements = allocator.place_gang(members, minimum, gang)
                     else:
                         placements = [self.place_or_preempt(allocator, members[0], everything, outcomes)]
-                    self.commit(allocator, [p for p in placements if p.placed], outcomes)
+                    self.commit(allocator, [p for p in placements if p.placed], outcomes, members)
                     for placement in placements:
                         key = (placement.namespace, placement.name)
                         waiting = outcomes.get(key)
@@ -418,10 +421,14 @@ class DraCycle:
             raise ClaimConflict(f"pod {key[0]}/{key[1]}: victims evicted")
         return preempted
 
-    def commit(self, allocator: DraAllocator, placements: list[DraPlacement], outcomes: dict) -> None:
+    def commit(
+        self, allocator: DraAllocator, placements: list[DraPlacement], outcomes: dict, pods: list[dict] = ()
+    ) -> None:
         """Write the claims of every placement, then bind each: a gang's members are all
-        allocated before any is bound, and a 409 takes back every write of the unit."""
+        allocated before any is bound, and a 409 takes back every write of the unit. Between
+        the two, each placed pod of `pods` is told to `assume` (counted as placed from now)."""
         done: list[tuple[str, list[tuple[str, dict]]]] = []
+        answers: list[dict[str, dict]] = []
         for placement in placements:
             try:
                 written, undo = self.allocate(placement, allocator)
@@ -430,7 +437,19 @@ class DraCycle:
                     undo_writes(self.api, namespace, writes)
                 raise
             done.append((placement.namespace, undo))
+            answers.append(written)
             allocator.record(placement, written)
+        by_key = {pod_objects.key_of(pod): pod for pod in pods}
+        for placement, written in zip(placements, answers, strict=True):
+            pod = by_key.get((placement.namespace, placement.name))
+            if pod is None or placement.node is None:
+                continue
+            try:
+                self.assume(pod, placement.node, written)
+            except Exception:  # noqa: BLE001 - the watch event stores it once bound
+                log.exception(
+                    "pod %s/%s: not counted before its binding", placement.namespace, placement.name
+                )
         for placement in placements:
             key = (placement.namespace, placement.name)
             try:

@@ -5,6 +5,8 @@ and the binder writes each claim's status, as HAMi's driver reads it, before the
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from kube.agent import KubeAgent
@@ -359,3 +361,36 @@ def test_a_pod_placed_elsewhere_after_a_refused_binding_gets_its_claim_allocated
     (result,) = results(apiserver, "x")
     assert result["device"] != first, "the allocation follows the new placement"
     assert [r["name"] for r in claim(apiserver, "x")["status"]["reservedFor"]] == ["x"]
+
+
+def test_a_pod_the_pass_placed_counts_for_the_cycle_between_its_claims_and_its_binding(kube, apiserver):
+    """The pass writes a pod's claims, then its Binding; the cycle counts a pod others placed
+    from its row. That row used to come from the bound pod's watch event: in between, a cycle
+    saw the pair's devices free and put a whole card's pod on one of them (16 GiB on a card
+    holding 8000 MiB already). The pass now stores the pod as placed before it binds."""
+    dra_nodes(apiserver, memory_gib=16)  # n1: two cards of 16 GiB, on one PCIe root
+    pair = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]  # what only the pass places
+    at_bind, go = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the pass, its claims written, waits here before its Binding
+        at_bind.set()
+        go.wait(20)
+
+    apiserver.before("POST", "/pods/pair/binding", hold)
+    try:
+        with running(agent(kube)):
+            wait_until(dra_cards(2), what="DRA cards")
+            submit(apiserver, "whole", gpumem_claim("whole", memory_mib=16 * GIB_MIB))
+            wait_until(queued("whole"), what="the whole-card pod queued for the cycle")
+            submit(apiserver, "pair", gpumem_claim("pair", memory_mib=8000, count=2, constraints=pair))
+            assert at_bind.wait(20), "the pass never bound the pair"
+            assert [r["consumedCapacity"]["memory"] for r in results(apiserver, "pair")] == ["8000Mi"] * 2
+            report = run_cycle()
+            go.set()
+            assert report.placed == [], "a card holding 8000 MiB of the pair took a whole card's pod"
+            assert "CardInsufficientMemory" in row("whole").reason, row("whole").reason
+            stored = BoundPod.objects.get(namespace="default", name="pair")
+            assert stored.node_name == "n1" and stored.allocated
+            wait_until(lambda: node_of(apiserver, "pair") == "n1", what="the pair bound")
+    finally:
+        go.set()
