@@ -86,3 +86,42 @@ def no_standing_snapshot():
     STANDING.clear()
     SEEN.version = None  # another test's database had its own capacity versions
     yield
+
+
+#: Tables a flush between transactional tests leaves as they are: what Django's post-migrate
+#: handlers (content types, permissions) would write back at once, the same for every test.
+KEPT_BY_FLUSH = frozenset({"django_content_type", "auth_permission"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_flush_on_postgres():
+    """On PostgreSQL, a transactional test's teardown empties the tables with `DELETE` under
+    deferred constraints instead of `TRUNCATE`, keeps content types and permissions, and so
+    skips the post-migrate signal that would only write them back: ~0.3 s of teardown a test
+    (TRUNCATE takes every table's exclusive lock and new files; the signal ~30 queries) for
+    the ~380 tests that flush. Sequences are not reset either way."""
+    from django.core.management.commands import flush
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    original_sql_flush = DatabaseOperations.sql_flush
+    original_signal = flush.emit_post_migrate_signal
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        if reset_sequences or allow_cascade or not tables:
+            return original_sql_flush(
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        emptied = [table for table in tables if table not in KEPT_BY_FLUSH]
+        return ["SET CONSTRAINTS ALL DEFERRED"] + [f"DELETE FROM {self.quote_name(t)}" for t in emptied]
+
+    def emit_post_migrate_signal(verbosity, interactive, db, **kwargs):
+        from django.db import connections
+
+        if connections[db].vendor != "postgresql":
+            original_signal(verbosity, interactive, db, **kwargs)
+
+    DatabaseOperations.sql_flush = sql_flush
+    flush.emit_post_migrate_signal = emit_post_migrate_signal
+    yield
+    DatabaseOperations.sql_flush = original_sql_flush
+    flush.emit_post_migrate_signal = original_signal

@@ -423,6 +423,10 @@ class StandInApiServer:
         self.oldest = 0  # watches from before this version get 410
         self.expired_generation = 0
         self.history_limit = history_limit
+        #: when set, a watch ends after at most this many seconds whatever its timeoutSeconds
+        #: (the real server ends watches on its own schedule too; clients list and watch again):
+        #: tests that only need each call's request sent do not wait out a whole second a watch
+        self.watch_seconds_cap: float | None = None
         self.requests: list[tuple[str, str, str, str, str]] = []  # method, path, group, resource, verb
         #: grants checked beyond a request's own (1.36's `resourceclaims/binding`)
         self.authorized: set[tuple[str, str, str]] = set()
@@ -694,7 +698,10 @@ class StandInApiServer:
 
     def _watch(self, handler, kind, terms, query):
         start = int(query.get("resourceVersion") or 0)
-        deadline = time.monotonic() + float(query.get("timeoutSeconds") or 60)
+        seconds = float(query.get("timeoutSeconds") or 60)
+        if self.watch_seconds_cap is not None:
+            seconds = min(seconds, self.watch_seconds_cap)
+        deadline = time.monotonic() + seconds
         handler.start_stream()
         with self.lock:
             if start == 0:
@@ -1350,6 +1357,10 @@ def watch_event(change: str, old: dict | None, new: dict | None, terms) -> dict 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    #: TCP_NODELAY, as Go's net/http sets on every connection the real API server accepts:
+    #: with Nagle on, a body written after its headers on a kept-alive connection waited for
+    #: the client's delayed ACK, ~40 ms a request
+    disable_nagle_algorithm = True
     standin: StandInApiServer
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature

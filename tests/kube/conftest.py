@@ -151,3 +151,15 @@ def running(agent: KubeAgent):
         thread.join(timeout=15)
     assert not failures, f"the agent loop crashed: {failures[0]!r}"
     assert not thread.is_alive(), "the agent loop did not stop"
+
+
+def settled_cards():
+    """The cards as a worker sees them before its next cycle: the decrements releases owe
+    settled first. On PostgreSQL a release that finds a card locked by another writer (the
+    agent's node report, a commit) owes its decrement (`pipeline.settle`) and asks for a
+    cycle, whose worker settles it; these tests run no worker."""
+    from scheduling.models import Card
+    from scheduling.pipeline.settle import settle_owed
+
+    settle_owed()
+    return Card.objects

@@ -243,6 +243,7 @@ def owner_calls(kube, apiserver):
 def test_each_call_sends_exactly_the_request_its_declared_grant_allows(kube, apiserver):
     """The grant on each KubeApi method is what the API server authorizes its request by
     (none for discovery, which the stand-in keeps apart as a non-resource request)."""
+    apiserver.watch_seconds_cap = 0.05
     calls = every_call(kube, apiserver)
     public = {name for name, value in vars(KubeApi).items() if callable(value) and not name.startswith("_")}
     assert {method.__name__ for method, _ in calls} == public, "every public call is exercised"
@@ -289,6 +290,7 @@ def test_a_workload_podgroups_condition_the_server_refuses_is_an_api_error(kube,
 
 
 def test_every_call_is_covered_by_the_rbac_rules_and_every_rule_is_used(kube, apiserver):
+    apiserver.watch_seconds_cap = 0.05
     for _, call in every_call(kube, apiserver):
         call()
     used = apiserver.grants_used()

@@ -15,7 +15,7 @@ from scheduling import services
 from scheduling.models import Card, Pod
 from scheduling.pipeline import run_cycle
 
-from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+from .conftest import fast_options, node_object, pod_object, running, settled_cards, t4_register, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -132,7 +132,7 @@ def test_a_refused_binding_marks_failed_releases_and_is_retried(kube, apiserver)
             what="bind-phase failed",
         )
         wait_until(lambda: row("train").status == Pod.PENDING, what="queued again")
-        assert Card.objects.get(uuid="GPU-a-0").used_memory == 0, "cards released"
+        assert settled_cards().get(uuid="GPU-a-0").used_memory == 0, "cards released"
         wait_until(lambda: events_for(apiserver, "train", "FailedScheduling"), what="a failure event")
         apiserver.injected.clear()  # the API server accepts bindings again
         wait_until(lambda: run_cycle().placed or row("train").status != Pod.PENDING, what="placed again")

@@ -25,7 +25,7 @@ from scheduling.models import Card, Event, Eviction, Nomination, Pod
 from scheduling.pipeline import run_cycle
 from scheduling.services import evictions
 
-from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+from .conftest import fast_options, node_object, pod_object, running, settled_cards, t4_register, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,7 +118,7 @@ def test_the_agent_evicts_the_victim_and_the_deletion_releases_its_card(kube, ap
         wait_until(lambda: apiserver.get("pods", "default", "batch") is None, what="the pod evicted")
         wait_until(lambda: state(eviction) == Eviction.EVICTING, what="the row evicting")
         wait_until(lambda: row("batch").status == Pod.DELETED, what="the deletion seen by the watch")
-    assert Card.objects.get(uuid=CARD).used_memory == 0
+    assert settled_cards().get(uuid=CARD).used_memory == 0
     assert state(eviction) == Eviction.EVICTING, "done is settled, not assumed"
     assert evictions.settle_evictions()["done"] == 1
     assert state(eviction) == Eviction.DONE

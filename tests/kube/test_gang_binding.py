@@ -10,7 +10,7 @@ from kube.agent import KubeAgent
 from scheduling.models import Card, Pod
 from scheduling.pipeline import run_cycle
 
-from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+from .conftest import fast_options, node_object, pod_object, running, settled_cards, t4_register, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,7 +64,7 @@ def test_a_member_not_bound_requeues_the_members_not_yet_bound(kube, apiserver):
         assert row("w0").status == Pod.RUNNING, "a bound member is never undone"
         assert "w2" not in bound_order(apiserver), "nothing bound after the failed member"
         assert row("w2").reason.startswith("gang default/job: member default/w1 was not bound")
-        assert Card.objects.filter(used_memory=2000).count() == 1, "only the bound member holds a card"
+        assert settled_cards().filter(used_memory=2000).count() == 1, "only the bound member holds a card"
 
         apiserver.injected.clear()  # the API server takes bindings again
 

@@ -19,7 +19,7 @@ from kube.api import EXTENDER_AGENT_RBAC_RULES, EXTENDER_WEB_RBAC_RULES, RBAC_RU
 from kube.extender import filter_pod
 from kube.leader import LeaderElector
 from scheduling import services
-from scheduling.models import Card, Eviction, Pod
+from scheduling.models import BoundPod, Card, Eviction, Pod
 from scheduling.pipeline import run_cycle
 from tests.engine.dra_objects import CLASS, claim_pod, device_class, gpumem_claim, hami_slice
 
@@ -33,7 +33,7 @@ from .apiserver import (
     WORKLOAD_PODGROUPS,
     WORKLOADS,
 )
-from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+from .conftest import fast_options, node_object, pod_object, running, settled_cards, t4_register, wait_until
 from .test_owners import every_owner_kind
 from .test_vgpumonitor import SAMPLE, monitor_pod
 from .test_volumes import claim_object, class_object, volume_object
@@ -99,7 +99,9 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
     owned = every_owner_kind(apiserver)  # gangs from owners: each kind's owner read
     # the DRA pass: slices, classes, taint rules and claims listed, a claim's status written
     apiserver.put(DEVICE_CLASSES, device_class())
-    apiserver.put(RESOURCE_SLICES, hami_slice("dra-1"))
+    # (three cards: the pair takes the two of one PCIe root, the extended resource, a whole card,
+    # the third)
+    apiserver.put(RESOURCE_SLICES, hami_slice("dra-1", cards=3))
     # (a matchAttribute pair: the pass places it, with what it lists; the cycle's DRA pods need
     # the same grants, through the informers)
     pair = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
@@ -129,7 +131,14 @@ def test_the_watcher_agent_requests_exactly_its_rules(kube, apiserver):
             ),
             what="the DRA pod's claim allocated",
         )
-        wait_until(lambda: pod_row("fits") and pod_row("waits") and Card.objects.exists(), what="queued")
+        wait_until(
+            lambda: BoundPod.objects.filter(name="dra-pod").exclude(allocated="").exists(),
+            what="the DRA pod's devices counted (it is bound: kube.bound)",
+        )
+        wait_until(
+            lambda: pod_row("fits") and pod_row("waits") and pod_row("ext-pod") and Card.objects.exists(),
+            what="queued",
+        )
         wait_until(lambda: all(pod_row(name) for name in owned), what="the owners' pods queued")
         assert sorted(pod for pod, _, _ in run_cycle().placed) == ["default/ext-pod", "default/fits"]
         wait_until(lambda: pod_row("fits").status == Pod.RUNNING, what="bound")
@@ -170,7 +179,7 @@ def test_the_extender_mode_agent_requests_exactly_its_rules(kube, apiserver):
         apiserver.expire_history()
         wait_until(lambda: pod_row("ext").status == Pod.DELETED, what="released after the relist")
         wait_until(lambda: LEASE in apiserver.grants_used(), what="a Lease renewal")
-    assert Card.objects.get(uuid="GPU-a-0").used_memory == 0
+    assert settled_cards().get(uuid="GPU-a-0").used_memory == 0
     assert apiserver.grants_used() == set(EXTENDER_AGENT_RBAC_RULES)
 
 

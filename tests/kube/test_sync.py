@@ -12,7 +12,7 @@ from scheduling.models import Allocation, Card, Node, Pod
 from scheduling.pipeline import run_cycle
 from scheduling.pipeline.settle import settle_owed
 
-from .conftest import fast_options, node_object, pod_object, running, t4_register, wait_until
+from .conftest import fast_options, node_object, pod_object, running, settled_cards, t4_register, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +53,7 @@ def test_a_pod_that_ends_gives_its_cards_back(kube, apiserver):
         assert Card.objects.get(uuid="GPU-a-0").used_memory == 4000
         apiserver.update("pods", "default", "job", lambda pod: pod["status"].update(phase="Succeeded"))
         wait_until(lambda: pod_row("job").status == Pod.SUCCEEDED, what="released on Succeeded")
-        card = Card.objects.get(uuid="GPU-a-0")
+        card = settled_cards().get(uuid="GPU-a-0")
         assert (card.used_slots, card.used_memory, card.used_cores) == (0, 0, 0)
 
 
@@ -208,7 +208,7 @@ def test_extender_mode_releases_pods_kube_scheduler_placed(kube, apiserver):
         assert Card.objects.get(uuid="GPU-a-0").used_memory == 6000
         apiserver.update("pods", "default", "ext", lambda pod: pod["status"].update(phase="Failed"))
         wait_until(lambda: pod_row("ext").status == Pod.FAILED, what="released when it ended")
-        assert Card.objects.get(uuid="GPU-a-0").used_memory == 0
+        assert settled_cards().get(uuid="GPU-a-0").used_memory == 0
 
 
 def test_a_card_in_device_cordon_takes_no_new_pod(kube, apiserver):

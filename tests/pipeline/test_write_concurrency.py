@@ -28,7 +28,7 @@ from .test_concurrency import (
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-NODES, CARDS, PODS, WORKERS, SECONDS = 20, 4, 400, 3, 25
+NODES, CARDS, PODS, WORKERS, SECONDS = 20, 4, 400, 3, 15
 
 
 def start_churn(seed: int):
