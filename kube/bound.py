@@ -290,14 +290,15 @@ class BoundPodSync(Handler):
         event, after the Binding; in between, the cycle saw the devices free and could give
         one device's capacity twice (a whole card on top of a pair's 8000 MiB). The watch's
         event writes the same row again. Whether it was stored."""
-        if not self.may_write() or self.dra is None:
+        state = self.dra
+        if not self.may_write() or state is None:
             return False
         bound = {**pod, "spec": {**pod_objects.spec(pod), "nodeName": node}}
         view = self.project(bound)
         if view is None:
             return False
         written = {(view.namespace, name): claim for name, claim in claims.items()}
-        row = self._with_claims(view, lambda key: written.get(key) or self.dra.claims.get(key))
+        row = self._with_claims(view, lambda key: written.get(key) or state.claims.get(key))
         results = services.upsert_bound_pods([row])
         self._refused([row], results)
         return all(result.error is None for result in results)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -422,7 +422,11 @@ class DraCycle:
         return preempted
 
     def commit(
-        self, allocator: DraAllocator, placements: list[DraPlacement], outcomes: dict, pods: list[dict] = ()
+        self,
+        allocator: DraAllocator,
+        placements: list[DraPlacement],
+        outcomes: dict,
+        pods: Sequence[dict] = (),
     ) -> None:
         """Write the claims of every placement, then bind each: a gang's members are all
         allocated before any is bound, and a 409 takes back every write of the unit. Between
