@@ -194,6 +194,23 @@ class PodGroup(models.Model):
             if (value := getattr(self, f"min_{resource}")) is not None
         }
 
+    #: The condition reason of a gang its owner resized (`owner_scaled`).
+    OWNER_SCALED = "OwnerScaled"
+
+    def owner_scaled(self, before: int, message: str, now=None) -> None:
+        """Note, as a condition, that the owner it was found from changed its size or parts
+        (`min_member` was `before`); the phase and verdict line are left to the next cycle."""
+        now = now or timezone.now()
+        self.conditions = [
+            *self.conditions[-19:],
+            {
+                "phase": self.phase,
+                "reason": self.OWNER_SCALED,
+                "message": f"min_member {before} -> {self.min_member}: {message}",
+                "at": now.isoformat(),
+            },
+        ]
+
     def set_phase(self, phase: str, reason: str, message: str, now=None) -> bool:
         """Move to `phase`, with a condition when the phase or reason changes; True if changed."""
         now = now or timezone.now()

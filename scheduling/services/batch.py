@@ -30,7 +30,6 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Count
 from django.db.transaction import TransactionManagementError
-from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from scheduling.dbretry import retry_on_conflict
@@ -357,7 +356,7 @@ def store_pod_group(namespace: str, name: str, source: str, queue: str | None = 
 
 
 #: The condition reason of a gang resized because its owner scaled (kube/rescale.py).
-OWNER_SCALED = "OwnerScaled"
+OWNER_SCALED = PodGroup.OWNER_SCALED
 
 
 def rescale_owner_gang(pk: int, min_member: int, subgroups: list[dict], message: str) -> bool:
@@ -372,16 +371,7 @@ def rescale_owner_gang(pk: int, min_member: int, subgroups: list[dict], message:
         before = group.min_member
         group.min_member, group.subgroups = min_member, subgroups
         validate_pod_group(group)
-        now = timezone.now()
-        group.conditions = [
-            *group.conditions[-19:],
-            {
-                "phase": group.phase,
-                "reason": OWNER_SCALED,
-                "message": f"min_member {before} -> {min_member}: {message}",
-                "at": now.isoformat(),
-            },
-        ]
+        group.owner_scaled(before, message)
         group.save(update_fields=["min_member", "subgroups", "conditions", "updated_at"])
         request_cycle(f"pod group {group.key} resized by its owner")
     members_due(pk)

@@ -880,6 +880,7 @@ def _group_for(
     }
     group, created = PodGroup.objects.get_or_create(namespace=namespace, name=ref.name, defaults=defaults)
     if not created:
+        before = group.min_member
         changed = [name for name, value in _owner_fields(ref).items() if getattr(group, name) != value]
         for name in changed:
             setattr(group, name, _owner_fields(ref)[name])
@@ -889,6 +890,11 @@ def _group_for(
         if ref.timeout_seconds is not None and group.schedule_timeout_seconds != ref.timeout_seconds:
             group.schedule_timeout_seconds = ref.timeout_seconds
             changed.append("schedule_timeout_seconds")
+        if ref.owner_kind and ("min_member" in changed or "subgroups" in changed):
+            # the owner's new size reached the gang through a pod read after the owner's
+            # cache went stale, before the resync's rescale (kube/rescale.py) did: said alike
+            group.owner_scaled(before, f"{ref.owner_kind} {ref.owner_name} scaled")
+            changed.append("conditions")
         if changed:
             group.save(update_fields=[*changed, "updated_at"])
         if "min_member" in changed or "subgroups" in changed:

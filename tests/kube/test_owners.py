@@ -617,6 +617,8 @@ def test_an_owners_gang_is_resized_and_keeps_its_owner_when_the_owner_scales():
         "batch",
         "owner",
     )
+    scaled = [c["message"] for c in group.conditions if c["reason"] == PodGroup.OWNER_SCALED]
+    assert scaled == ["min_member 4 -> 6: Job batch scaled"], "said as the resync's rescale says it"
 
 
 def test_an_lws_with_two_groups_makes_a_gang_of_each():
