@@ -47,8 +47,13 @@ def row(name: str) -> Pod | None:
     return Pod.objects.select_related("node").filter(namespace="default", name=name).first()
 
 
-def queued(*names: str):
-    return lambda: Pod.objects.filter(namespace="default", name__in=names).count() == len(names)
+def queued(*names: str, dra_cards: int = 1):
+    """The pods stored and at least `dra_cards` DRA cards reported (the slices' node report
+    and the pods come through different watches)."""
+    return lambda: (
+        Pod.objects.filter(namespace="default", name__in=names).count() == len(names)
+        and Card.objects.filter(mode="dra").count() >= dra_cards
+    )
 
 
 def node_of(apiserver, name: str) -> str:
@@ -185,7 +190,7 @@ def test_without_a_mapping_or_with_dra_off_the_pod_stays_a_device_plugin_pod(kub
     dra_cluster(apiserver, extended=extended)
     apiserver.put("pods", pod_object("plugin", gpu=1, mem=1000))
     with running(agent(kube, dra=dra)):
-        wait_until(queued("plugin"), what="queued")
+        wait_until(queued("plugin", dra_cards=0), what="queued")
         stored = row("plugin")
         assert stored.containers[0]["resources"]["limits"]["nvidia.com/gpu"] == 1
         assert "resourceClaims" not in (stored.scheduling or {})

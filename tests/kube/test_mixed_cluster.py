@@ -15,7 +15,7 @@ from kube.agent import KubeAgent
 from kube.webhook.mutate import Mutation, mutate
 from kube.webhook.review import read_review, validate
 from scheduling.engine import ClusterConfig
-from scheduling.models import BoundPod, Pod
+from scheduling.models import BoundPod, Card, Pod
 from scheduling.pipeline import run_cycle
 
 from .conftest import fast_options, node_object, pod_object, running, wait_until
@@ -84,6 +84,10 @@ def test_every_pod_is_placed_routed_or_refused(kube, apiserver):
             apiserver.put("pods", pod)
     with running(KubeAgent(kube, fast_options(scheduler_name=OURS))):
         wait_until(lambda: Pod.objects.filter(name__in=["train", "npu"]).count() == 2, what="both pods")
+        wait_until(
+            lambda: {"nv-1", "npu-1"} <= set(Card.objects.values_list("node__name", flat=True)),
+            what="both nodes' cards reported",
+        )
         placed = sorted(p[:2] for p in run_cycle().placed)
         assert placed == [("default/npu", "npu-1"), ("default/train", "nv-1")]
         wait_until(lambda: Pod.objects.get(name="npu").status == Pod.RUNNING, what="bound")
