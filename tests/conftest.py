@@ -3,6 +3,8 @@ REQUIRE_SERVICES=1 (as in CI), which turns the skip into a failure."""
 
 import os
 import socket
+import threading
+from contextlib import contextmanager
 from urllib.parse import urlparse
 
 import pytest
@@ -125,3 +127,32 @@ def quick_flush_on_postgres():
     yield
     DatabaseOperations.sql_flush = original_sql_flush
     flush.emit_post_migrate_signal = original_signal
+
+
+@contextmanager
+def pod_row_held(name: str, seconds: float = 30.0):
+    """The pod's row held `FOR UPDATE` by another connection (a writer on a thread of its own)
+    from the block's start until its end, or `seconds` at most."""
+    from django.db import connection, transaction
+
+    from scheduling.models import Pod
+
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                Pod.objects.select_for_update().get(name=name)
+                held.set()
+                done.wait(seconds)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10), f"the row of pod {name} was not held"
+        yield
+    finally:
+        done.set()
+        holder.join(10)

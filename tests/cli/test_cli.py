@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -15,15 +14,14 @@ import urllib.request
 import pytest
 import yaml
 from django.core.cache import cache
-from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from cli.client import PATHS
 from cli.main import build_parser, completion_script, main
 from scheduling.api.tokens import issue_agent_token, issue_role_token
-from scheduling.models import Pod
 from scheduling.pipeline import run_cycle
 from tests.api.conftest import TWO_NODES, gpu_pod, report_body
+from tests.conftest import pod_row_held
 
 
 @pytest.fixture
@@ -157,27 +155,10 @@ def test_release_sends_again_after_a_503_for_a_row_held_past_the_lock_bound(
 ):
     """Another writer holds the pod's row longer than HAMI_DB_WEB_LOCK_TIMEOUT_MS: the server
     answers 503 with `Retry-After: 1` and writes nothing; the CLI waits and sends it again."""
-    held, done = threading.Event(), threading.Event()
-
-    def hold():
-        try:
-            with transaction.atomic():
-                Pod.objects.select_for_update().get(name="placed")
-                held.set()
-                done.wait(settings.DB_WEB_LOCK_TIMEOUT_MS / 1000 + 0.4)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(10)
+    with pod_row_held("placed", settings.DB_WEB_LOCK_TIMEOUT_MS / 1000 + 0.4):
         started = time.monotonic()
         code, out, err = hamiadmin(capsys, "release", "default/placed", "-o", "json")
         took = time.monotonic() - started
-    finally:
-        done.set()
-        holder.join(10)
     assert code == 0, err
     assert json.loads(out)["status"] == "deleted"
     assert took >= 1.0, f"answered in {took:.2f} s: the first try was not refused and waited for"

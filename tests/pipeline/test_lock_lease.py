@@ -19,6 +19,7 @@ from scheduling import services
 from scheduling.models import Allocation, Pod
 from scheduling.pipeline import locks
 from scheduling.pipeline.flight import run_requested_cycles
+from tests.conftest import pod_row_held
 
 from .conftest import assert_consistent, card, start_worker, stop, submit
 from .test_fault import wait_for_line
@@ -134,34 +135,15 @@ def test_a_holder_whose_loop_renews_keeps_the_lock_past_its_lease(settings, requ
 
 
 def test_a_commit_gives_up_on_a_row_held_elsewhere_and_the_next_cycle_places(settings, require_postgres):
-    from django.db import connection, transaction
-
     from scheduling.pipeline.flight import run_cycle
 
     settings.HAMIADMIN = {**settings.HAMIADMIN, "COMMIT_LOCK_TIMEOUT_MS": 300}
     cluster_with_waiting_pods(2)
-    locked, release = threading.Event(), threading.Event()
-
-    def writer_holding_a_pod():
-        try:
-            with transaction.atomic():
-                Pod.objects.select_for_update().get(name="p0")
-                locked.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=writer_holding_a_pod)
-    thread.start()
-    try:
-        assert locked.wait(10)
+    with pod_row_held("p0"):
         started = time.monotonic()
         report = run_cycle("held row")
         waited = time.monotonic() - started
         assert report.more and not report.placed and waited < 2.0, (report, waited)
         assert Allocation.objects.count() == 0 and not Pod.objects.filter(status=Pod.SCHEDULED).exists()
-    finally:
-        release.set()
-        thread.join(10)
     assert len(run_cycle("row free").placed) == 2
     assert_consistent()
