@@ -279,7 +279,10 @@ def test_a_waiting_gangs_members_carry_the_gang_verdict_in_their_condition(kube,
         wait_until(
             lambda: Pod.objects.filter(name="worker-3").exists() and Card.objects.exists(), what="queued"
         )
-        assert group_row().min_member == 4, "minCount from the Workload's template"
+        # minCount from the Workload's template, once its PodGroup is read (the pods may come
+        # first: the gang's size is unknown until then)
+        wait_until(lambda: group_row().min_member == 4, what="minCount from the Workload's template")
+        members_due()
         assert not run_cycle().placed, "3 cards for 4 members: none placed"
         condition = wait_until(
             lambda: (c := pod_scheduled(apiserver, "worker-0")) and "Gang" in c["message"] and c,
