@@ -173,7 +173,9 @@ def test_a_gang_of_four_claim_pods_is_placed_all_or_nothing(kube, apiserver):
         apiserver.put("nodes", node_object("n2"))
         apiserver.put(RESOURCE_SLICES, hami_slice("n2", cards=1, memory_gib=16))
         wait_until(dra_cards(4), what="the fourth card")
-        assert len(run_cycle().placed) == 4
+        # the new card's capacity wakes the backed-off gang once the report's capacity version
+        # moves, just after the card's row is written
+        wait_until(lambda: len(run_cycle().placed) == 4, what="the gang placed whole")
         wait_until(lambda: all(node_of(apiserver, name) for name in names), what="all four bound")
     devices = {(results(apiserver, n)[0]["pool"], results(apiserver, n)[0]["device"]) for n in names}
     assert len(devices) == 4, "12000 MiB of 16 GiB each: one card apiece"
