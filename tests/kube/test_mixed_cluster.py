@@ -124,5 +124,6 @@ def test_an_ascend_pod_hami_placed_before_the_switch_holds_its_npu(kube, apiserv
         assert run_cycle().placed == []
         apiserver.update("pods", "default", "old", lambda pod: pod["status"].update(phase="Succeeded"))
         wait_until(lambda: not BoundPod.objects.filter(name="old").exists(), what="forgotten when it ended")
-        report = run_cycle()
+        # woken once the capacity version moves, just after (a cycle between them waits)
+        report = wait_until(lambda: (r := run_cycle()).placed and r, what="placed once woken")
         assert [p[:2] for p in report.placed] == [("default/new", "npu-1")]

@@ -205,7 +205,10 @@ def test_a_pod_hami_placed_before_the_switch_holds_its_card(kube, apiserver):
         assert run_cycle().placed == []
         apiserver.update("pods", "default", "old", lambda pod: pod["status"].update(phase="Succeeded"))
         wait_until(lambda: not BoundPod.objects.filter(name="old").exists(), what="forgotten when it ended")
-        assert [pod for pod, _, _ in run_cycle().placed] == ["default/new"]
+        # the freed capacity wakes the backed-off pod once the capacity version moves, just
+        # after the row is forgotten (and that asks for the next cycle): a cycle between waits
+        report = wait_until(lambda: (r := run_cycle()).placed and r, what="placed once woken")
+        assert [pod for pod, _, _ in report.placed] == ["default/new"]
 
 
 def test_pods_others_bound_are_stored_slim_and_forgotten_when_deleted(kube, apiserver):
@@ -326,7 +329,8 @@ def test_pod_scheduled_is_written_when_the_verdict_changes_only_and_true_once_bo
         assert status_patches(apiserver, "waits") == 1, "the same verdict is not written again"
         apiserver.delete("pods", "default", "old")
         wait_until(lambda: not BoundPod.objects.exists(), what="the card freed")
-        run_cycle()
+        # woken once the capacity version moves, just after (a cycle between them waits)
+        wait_until(lambda: run_cycle().placed or row("waits").status != Pod.PENDING, what="placed")
         wait_until(lambda: row("waits").status == Pod.RUNNING, what="bound")
     assert pod_scheduled(apiserver, "waits")["status"] == "True"
 
