@@ -282,26 +282,24 @@ class BoundPodSync(Handler):
                     self.listed = listed
         return done
 
-    def assume(self, pod: dict, node: str, claims: dict[str, dict]) -> bool:
+    def assume(self, pod: dict, node: str, claims: dict[str, dict]) -> None:
         """A pod the DRA pass placed (`kube.dra`), its claims written (`claims`, by name, as
         the API server answered) and its Binding not sent yet: stored at once as bound to
         `node`, holding what those claims allocate. Why: the scheduling cycle counts a pod
         others placed from its row, and the row used to come from the bound pod's watch
         event, after the Binding; in between, the cycle saw the devices free and could give
         one device's capacity twice (a whole card on top of a pair's 8000 MiB). The watch's
-        event writes the same row again. Whether it was stored."""
+        event writes the same row again. A refused row is logged (`_refused`)."""
         state = self.dra
         if not self.may_write() or state is None:
-            return False
+            return
         bound = {**pod, "spec": {**pod_objects.spec(pod), "nodeName": node}}
         view = self.project(bound)
         if view is None:
-            return False
+            return
         written = {(view.namespace, name): claim for name, claim in claims.items()}
         row = self._with_claims(view, lambda key: written.get(key) or state.claims.get(key))
-        results = services.upsert_bound_pods([row])
-        self._refused([row], results)
-        return all(result.error is None for result in results)
+        self._refused([row], services.upsert_bound_pods([row]))
 
     def _with_claims(
         self, view: BoundView, claim_of: Callable[[tuple[str, str]], dict | None] | None = None

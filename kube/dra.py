@@ -193,7 +193,7 @@ class DraCycle:
         self.withdraw: Callable[[list[dict]], set[tuple[str, str]]] = lambda pods: set()
         #: a placed pod whose claims are written, before its Binding (the agent:
         #: `BoundPodSync.assume`, so the scheduling cycle counts its devices from then on)
-        self.assume: Callable[[dict, str, dict[str, dict]], object] = lambda pod, node, claims: None
+        self.assume: Callable[[dict, str, dict[str, dict]], None] = lambda pod, node, claims: None
         #: why a pod must wait for quotas the pass cannot count (the agent: `quota_holds`)
         self.quotas: Callable[[dict], str] = lambda pod: ""
         #: whether the Workload API serves PodGroups (discovery, asked until it does)

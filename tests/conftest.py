@@ -107,9 +107,11 @@ def quick_flush_on_postgres():
 
     original_sql_flush = DatabaseOperations.sql_flush
     original_signal = flush.emit_post_migrate_signal
+    kept = {"tables": False}  # whether the last flush left content types and permissions
 
     def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
-        if reset_sequences or allow_cascade or not tables:
+        kept["tables"] = not (reset_sequences or allow_cascade or not tables)
+        if not kept["tables"]:
             return original_sql_flush(
                 self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
             )
@@ -117,9 +119,7 @@ def quick_flush_on_postgres():
         return ["SET CONSTRAINTS ALL DEFERRED"] + [f"DELETE FROM {self.quote_name(t)}" for t in emptied]
 
     def emit_post_migrate_signal(verbosity, interactive, db, **kwargs):
-        from django.db import connections
-
-        if connections[db].vendor != "postgresql":
+        if not kept["tables"]:  # TRUNCATEd (or not PostgreSQL): written back as Django does
             original_signal(verbosity, interactive, db, **kwargs)
 
     DatabaseOperations.sql_flush = sql_flush

@@ -355,10 +355,6 @@ def store_pod_group(namespace: str, name: str, source: str, queue: str | None = 
     return True
 
 
-#: The condition reason of a gang resized because its owner scaled (kube/rescale.py).
-OWNER_SCALED = PodGroup.OWNER_SCALED
-
-
 def rescale_owner_gang(pk: int, min_member: int, subgroups: list[dict], message: str) -> bool:
     """A gang found from its pods' owner (`source` "owner") takes the owner's new count and
     parts: `min_member` and `subgroups` set, an `OwnerScaled` condition naming the change

@@ -890,14 +890,15 @@ def _group_for(
         if ref.timeout_seconds is not None and group.schedule_timeout_seconds != ref.timeout_seconds:
             group.schedule_timeout_seconds = ref.timeout_seconds
             changed.append("schedule_timeout_seconds")
-        if ref.owner_kind and ("min_member" in changed or "subgroups" in changed):
+        resized = "min_member" in changed or "subgroups" in changed
+        if resized and ref.owner_kind:
             # the owner's new size reached the gang through a pod read after the owner's
             # cache went stale, before the resync's rescale (kube/rescale.py) did: said alike
             group.owner_scaled(before, f"{ref.owner_kind} {ref.owner_name} scaled")
             changed.append("conditions")
         if changed:
             group.save(update_fields=[*changed, "updated_at"])
-        if "min_member" in changed or "subgroups" in changed:
+        if resized:
             # its backed-off members may start now: tried at once, after this commit (pods are
             # never locked after a group: the lock order), as `rescale_owner_gang` does
             transaction.on_commit(partial(members_due, group.pk), robust=True)

@@ -10,7 +10,6 @@ import pytest
 from kube.agent import KubeAgent
 from scheduling.models import Allocation, Card, Node, Pod
 from scheduling.pipeline import run_cycle
-from scheduling.pipeline.settle import settle_owed
 
 from .conftest import fast_options, node_object, pod_object, running, settled_cards, t4_register, wait_until
 
@@ -173,8 +172,7 @@ def test_a_pod_replaced_unseen_by_one_of_the_same_name_frees_the_old_cards(kube,
         assert not Allocation.objects.filter(card__uuid="GPU-a-0", active=True).exists(), "released"
         # a release beside a writer holding the card (the nodes' relist reports it) owes its
         # decrement instead of waiting (`pipeline.settle`); a worker settles it before its next cycle
-        settle_owed()
-        assert Card.objects.get(uuid="GPU-a-0").used_memory == 0, "the old pod's cards are free"
+        assert settled_cards().get(uuid="GPU-a-0").used_memory == 0, "the old pod's cards are free"
 
 
 def test_resync_does_not_rewrite_pods_that_did_not_change(kube, apiserver):
