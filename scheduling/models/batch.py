@@ -15,6 +15,8 @@ from django.utils import timezone
 
 from scheduling.engine.batch.queues import DEFAULT_QUEUE, RESOURCES
 
+from .fields import JSONField
+
 
 class Queue(models.Model):
     """A node of the queue tree. Only leaf queues take pods; a parent's limit bounds the sum of
@@ -28,7 +30,7 @@ class Queue(models.Model):
     weight = models.FloatField(
         default=1.0, help_text="share of what is left after guarantees, among siblings"
     )
-    namespaces = models.JSONField(
+    namespaces = JSONField(
         default=list, blank=True, help_text="namespaces whose pods join this queue when they name none"
     )
     guarantee_vgpus = models.PositiveBigIntegerField(
@@ -159,14 +161,14 @@ class PodGroup(models.Model):
         max_length=63, blank=True, default="", help_text="the members' top controller's kind (JobSet...)"
     )
     owner_name = models.CharField(max_length=253, blank=True, default="", help_text="its name")
-    subgroups = models.JSONField(
+    subgroups = JSONField(
         default=list,
         blank=True,
         help_text="the gang's parts, each with its own minimum ([{name, min_member}]): each must reach it",
     )
     phase = models.CharField(max_length=16, choices=PHASES, default=PENDING)
     reason = models.TextField(blank=True, default="", help_text="the latest gang verdict, in one line")
-    conditions = models.JSONField(default=list, blank=True)
+    conditions = JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
     running_at = models.DateTimeField(null=True, blank=True)

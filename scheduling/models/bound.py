@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from .fields import JSONField
+
 
 class BoundPod(models.Model):
     """A pod another scheduler bound, as the Kubernetes watcher last saw it, in the API's own
@@ -21,10 +23,10 @@ class BoundPod(models.Model):
     name = models.CharField(max_length=253)
     uid = models.CharField(max_length=64, blank=True, default="")
     node_name = models.CharField(max_length=253, db_index=True)
-    labels = models.JSONField(default=dict, blank=True)
-    affinity = models.JSONField(null=True, blank=True)
-    containers = models.JSONField(default=list, blank=True)
-    init_containers = models.JSONField(default=list, blank=True)
+    labels = JSONField(default=dict, blank=True)
+    affinity = JSONField(null=True, blank=True)
+    containers = JSONField(default=list, blank=True)
+    init_containers = JSONField(default=list, blank=True)
     allocated = models.TextField(blank=True, default="", help_text="hami.io/vgpu-devices-allocated")
     mig_allocations = models.TextField(blank=True, default="", help_text="hami.io/vgpu-mig-allocations")
     phase = models.CharField(max_length=16, blank=True, default="")

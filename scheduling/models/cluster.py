@@ -9,6 +9,8 @@ from django.db import connection, models
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 
+from .fields import JSONField
+
 #: The largest number the integer columns hold (capacities, counters, priority).
 INT32_MAX = 2**31 - 1
 
@@ -41,18 +43,16 @@ class Node(models.Model):
     cannot vouch for it; `not_ready_reason` says why, until the next valid report."""
 
     name = models.CharField(max_length=253, unique=True)
-    labels = models.JSONField(default=dict, blank=True)
-    annotations = models.JSONField(default=dict, blank=True)
+    labels = JSONField(default=dict, blank=True)
+    annotations = JSONField(default=dict, blank=True)
     ready = models.BooleanField(default=True)
     not_ready_reason = models.TextField(blank=True, default="", db_default="")
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     #: Kubernetes node fields (SPEC 10), in the API's own forms: `{key, value, effect}` taints,
     #: `spec.unschedulable`, and resource name -> quantity as given (`"4"`, `"16Gi"`).
-    taints = models.JSONField(
-        default=list, db_default=models.Value([], output_field=models.JSONField()), blank=True
-    )
+    taints = JSONField(default=list, db_default=models.Value([], output_field=models.JSONField()), blank=True)
     unschedulable = models.BooleanField(default=False, db_default=False)
-    allocatable = models.JSONField(
+    allocatable = JSONField(
         default=dict, db_default=models.Value({}, output_field=models.JSONField()), blank=True
     )
     created_at = models.DateTimeField(auto_now_add=True)
@@ -100,13 +100,13 @@ class Card(models.Model):
     mode = models.CharField(max_length=64, blank=True, default="")
     cordoned = models.BooleanField(default=False)
     present = models.BooleanField(default=True)
-    links = models.JSONField(default=dict, blank=True, help_text="pair scores: {other card uuid: score}")
-    dra = models.JSONField(
+    links = JSONField(default=dict, blank=True, help_text="pair scores: {other card uuid: score}")
+    dra = JSONField(
         default=dict,
         blank=True,
         help_text="a DRA driver's device (mode `dra`): driver, pool, device, shareable, capacity names",
     )
-    mig_profiles = models.JSONField(
+    mig_profiles = JSONField(
         default=list,
         blank=True,
         help_text="a MIG card's profiles, as HAMi v2.10 registers them (migProfiles)",

@@ -14,6 +14,7 @@ from scheduling.engine import PodSpec, triage
 
 from .batch import PodGroup, Queue
 from .cluster import Card, Node
+from .fields import JSONField
 
 
 def _decisions() -> type[models.Model]:
@@ -97,8 +98,8 @@ class Pod(models.Model):
         db_default=API,
         help_text="who submitted it: extender pods are placed only by kube-scheduler's filter calls",
     )
-    annotations = models.JSONField(default=dict, blank=True)
-    labels = models.JSONField(default=dict, blank=True, help_text="read for queue and group labels")
+    annotations = JSONField(default=dict, blank=True)
+    labels = JSONField(default=dict, blank=True, help_text="read for queue and group labels")
     group = models.ForeignKey(PodGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="pods")
     queue = models.ForeignKey(
         Queue,
@@ -108,9 +109,9 @@ class Pod(models.Model):
         related_name="pods",
         help_text="the leaf queue it joined; empty: the default queue",
     )
-    containers = models.JSONField(default=list)
-    init_containers = models.JSONField(default=list, blank=True)
-    scheduling = models.JSONField(
+    containers = JSONField(default=list)
+    init_containers = JSONField(default=list, blank=True)
+    scheduling = JSONField(
         default=dict,
         db_default=models.Value({}, output_field=models.JSONField()),
         blank=True,
@@ -146,7 +147,7 @@ class Pod(models.Model):
         help_text="a back-off no change of capacity cuts short (a placement given back: retry after this)",
     )
     allocated = models.TextField(blank=True, default="", help_text="hami.io/vgpu-devices-allocated")
-    extra_annotations = models.JSONField(
+    extra_annotations = JSONField(
         default=dict,
         blank=True,
         help_text="what the placement writes beside the allocation (hami.io/vgpu-mig-allocations)",

@@ -8,8 +8,9 @@ everything made so far: ~1.1 s of a 7 s burst, full sweeps of 30-100 ms among th
 cyclic garbage those sweeps were for was about a hundred objects in the whole burst.
 
 So a cycle runs with the collector paused (`paused`) and, when it ends, what it left alive
-is frozen without a sweep (O(1)); the standing snapshot's refresh sweeps what was made
-between cycles (`sweep_young`); and the whole heap, frozen part included, is swept at a
+is frozen without a sweep (O(1)), as is what the standing snapshot's refresh finds young
+(`freeze_young`: between cycles the collector runs as usual, and what the refresh finds is
+mostly the cycle's own rows); and the whole heap, frozen part included, is swept at a
 whole read and at least every SNAPSHOT_REBUILD_SECONDS (`sweep_whole`), which bounds how
 long cyclic garbage frozen unswept (or a replaced snapshot) stays.
 """
@@ -59,10 +60,12 @@ def paused() -> Iterator[None]:
                     gc.enable()
 
 
-def sweep_young() -> None:
-    """Sweep what is not frozen, then freeze what lives of it."""
+def freeze_young() -> None:
+    """Freeze what lives of what is not frozen, unswept (O(1)). The standing snapshot's
+    refresh runs inside a cycle's pause, so what is young then is mostly the cycle's own rows,
+    alive: sweeping it cost ~20 ms a 1,000-pod cycle at 5,000 nodes and found no garbage
+    (issue 29). Cyclic garbage frozen here goes at the next `sweep_whole`."""
     if option("GC_FREEZE"):
-        gc.collect()
         gc.freeze()
 
 

@@ -37,7 +37,7 @@ from scheduling.engine.batch.queues import QueueBook
 from scheduling.engine.chain import gang_filter_names
 from scheduling.engine.decision import REJECTED, Evicted
 from scheduling.engine.pod import describe_policy
-from scheduling.models import CapacityVersion, PodGroup
+from scheduling.models import PodGroup
 from scheduling.models.pods import spec_fields
 
 from . import pools, preemption
@@ -47,7 +47,7 @@ from .options import option
 from .plan import Attempt, CyclePlan, worker_name
 from .snapshot import POD_COLUMNS, Snapshot, due_pods, gang_members, load_snapshot, mark_gangs
 from .standing import STANDING
-from .wake import wake_movable
+from .wake import wake_at_version
 
 log = logging.getLogger(__name__)
 
@@ -70,21 +70,29 @@ def unexpected_failure(spec: PodSpec, config, exc: Exception) -> EngineDecision:
     return rejected(spec, config, f"scheduler error: {type(exc).__name__}: {exc}")
 
 
-def plan_cycle(limit: int | None = None, trigger: str = "", worker: str = "", now=None) -> CyclePlan:
+def plan_cycle(
+    limit: int | None = None,
+    trigger: str = "",
+    worker: str = "",
+    now=None,
+    capacity_version: int | None = None,
+) -> CyclePlan:
     """Decide the due pods against one snapshot, as jobs from queues (`engine.jobs`): single
-    pods and gangs, each seeing the placements before it."""
+    pods and gangs, each seeing the placements before it. `capacity_version`: the version as
+    the caller just read it (else read here)."""
     started = time.perf_counter()
     started_at = timezone.now()
     now = now or started_at
     limit = limit or option("CYCLE_MAX_PODS")
-    wake_movable(now)  # capacity moved: the backed-off pods it lets in are due now
+    # capacity moved: the backed-off pods it lets in are due now; the version it read is the
+    # one planned against (read before the snapshot is brought up to date)
+    _, capacity_version = wake_at_version(now, capacity_version)
     rows = due_pods(limit, now)
     if not rows:
         return CyclePlan(None, [], trigger, worker, started_at, started)
     full = len(rows) >= limit
     gangs = load_gangs(row[COL["group_id"]] for row in rows)
     rows += gang_members(gangs, {row[0] for row in rows})
-    capacity_version = CapacityVersion.read()
     with STANDING.use(since=started) as (snapshot, scheduler):  # the wake's refresh will do
         # a pool's planner sees its pool's cards only: shares are of the whole cluster's
         book = load_book(capacity=pool_capacity(snapshot) if pools.current() else snapshot_capacity(snapshot))

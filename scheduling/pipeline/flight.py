@@ -23,22 +23,30 @@ from .cycle import plan_cycle
 from .locks import cycle_lock, keep_alive
 from .options import option
 from .plan import CycleReport, worker_name
-from .settle import settle_owed
+from .settle import settle_before_cycle
 from .standing import STANDING
 
 log = logging.getLogger(__name__)
 
 
 def run_cycle(
-    trigger: str = "", worker: str = "", limit: int | None = None, defer_decisions: bool = False
+    trigger: str = "",
+    worker: str = "",
+    limit: int | None = None,
+    defer_decisions: bool = False,
+    capacity_version: int | None = None,
 ) -> CycleReport:
     """Plan and commit one cycle. Cheap (one query) when nothing is due. After a commit, the
     victims it chose that hamiadmin runs itself are evicted, and evictions that ended are
     settled (housekeeping settles too, so a timed-out victim is noticed when all is idle).
     `defer_decisions`: the decision rows may be written after the commit (`decisionlog`);
-    the caller then flushes them (`DECISIONS.flush`) before it reads them."""
-    with collector.paused():  # the next refresh sweeps what the cycle left (`collector`)
-        plan = plan_cycle(limit=limit, trigger=trigger, worker=worker or worker_name())
+    the caller then flushes them (`DECISIONS.flush`) before it reads them. `capacity_version`:
+    the version read just before (`settle.settle_before_cycle`), which the cycle's wake then
+    need not read again."""
+    with collector.paused():  # the next refresh freezes what the cycle left (`collector`)
+        plan = plan_cycle(
+            limit=limit, trigger=trigger, worker=worker or worker_name(), capacity_version=capacity_version
+        )
         if not plan.attempts:
             return CycleReport(duration_ms=(time.perf_counter() - plan.started) * 1000)
         keep_alive()  # before the commit's transaction, where a lease write would stay unseen
@@ -72,8 +80,8 @@ def run_requested_cycles(
     trigger: str = "requested", worker: str = "", max_cycles: int = 50
 ) -> list[CycleReport]:
     """Cycles until nothing more is asked for (or `max_cycles`, a guard against spinning),
-    each after settling the decrements releases owe (`settle.settle_owed`: one query on
-    PostgreSQL when nothing is owed, none elsewhere), so its wake sees the capacity they
+    each after settling the decrements releases owe (`settle.settle_before_cycle`: one query
+    on PostgreSQL when nothing is owed, which reads the capacity version too; none elsewhere), so its wake sees the capacity they
     free; a release that only owes asks for a cycle for that. A cycle's decision rows are
     written beside the next one's planning (`decisionlog`), all of them before the cycle lock
     is let go: the next holder's decisions come after them."""
@@ -102,9 +110,10 @@ def _cycles_while_held(held, reports: list[CycleReport], trigger: str, worker: s
         if not held.renew():
             return False
         triggers.take_request()
-        settle_owed()  # what releases owe (`settle`): capacity this cycle's wake then sees
+        # what releases owe (`settle`): capacity this cycle's wake then sees
+        version = settle_before_cycle()
         why = "follow-up" if reports else trigger
-        report = run_cycle(trigger=why, worker=worker, defer_decisions=True)
+        report = run_cycle(trigger=why, worker=worker, defer_decisions=True, capacity_version=version)
         reports.append(report)
         if report.considered:
             log.info(

@@ -16,6 +16,8 @@ Log lines (logger `hamiadmin.decisions`), fields passed as `extra` for the JSON 
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from typing import Any
 
 from scheduling.engine import explain
 from scheduling.engine.decision import CONFLICT, PENDING, REJECTED, SCHEDULED
@@ -66,12 +68,21 @@ def record_commit(report, outcomes, gang_waits=()) -> None:
 
 
 def _record(report, outcomes) -> None:
+    # a labelled child is looked up once per label set and the attempts counted once per
+    # set: a lookup takes the metric's lock and builds its key (~2% of a 1,000-pod cycle)
+    durations: dict[str, Any] = {}
+    attempts: Counter[tuple[str, str]] = Counter()
     for attempt, outcome, why in outcomes:
         decision = attempt.decision
-        metrics.DECISION_DURATION.labels(outcome).observe(max(0.0, decision.duration_ms) / 1000)
+        histogram = durations.get(outcome)
+        if histogram is None:
+            histogram = durations[outcome] = metrics.DECISION_DURATION.labels(outcome)
+        histogram.observe(max(0.0, decision.duration_ms) / 1000)
         for reason in attempt_reasons(outcome, decision, why):
-            metrics.SCHEDULING_ATTEMPTS.labels(outcome, reason).inc()
+            attempts[outcome, reason] += 1
         log_decision(attempt, outcome, why, report.cycle_id)
+    for labels, count in attempts.items():
+        metrics.SCHEDULING_ATTEMPTS.labels(*labels).inc(count)
     metrics.CYCLE_DURATION.observe(max(0.0, report.duration_ms) / 1000)
 
 

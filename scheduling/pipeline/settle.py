@@ -99,6 +99,33 @@ def owed_cards() -> list[int]:
     return sorted(set(Allocation.objects.filter(owed=True).values_list("card_id", flat=True)))
 
 
+def owed_and_version() -> tuple[list[int], int]:
+    """(`owed_cards`, `CapacityVersion.read`) in one statement (PostgreSQL)."""
+    allocations, versions = Allocation._meta.db_table, CapacityVersion._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT ARRAY(SELECT DISTINCT card_id FROM {allocations} WHERE owed ORDER BY 1),"  # noqa: S608
+            f" COALESCE((SELECT version FROM {versions} WHERE id = %s), 0)",
+            [CapacityVersion.ROW],
+        )
+        owed, version = cursor.fetchone()
+    return list(owed), version
+
+
+def settle_before_cycle() -> int | None:
+    """`settle_owed` before a cycle, and the capacity version after it when that took no
+    second read: read with the owed cards (one round trip, not two; ~8 ms a cycle under
+    load, issue 29) when nothing was owed; None when something was settled (the settle moved
+    it) or elsewhere than PostgreSQL (the cycle's wake reads it then)."""
+    if connection.vendor != "postgresql":
+        return None
+    card_ids, version = owed_and_version()
+    if not card_ids:
+        return version
+    _settle_cards(card_ids, ask_for_cycle=False)
+    return None
+
+
 def settle_owed(*, ask_for_cycle: bool = False) -> int:
     """Settle every owed decrement: the cards locked by primary key (waiting for them at most
     COMMIT_LOCK_TIMEOUT_MS, as a commit does; a card still held then is left for the next
@@ -111,6 +138,11 @@ def settle_owed(*, ask_for_cycle: bool = False) -> int:
     card_ids = owed_cards()
     if not card_ids:
         return 0
+    return _settle_cards(card_ids, ask_for_cycle)
+
+
+def _settle_cards(card_ids: list[int], ask_for_cycle: bool) -> int:
+    """`settle_owed` of the cards found owing."""
     try:
         settled = _settle(card_ids)
     except DatabaseError as exc:

@@ -98,19 +98,21 @@ GONE_KEEP = 3600
 HORIZON = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
 
 
-def _postgres_changes(since: int) -> tuple[int, list[int], list[int], list[int]]:
-    """A new horizon (`_postgres_horizon`), the ids of the card and node rows written at or
-    after the horizon `since`, and the deletions of card, node or bound-pod rows logged since,
-    in one statement. The `written` marks and the deletion log are kept by triggers (migration
-    0024), so this reads an index, not every card row (25-30 ms at 160,000 cards)."""
-    cards, nodes = Card._meta.db_table, Node._meta.db_table
+def _postgres_changes(since: int) -> tuple[int, list[int], list[int], list[int], list[int]]:
+    """A new horizon (`_postgres_horizon`), the ids of the card, node and bound-pod rows
+    written at or after the horizon `since`, and the deletions of card, node or bound-pod rows
+    logged since, in one statement. The `written` marks and the deletion log are kept by
+    triggers (migration 0024), so this reads an index, not every card row (25-30 ms at 160,000
+    cards)."""
+    cards, nodes, bound = Card._meta.db_table, Node._meta.db_table, BoundPod._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {HORIZON},"  # noqa: S608 - our own names
             f" ARRAY(SELECT id FROM {cards} WHERE written >= %s),"
             f" ARRAY(SELECT id FROM {nodes} WHERE written >= %s),"
-            " ARRAY(SELECT id FROM hamiadmin_gone WHERE xid >= %s)",
-            [since, since, since],
+            " ARRAY(SELECT id FROM hamiadmin_gone WHERE xid >= %s),"
+            f" ARRAY(SELECT id FROM {bound} WHERE written >= %s)",
+            [since, since, since, since],
         )
         return cursor.fetchone()
 
@@ -352,13 +354,13 @@ class StandingSnapshot:
         """Take what lives from cycle to cycle (the snapshot, the scheduler's verdict tables)
         out of the garbage collector's sweeps (`collector`): at 5,000 nodes they took a
         quarter of a cycle with pauses of 245 ms (issue 29). After every refresh what was made
-        since the last freeze is swept and frozen; after a rebuild (`whole`) what was frozen
-        is swept too, so a replaced snapshot, and whatever else was let go since, is
-        collected. Off with HAMI_GC_FREEZE=false."""
+        since the last freeze is frozen unswept (`collector.freeze_young`); after a rebuild
+        (`whole`) everything is swept first, so a replaced snapshot, and whatever else was let
+        go since, is collected. Off with HAMI_GC_FREEZE=false."""
         if whole:
             collector.sweep_whole()
         else:
-            collector.sweep_young()
+            collector.freeze_young()
 
     def _changed_rows(self, kept: dict[int, tuple], read_all, read_since, ours=lambda row: True):
         """Rows changed since they were kept: id -> new row. Raises Rebuild when rows came or
@@ -389,12 +391,16 @@ class StandingSnapshot:
         rows = BoundPod.objects.order_by() if self.horizon is None else written_since(BoundPod, self.horizon)
         return dict(rows.filter(pools.node_names_q(pool=self.pool)).values_list("id", "updated_at"))
 
-    def _bound_changed(self) -> bool:
+    def _bound_changed(self, written: list[int] | None = None) -> bool:
         """Whether a pod others bound came, went or changed since it was read. On PostgreSQL: a
         row written since the last horizon is not as it was seen then (a row gone is in the
         deletion log, which `_apply_changes` reads first); elsewhere every row is read and the
         whole is compared. Cheap: on PostgreSQL only the rows written since, elsewhere two
-        narrow columns."""
+        narrow columns. `written`: the ids of the rows written since the last horizon, read
+        with the new one (`_postgres_changes`); none, the usual case, reads nothing more."""
+        if written is not None and not written:
+            self.bound_seen = {}  # what `_bound_rows` reads now, as of the new horizon's statement
+            return False
         rows = self._bound_rows()
         if self.horizon is None:
             changed = rows != self.bound_seen
@@ -409,12 +415,13 @@ class StandingSnapshot:
         horizon = None
         card_ids: list[int] = []
         node_ids: list[int] = []
+        bound_ids: list[int] | None = None
         if self.horizon is not None:  # PostgreSQL
-            horizon, card_ids, node_ids, gone = _postgres_changes(self.horizon)
+            horizon, card_ids, node_ids, gone, bound_ids = _postgres_changes(self.horizon)
             if not self.gone.issuperset(gone):
                 raise Rebuild  # a card, node or bound-pod row deleted
             self.gone = set(gone)  # seen: found again by each look until the horizon passes them
-        if self._bound_changed():
+        if self._bound_changed(bound_ids):
             raise Rebuild  # a pod others bound came, went or changed: counted anew
         pool = self.pool
         cards = self._changed_rows(

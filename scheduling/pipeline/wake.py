@@ -169,14 +169,22 @@ def wake_movable(now=None) -> int:
     """Make due the backed-off pods whose spec fits somewhere now, if the capacity version
     moved since this process last looked (or the last look left some asleep and its pods
     moved); how many were woken."""
+    return wake_at_version(now)[0]
+
+
+def wake_at_version(now=None, version: int | None = None) -> tuple[int, int]:
+    """`wake_movable`, and the capacity version it read first: a cycle plans against that
+    version (read before its snapshot; a move after it is seen by the commit), one round trip
+    fewer than reading it again. `version`: as the caller read it moments before (an older
+    version only wakes again next time, and makes the commit back nothing off)."""
     now = now or timezone.now()
-    version = CapacityVersion.read()
+    version = CapacityVersion.read() if version is None else version
     with SEEN.lock:
         if SEEN.pool != pools.current():  # a process plans one pool; a test may switch it
             SEEN.version, SEEN.woken, SEEN.specs, SEEN.pool = None, [], _Specs(), pools.current()
         if SEEN.version == version and not (SEEN.woken and _moved(SEEN.woken)):
             SEEN.woken = []
-            return 0
+            return 0, version
         forgotten = SEEN.version is None
     SEEN.specs.refresh(now, whole=forgotten)
     specs = SEEN.specs.pods()
@@ -198,7 +206,7 @@ def wake_movable(now=None) -> int:
         SEEN.woken = capped
     if woken:
         log.debug("capacity version %s: %d backed-off pods of %d specs woken", version, woken, len(wake))
-    return woken
+    return woken, version
 
 
 def _moved(pks: list[int]) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
@@ -205,6 +205,8 @@ def settle_evictions(now=None) -> dict[str, int]:
     nominations. Counts by what happened."""
     now = now or timezone.now()
     counts = {"done": 0, "timed_out": 0, "nominations_expired": 0}
+    if not _anything_to_settle(now):
+        return counts
     active = list(
         Eviction.objects.filter(state__in=Eviction.ACTIVE).values_list("pk", "victim_id", "created_at")
     )
@@ -234,3 +236,16 @@ def settle_evictions(now=None) -> dict[str, int]:
             counts["timed_out"] += 1
     counts["nominations_expired"], _ = Nomination.objects.filter(expires_at__lte=now).delete()
     return counts
+
+
+def _anything_to_settle(now) -> bool:
+    """Whether an eviction is active or a nomination expired by `now`: one statement. A cycle
+    settles after every commit, and most find nothing; the full settle costs three round trips
+    and a transaction (~40 ms a 1,000-pod cycle at 5,000 nodes under load, issue 29)."""
+    active = (
+        Eviction.objects.filter(state__in=Eviction.ACTIVE).order_by().values("pk").query.sql_with_params()
+    )
+    expired = Nomination.objects.filter(expires_at__lte=now).order_by().values("pk").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT EXISTS({active[0]}) OR EXISTS({expired[0]})", [*active[1], *expired[1]])
+        return bool(cursor.fetchone()[0])

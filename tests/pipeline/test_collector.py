@@ -87,8 +87,8 @@ def test_cyclic_garbage_frozen_unswept_goes_at_the_whole_sweep(freezing):
     with collector.paused():
         knot = weakref.ref(Knot())
     assert knot() is not None, "frozen with the cycle's survivors: no sweep sees it"
-    collector.sweep_young()
-    assert knot() is not None, "a young sweep leaves frozen objects alone"
+    collector.freeze_young()
+    assert knot() is not None, "the refresh's freeze sweeps nothing"
     collector.sweep_whole()
     assert knot() is None
 

@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from functools import partial
 
 import pytest
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.db.models import Count, Sum
+from django.test.utils import CaptureQueriesContext
 
 from scheduling import services
 from scheduling.models import Allocation, CapacityVersion, Card, Pod
@@ -117,6 +118,28 @@ def test_a_settle_lowers_the_counters_once_and_moves_the_capacity_version(requir
     assert not Allocation.objects.filter(owed=True).exists()
     assert settle.settle_owed() == 0, "a settle is done once"
     assert CapacityVersion.read() == version + 1
+    assert_consistent()
+
+
+def test_before_a_cycle_nothing_owed_costs_one_statement_that_reads_the_version_too(require_postgres):
+    services.report_inventory("n1", {}, {}, [card("GPU-0", 0)])
+    placed("a")
+    services.release_pod(Pod.objects.get(name="a"))  # moves the version
+    with CaptureQueriesContext(connection) as queries:
+        version = settle.settle_before_cycle()
+    assert version == CapacityVersion.read() > 0
+    assert len(queries) == 1, [q["sql"] for q in queries]
+
+
+def test_before_a_cycle_what_is_owed_is_settled_and_the_moved_version_left_to_the_wake(require_postgres):
+    services.report_inventory("n1", {}, {}, [card("GPU-0", 0)])
+    placed("a", "b")
+    owe("a")
+    version = CapacityVersion.read()
+    assert settle.settle_before_cycle() is None, "the settle moved it: the cycle's wake reads it"
+    assert CapacityVersion.read() == version + 1
+    assert counters("GPU-0")[:2] == (1, 1000)
+    assert settle.owed_and_version() == ([], version + 1)
     assert_consistent()
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.db.models import Count
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduling import services
@@ -228,6 +230,21 @@ def test_a_victim_released_on_its_own_settles_the_eviction_as_done():
     services.release_pod(pods["b"], Pod.SUCCEEDED)
     assert settle_evictions()["done"] == 1
     assert Eviction.objects.get().state == Eviction.DONE
+
+
+def test_an_expired_nomination_alone_is_settled_and_nothing_to_settle_costs_one_statement():
+    two_cards()
+    tenants(origin=Pod.KUBERNETES)
+    submit("high", gpu=1, mem=8000, priority=1000)
+    run_cycle()
+    Eviction.objects.update(state=Eviction.DONE)  # no eviction active: only the nomination is left
+    assert Nomination.objects.exists()
+    later = timezone.now() + timedelta(days=1)  # past every nomination's expiry
+    assert settle_evictions(later)["nominations_expired"] >= 1
+    assert not Nomination.objects.exists()
+    with CaptureQueriesContext(connection) as queries:
+        assert settle_evictions(later) == {"done": 0, "timed_out": 0, "nominations_expired": 0}
+    assert len(queries) == 1, [q["sql"] for q in queries]
 
 
 def test_reclaim_through_real_cycles_settles_at_the_weighted_fair_share():

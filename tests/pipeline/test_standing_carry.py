@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -127,3 +129,32 @@ def test_a_changed_node_or_a_spoiled_snapshot_gets_a_new_scheduler():
     STANDING.spoil()  # a decision failed half way: the scheduler's own tables are suspect
     assert_decides_as_fresh()
     assert STANDING.scheduler is not kept
+
+
+@pytest.mark.django_db(transaction=True)  # committed writes: their `written` marks differ
+def test_a_refresh_reads_bound_pods_only_when_one_was_written_and_still_counts_them(require_postgres):
+    """The refresh asks whether any pod others bound was written since its horizon in the
+    statement that takes the new horizon (`_postgres_changes`), and reads their rows only then;
+    the kept snapshot still decides as a whole read after each (`assert_decides_as_fresh`)."""
+    rng = random.Random(7)
+    start(rng)
+    STANDING.clear()
+    assert_decides_as_fresh()
+
+    def refresh_reads_bound_rows() -> bool:
+        with CaptureQueriesContext(connection) as queries, STANDING.use():
+            pass
+        assert_decides_as_fresh()
+        return any(
+            "boundpod" in q["sql"] and not q["sql"].startswith("SELECT pg_snapshot_xmin") for q in queries
+        )
+
+    assert not refresh_reads_bound_rows(), "no bound pod was written: nothing more is read"
+    # the horizon is the server's oldest running transaction (another session's may hold it
+    # back), so from here a refresh may read the rows again: what it must do is count them
+    for step in range(3):
+        bind_foreign(rng, step)
+        assert refresh_reads_bound_rows(), "a bound pod was written: the rows are read"
+        refresh_reads_bound_rows()
+    forget_foreign(rng)
+    assert_decides_as_fresh()
