@@ -954,6 +954,9 @@ def write_gang_phases(plan: CyclePlan, outcomes, now) -> list[float]:
     ids = sorted(touched | set(verdicts))
     if not ids:
         return []
+    # locked before the members are counted: a release judging one of them meanwhile waits
+    # and then counts these placements, or this counts its release (`rowlocks`, step 6)
+    groups = list(rowlocks.lock_pod_groups(PodGroup.objects.filter(pk__in=ids)))
     bound = dict(
         Pod.objects.filter(group_id__in=ids, status__in=Pod.BOUND)
         .values("group_id")
@@ -962,7 +965,7 @@ def write_gang_phases(plan: CyclePlan, outcomes, now) -> list[float]:
         .order_by()
     )
     waits = []
-    for group in PodGroup.objects.filter(pk__in=ids).order_by("pk"):
+    for group in groups:
         placed = bound.get(group.pk, 0)
         if placed >= group.min_member:
             if group.phase != PodGroup.RUNNING:

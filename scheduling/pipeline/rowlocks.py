@@ -9,11 +9,16 @@ through these helpers, so the order lives here:
    submission names, `FOR KEY SHARE`), then namespace quotas (`lock_namespace_quotas`);
 3. the node a write is about (`lock_node`);
 4. cards (`lock_cards`);
-5. evictions (`lock_evictions`), then nominations (deleted, not locked).
+5. evictions (`lock_evictions`), then nominations (deleted, not locked);
+6. pod groups (`lock_pod_groups`): last, after the members, cards and evictions a group's
+   phase is judged by (a commit's gang phases, a release's group, a submission's group). Held
+   before its members are counted, so two writers of one group's phase and conditions take
+   turns and the second counts what the first committed: neither writes over the other.
 
-The queue tree's writes (`lock_queue_tree`: every queue `FOR UPDATE`), pod groups and pods bound
-by other schedulers (`lock_pod_group`, `lock_bound_pods`) are the only rows their transactions
-lock; a ResourceQuota's own write locks its rows alone too.
+The queue tree's writes (`lock_queue_tree`: every queue `FOR UPDATE`), an operator's or a
+PodGroup object's write of a group (`lock_pod_group`) and pods bound by other schedulers
+(`lock_bound_pods`) are the only rows their transactions lock; a ResourceQuota's own write
+locks its rows alone too.
 
 A transaction takes its locks by rising step, never back (one known exception:
 `services.evictions.carry_out_local` takes its eviction before the victim's cards; a commit
@@ -59,9 +64,10 @@ LOCK_ORDER: tuple[tuple[type[Model], ...], ...] = (
     (Node,),
     (Card,),
     (Eviction,),
+    (PodGroup,),
 )
 #: Locked alone in their transactions: no place in the order.
-LOCKED_ALONE: tuple[type[Model], ...] = (PodGroup, BoundPod)
+LOCKED_ALONE: tuple[type[Model], ...] = (BoundPod,)
 
 
 def _no_key(rows: QuerySet[Row], of_self: bool, skip_locked: bool = False) -> QuerySet[Row]:
@@ -124,8 +130,15 @@ def lock_queue_tree() -> list[Queue]:
 
 def lock_pod_group(rows: QuerySet[PodGroup]) -> QuerySet[PodGroup]:
     """A pod group an operator or a PodGroup object changes, `FOR NO KEY UPDATE`, alone in its
-    transaction."""
+    transaction (its first lock is its last: step 6 as any)."""
     return _no_key(rows, False)
+
+
+def lock_pod_groups(rows: QuerySet[PodGroup]) -> QuerySet[PodGroup]:
+    """Step 6: pod groups `FOR NO KEY UPDATE`, in primary-key order, last in the transaction,
+    before their members are counted (the commit's gang phases, a release's groups, a
+    submission's group it changes)."""
+    return _no_key(rows, False).order_by("pk")
 
 
 def lock_namespace_quotas(rows: QuerySet[NamespaceQuota]) -> QuerySet[NamespaceQuota]:

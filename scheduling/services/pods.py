@@ -41,7 +41,7 @@ from scheduling.models import (
     SchedulerConfig,
 )
 from scheduling.models.pods import gate_names, gated_reason, spec_fields
-from scheduling.pipeline.rowlocks import lock_cards, lock_pods, share_queues
+from scheduling.pipeline.rowlocks import lock_cards, lock_pod_groups, lock_pods, share_queues
 from scheduling.pipeline.settle import add_up, lower
 from scheduling.pipeline.triggers import request_cycle
 from scheduling.statements import Statement
@@ -879,6 +879,10 @@ def _group_for(
         **_owner_fields(ref),
     }
     group, created = PodGroup.objects.get_or_create(namespace=namespace, name=ref.name, defaults=defaults)
+    if not created and _group_changes(group, ref):
+        # read again locked before it is changed: a commit or release writing its phase and
+        # conditions meanwhile takes turns with this write (`rowlocks`, step 6)
+        group = lock_pod_groups(PodGroup.objects.filter(pk=group.pk)).get()
     if not created:
         before = group.min_member
         changed = [name for name, value in _owner_fields(ref).items() if getattr(group, name) != value]
@@ -1231,7 +1235,8 @@ def _groups_after_release(released: list[Pod], now) -> list[PodGroup]:
     group_ids = {pod.group_id for pod in released if pod.group_id is not None}
     if not group_ids:
         return []
-    groups = {group.pk: group for group in PodGroup.objects.filter(pk__in=group_ids)}
+    # locked before their members are read (`rowlocks`, step 6: after the pods and cards)
+    groups = {group.pk: group for group in lock_pod_groups(PodGroup.objects.filter(pk__in=group_ids))}
     members: dict[int, dict[int, str]] = defaultdict(dict)
     for group_id, pk, status in Pod.objects.filter(group_id__in=groups).values_list(
         "group_id", "pk", "status"
@@ -1256,11 +1261,21 @@ def group_after_release(group_id: int, now) -> None:
     """A member ended: the group completes when every member that was not deleted succeeded,
     fails when all ended and one of them did not, and goes back in the queue when it fell below
     `min_member` (`_judge_group`). Written last, after the pod and cards (the lock order)."""
-    group = PodGroup.objects.filter(pk=group_id).first()
+    # locked before its members are read: a commit writing its phase meanwhile takes turns
+    group = lock_pod_groups(PodGroup.objects.filter(pk=group_id)).first()
     if group is None:
         return
     if _judge_group(group, list(group.pods.values_list("status", flat=True)), now):
         group.save(update_fields=list(GROUP_PHASE_FIELDS))
+
+
+def _group_changes(group: PodGroup, ref: GroupRef) -> bool:
+    """Whether a submission's gang reference changes its existing group (`_group_for`)."""
+    return (
+        any(getattr(group, name) != value for name, value in _owner_fields(ref).items())
+        or (ref.min_member is not None and group.min_member != ref.min_member)
+        or (ref.timeout_seconds is not None and group.schedule_timeout_seconds != ref.timeout_seconds)
+    )
 
 
 def _judge_group(group: PodGroup, statuses: list[str], now) -> bool:

@@ -53,6 +53,7 @@ def test_no_row_lock_is_taken_outside_the_helpers():
         (rowlocks.lock_evictions, Eviction, {}, False, ("self",), False),
         (rowlocks.lock_queues, Queue, {}, True, (), True),
         (rowlocks.lock_pod_group, PodGroup, {}, True, (), False),
+        (rowlocks.lock_pod_groups, PodGroup, {}, True, (), True),
         (rowlocks.lock_namespace_quotas, NamespaceQuota, {}, True, (), False),
         (rowlocks.lock_bound_pods, BoundPod, {}, True, (), True),
     ],
@@ -136,3 +137,23 @@ def test_the_write_paths_lock_by_rising_step_on_postgresql(settings):
     services.report_inventory("n2", {}, {}, [])
     taken = service_locks(services.reassign_card, "GPU-1", "n2", by="ops")
     assert tables(taken) == [node, cards] and rising(taken)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_gangs_commit_and_release_lock_its_group_last_on_postgresql(settings):
+    if connection.vendor != "postgresql":
+        pytest.skip("the lock clauses are PostgreSQL's (SQLite holds the whole database)")
+    settings.REDIS_URL = ""
+    pod, cards, group = (model._meta.db_table for model in (Pod, Card, PodGroup))
+    Queue.default()
+    services.report_inventory("n1", {}, {}, [card("GPU-0", 0), card("GPU-1", 1)])
+    gang = {"hami.io/group-name": "g", "hami.io/group-min-member": "2"}
+    for name in ("m1", "m2"):
+        services.submit_pod("default", name, gang, [{"name": "main", "resources": limits(gpu=1, mem=1000)}])
+    with CaptureQueriesContext(connection) as cycle:
+        run_cycle(trigger="test")
+    taken = locks_taken(cycle.captured_queries)
+    assert tables(taken)[-1] == group and rising(taken), taken
+    assert taken[-1] == (group, "NO KEY UPDATE", True)
+    taken = service_locks(services.release_pod, Pod.objects.get(name="m1"), Pod.SUCCEEDED)
+    assert tables(taken) == [pod, cards, group] and rising(taken)
