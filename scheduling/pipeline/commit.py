@@ -60,6 +60,7 @@ from .observe import record_commit
 from .options import option
 from .plan import Attempt, CyclePlan, CycleReport
 from .snapshot import ENGINE_CARD_COLUMNS, USED_COLUMNS, engine_card
+from .standing import STANDING
 
 POD_FIELDS = [
     "status",
@@ -689,10 +690,31 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
         )
     if later:
         DECISIONS.submit(decisions)
+    if not capacity_moved:
+        confirm_on_standing(plan, outcomes)
     report.cycle_id = cycle.pk
     report.more = plan.full or conflicted or capacity_moved
     record_commit(report, outcomes, gang_waits)
     return report
+
+
+def confirm_on_standing(plan: CyclePlan, outcomes) -> None:
+    """Tell the standing snapshot, when the plan was made on it, the nodes where every
+    placement its planning assumed is now committed, and those where one is not
+    (`StandingSnapshot.confirm`): its next refresh keeps the first as planning left them
+    when their rows agree, instead of putting them back and recounting their pods (issue 29).
+    Not after the capacity version moved while planning: a release there could have given a
+    card back as much as another writer took, leaving its counters alike."""
+    if plan.snapshot is None or plan.snapshot is not STANDING.snapshot:
+        return
+    committed = {attempt.pod_id for attempt, outcome, _ in outcomes if outcome == SCHEDULED}
+    placed: set[str] = set()
+    missed: set[str] = set()
+    for attempt in plan.attempts:
+        decision = attempt.decision
+        if decision.status == SCHEDULED and decision.node:
+            (placed if attempt.pod_id in committed else missed).add(decision.node)
+    STANDING.confirm(placed, missed)
 
 
 #: How a conflict's reason ends: a pod whose last reason ends so lost its last race too.

@@ -208,6 +208,9 @@ class StandingSnapshot:
         self.refreshes = 0
         self.refreshed_at = float("-inf")  # perf_counter() when last brought up to date
         self.pool = ""  # the node pool whose nodes it holds ('' the whole cluster, `pools`)
+        self.confirmed: set[str] = set()  # nodes a commit left as planning left them (`confirm`)
+        self.missed: set[str] = set()  # nodes where a placement planning assumed was not committed
+        self.kept_as_planned = 0  # dirty nodes a refresh kept (`_as_rows`), for tests and the bench
 
     @contextmanager
     def use(self, since: float | None = None) -> Iterator[tuple[Snapshot, Scheduler]]:
@@ -250,6 +253,15 @@ class StandingSnapshot:
             and TOUCHES.position == self.position
         )
 
+    def confirm(self, placed: set[str], missed: set[str]) -> None:
+        """A commit of a plan made on this snapshot: `placed`, the nodes where it committed
+        placements planning assumed; `missed`, those where one it assumed was not committed
+        (skipped, lost a race, held back). The next refresh keeps a node of the first and not
+        the second as planning left it when its node and card rows agree with it (`_as_rows`):
+        its placed pods are counted on it already, as assumed."""
+        self.confirmed |= placed
+        self.missed |= missed
+
     def spoil(self) -> None:
         """Read it whole next time, into a new snapshot and scheduler (a pod's decision failed
         half way through a change: the scheduler's own tables may be half changed too)."""
@@ -285,6 +297,7 @@ class StandingSnapshot:
         With HAMI_GC_FREEZE the collector sleeps through the read (a million new objects and
         no garbage among them: at 20,000 nodes its sweeps of the whole heap were three of
         about 500 ms a read); the one sweep after it (`_freeze`) lets what was replaced go."""
+        self.confirmed, self.missed = set(), set()  # of nodes a whole read puts right anyway
         collecting = option("GC_FREEZE") and gc.isenabled()
         if collecting:
             gc.disable()
@@ -460,11 +473,38 @@ class StandingSnapshot:
         self.nodes.update(nodes)
         self.horizon = horizon
         ids = self.snapshot.node_ids
+        confirmed = self.confirmed - self.missed
+        self.confirmed, self.missed = set(), set()
+        put_back = set()
         for name in dirty:
-            self._put_back(cluster.by_name[name], self.nodes[ids[name]])
-        if dirty:
-            self._recount(dirty)
+            node, node_id = cluster.by_name[name], ids[name]
+            if name in confirmed and node_id not in nodes and self._as_rows(node, self.nodes[node_id]):
+                self.kept_as_planned += 1
+                continue  # a commit wrote what planning assumed, and nobody wrote over it
+            self._put_back(node, self.nodes[node_id])
+            put_back.add(name)
+        if put_back:
+            self._recount(put_back)
         self.position = TOUCHES.position
+
+    def _as_rows(self, node, row) -> bool:
+        """Whether a node is as its rows say, as `_put_back` would leave it but for its pods'
+        footprints: ready as its row, and each card's counters, health and cordon as its row,
+        no gangs marked, no MIG partition (those are put back)."""
+        if node.ready != row[READY]:
+            return False
+        assert self.snapshot is not None
+        card_ids = self.snapshot.card_ids
+        cordoned = cordoned_uuids(node.annotations)
+        for card in node.cards:
+            values = self.cards[card_ids[card.uuid]]
+            if card.partition is not None or card.gangs or card.health != values[HEALTH]:
+                return False
+            if (card.used_slots, card.used_memory, card.used_cores) != tuple(values[USED_FIELDS]):
+                return False
+            if card.cordoned != (values[CORDONED] or card.uuid in cordoned):
+                return False
+        return True
 
     def _recount(self, names: set[str]) -> None:
         """The running pods of the nodes put back counted again: hamiadmin's own placed pods on

@@ -388,3 +388,57 @@ def test_a_refresh_recounts_the_nodes_it_put_back_as_a_fresh_read_counts_every_n
         with STANDING.use() as (snapshot, _):
             assert _held(snapshot.cluster) == _held(load_snapshot().cluster), f"step {step}"
     assert any(pods for pods, _ in _held(load_snapshot().cluster).values())
+
+
+def _cpu_cluster(nodes: int = 3) -> dict:
+    """Nodes of two cards and 8 cpus each; the asks of a 1-card, 1-cpu pod."""
+    Pod.objects.all().delete()
+    Node.objects.all().delete()
+    STANDING.clear()
+    for n in range(nodes):
+        services.report_inventory(
+            f"node{n}",
+            {},
+            {},
+            [card(f"GPU-{n}-{i}", i, memory=16000) for i in range(2)],
+            allocatable={"cpu": "8", "memory": "64Gi", "pods": "110"},
+        )
+    return {
+        "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000},
+        "requests": {"cpu": "1", "memory": "1Gi"},
+    }
+
+
+def test_nodes_a_commit_left_as_planned_are_kept_and_still_equal_a_fresh_read():
+    """After a commit of what planning assumed, the refresh keeps those nodes as they are (no
+    put-back, no recount of their pods): they hold what a fresh read counts all the same."""
+    cpu = _cpu_cluster()
+    for step in range(3):
+        for i in range(4):
+            services.submit_pod("default", f"p{step}-{i}", {}, [{"name": "main", "resources": cpu}])
+        kept = STANDING.kept_as_planned
+        run_cycle(trigger="test")
+        assert Pod.objects.filter(status=Pod.SCHEDULED).count() == 4 * (step + 1)
+        with STANDING.use() as (snapshot, _):
+            assert _held(snapshot.cluster) == _held(load_snapshot().cluster), f"step {step}"
+        assert STANDING.kept_as_planned > kept, "the placed nodes were kept as planned"
+        assert_standing_is_fresh()
+
+
+def test_a_node_whose_assumed_placement_was_not_committed_is_put_back():
+    from scheduling.pipeline.commit import commit_plan
+
+    cpu = _cpu_cluster(nodes=1)
+    services.submit_pod("default", "a", {}, [{"name": "main", "resources": cpu}])
+    services.submit_pod("default", "b", {}, [{"name": "main", "resources": cpu}])
+    plan = plan_cycle()
+    assert {attempt.decision.node for attempt in plan.attempts} == {"node0"}
+    Pod.objects.filter(name="b").update(revision=F("revision") + 1)  # changed since: skipped
+    report = commit_plan(plan)
+    assert [key for key in report.skipped] == ["default/b"]
+    kept = STANDING.kept_as_planned
+    with STANDING.use() as (snapshot, _):
+        fresh = load_snapshot().cluster
+        assert _held(snapshot.cluster) == _held(fresh)
+        assert describe(snapshot.cluster) == describe(fresh)
+    assert STANDING.kept_as_planned == kept, "b was assumed there and never placed: put back"
