@@ -431,6 +431,7 @@ class KubeAgent:
         self.dra.takes = lambda pod: state.asks(pod).get("path") == DRA_PASS
         self.dra.held = placed_unbound
         self.dra.assume = self.bound_sync.assume
+        self.dra.unassume = services.forget_bound_pods
         self.dra.withdraw = withdraw_queued
         self.dra.quotas = quota_holds
         state.sharers = ClaimSharers(state, self.dra_changed)

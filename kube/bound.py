@@ -282,24 +282,36 @@ class BoundPodSync(Handler):
                     self.listed = listed
         return done
 
-    def assume(self, pod: dict, node: str, claims: dict[str, dict]) -> None:
+    def assume(
+        self, pod: dict, node: str, claims: dict[str, dict], seen: frozenset[int] | None = None
+    ) -> bool:
         """A pod the DRA pass placed (`kube.dra`), its claims written (`claims`, by name, as
         the API server answered) and its Binding not sent yet: stored at once as bound to
         `node`, holding what those claims allocate. Why: the scheduling cycle counts a pod
         others placed from its row, and the row used to come from the bound pod's watch
         event, after the Binding; in between, the cycle saw the devices free and could give
         one device's capacity twice (a whole card on top of a pair's 8000 MiB). The watch's
-        event writes the same row again. A refused row is logged (`_refused`)."""
+        event writes the same row again. A refused row is logged (`_refused`).
+
+        `seen`: the ids of the active allocations on DRA cards the pass counted when it read
+        them; the row is stored only if no other landed on its cards since
+        (`services.assume_bound_pod`, under those cards' locks, where a scheduling commit
+        takes them too). False, nothing stored, when one did: the pass takes its claims back
+        and plans again."""
         state = self.dra
         if not self.may_write() or state is None:
-            return
+            return True
         bound = {**pod, "spec": {**pod_objects.spec(pod), "nodeName": node}}
         view = self.project(bound)
         if view is None:
-            return
+            return True
         written = {(view.namespace, name): claim for name, claim in claims.items()}
         row = self._with_claims(view, lambda key: written.get(key) or state.claims.get(key))
-        self._refused([row], services.upsert_bound_pods([row]))
+        done = services.assume_bound_pod(row, seen)
+        if done is None:
+            return False
+        self._refused([row], [done])
+        return True
 
     def _with_claims(
         self, view: BoundView, claim_of: Callable[[tuple[str, str]], dict | None] | None = None

@@ -88,17 +88,23 @@ REFUSED_SECONDS = 60.0
 PREEMPTING = "Preempting"
 
 
-def placed_unbound(allocator: DraAllocator) -> list:
+def placed_unbound(allocator: DraAllocator) -> tuple[list, frozenset[int]]:
     """What the scheduling cycle placed on DRA cards and the binder has not written to the
     claims yet (pods `scheduled`, not bound): counted by the pass as held, so the two never
     give one device's capacity twice. A pod whose claims were just written counts twice
-    until it is bound, which only errs on the safe side."""
-    rows = Allocation.objects.filter(active=True, pod__status=Pod.SCHEDULED, card__mode=DRA_MODE).values_list(
-        "card__uuid", "memory", "cores"
+    until it is bound, which only errs on the safe side. With it, in the same read, the ids of
+    every active allocation on DRA cards (bound pods' too, counted through their claims): a
+    placement of the pass is stored only if none landed on its cards since
+    (`services.assume_bound_pod`), which closes the window between this read and its claims."""
+    rows = Allocation.objects.filter(active=True, card__mode=DRA_MODE).values_list(
+        "pk", "pod__status", "card__uuid", "memory", "cores"
     )
-    return [
-        (allocator.by_uuid[uuid], memory, cores) for uuid, memory, cores in rows if uuid in allocator.by_uuid
-    ]
+    held, seen = [], []
+    for pk, status, uuid, memory, cores in rows:
+        seen.append(pk)
+        if status == Pod.SCHEDULED and uuid in allocator.by_uuid:
+            held.append((allocator.by_uuid[uuid], memory, cores))
+    return held, frozenset(seen)
 
 
 def withdraw_queued(pods: list[dict]) -> set[tuple[str, str]]:
@@ -187,13 +193,23 @@ class DraCycle:
         #: cycle cannot place, `kube.drastate`); None: every DRA pod of ours
         self.takes: Callable[[dict], bool] | None = None
         #: what others hold beyond the claims (the agent: `placed_unbound`, the cycle's
-        #: placements not written to their claims yet); nothing when the pass runs alone
-        self.held: Callable[[DraAllocator], list] = lambda allocator: []
+        #: placements not written to their claims yet), and the ids of the allocations it
+        #: read (None: not checked again at `assume`); nothing when the pass runs alone
+        self.held: Callable[[DraAllocator], tuple[list, frozenset[int] | None]] = lambda allocator: ([], None)
+        #: the allocation ids the last `allocator` read counted (`held`)
+        self.seen: frozenset[int] | None = None
         #: the pods to place that the cycle holds (the agent: `withdraw_queued`); none alone
         self.withdraw: Callable[[list[dict]], set[tuple[str, str]]] = lambda pods: set()
         #: a placed pod whose claims are written, before its Binding (the agent:
-        #: `BoundPodSync.assume`, so the scheduling cycle counts its devices from then on)
-        self.assume: Callable[[dict, str, dict[str, dict]], None] = lambda pod, node, claims: None
+        #: `BoundPodSync.assume`, so the scheduling cycle counts its devices from then on),
+        #: given the allocation ids `held` read; false when a cycle's placement landed on its
+        #: cards since (the unit's claims are then taken back and it is planned again)
+        self.assume: Callable[[dict, str, dict[str, dict], frozenset[int] | None], bool] = (
+            lambda pod, node, claims, seen: True
+        )
+        #: the pods of a unit `assume` stored whose claims were then taken back: their rows go
+        #: (the agent: `services.forget_bound_pods`)
+        self.unassume: Callable[[list[dict]], object] = lambda items: None
         #: why a pod must wait for quotas the pass cannot count (the agent: `quota_holds`)
         self.quotas: Callable[[dict], str] = lambda pod: ""
         #: whether the Workload API serves PodGroups (discovery, asked until it does)
@@ -216,7 +232,8 @@ class DraCycle:
             nodes,
             {pod_objects.key_of(g): g for g in self.podgroups or []},
         )
-        allocator.hold(self.held(allocator))
+        held, self.seen = self.held(allocator)
+        allocator.hold(held)
         return allocator
 
     def within_quotas(self, pending: list[dict], outcomes: dict) -> list[dict]:
@@ -421,6 +438,14 @@ class DraCycle:
             raise ClaimConflict(f"pod {key[0]}/{key[1]}: victims evicted")
         return preempted
 
+    def forget(self, placements: list[DraPlacement]) -> None:
+        """Take back what `assume` stored for these placements (their claims were undone)."""
+        items = [{"namespace": p.namespace, "name": p.name, "uid": p.uid or ""} for p in placements]
+        try:
+            self.unassume(items)
+        except Exception:  # noqa: BLE001 - the pods stay counted until the next resync: safe
+            log.exception("the pods of a unit taken back stay counted until the next resync")
+
     def commit(
         self,
         allocator: DraAllocator,
@@ -449,10 +474,19 @@ class DraCycle:
             if pod is None or placement.node is None:
                 continue
             try:
-                self.assume(pod, placement.node, written)
+                stored = self.assume(pod, placement.node, written, self.seen)
             except Exception:  # noqa: BLE001 - the watch event stores it once bound
                 log.exception(
                     "pod %s/%s: not counted before its binding", placement.namespace, placement.name
+                )
+                continue
+            if not stored:  # a cycle placed on its cards after this pass read them
+                for namespace, writes in reversed(done):  # the last write first
+                    undo_writes(self.api, namespace, writes)
+                self.forget(placements)
+                raise ClaimConflict(
+                    f"pod {placement.namespace}/{placement.name}: the scheduling cycle placed on"
+                    f" its devices on {placement.node} since this pass read them"
                 )
         for placement in placements:
             key = (placement.namespace, placement.name)

@@ -550,6 +550,13 @@ def commit_plan(plan: CyclePlan, defer: bool = False) -> CycleReport:
         held.nodes = NodeLedger.read(limited, fresh)
         added: dict[int, list[int]] = {}
         thinned = preemption.thinned_gangs([a for a in fresh if a.victims]) if victim_ids else {}
+        # cards held by pods others bound since planning (a DRA pass, HAMi) are not in the
+        # counters: a placement on their node waits for the next cycle, which counts them
+        late = STANDING.bound_since(snapshot)
+        for attempt in fresh if late else ():
+            node = attempt.decision.node
+            if attempt.decision.status == SCHEDULED and node in late and id(attempt) not in thinned:
+                thinned[id(attempt)] = f"a pod others bound on {node} since planning holds cards there"
         verdicts = recheck_all(fresh, cards, added, held, limits, thinned)
         outcomes: list[tuple[Attempt, str, str]] = [(a, *verdicts[id(a)]) for a in fresh]
 

@@ -17,8 +17,10 @@ through these helpers, so the order lives here:
 
 The queue tree's writes (`lock_queue_tree`: every queue `FOR UPDATE`), an operator's or a
 PodGroup object's write of a group (`lock_pod_group`) and pods bound by other schedulers
-(`lock_bound_pods`) are the only rows their transactions lock; a ResourceQuota's own write
-locks its rows alone too.
+(`lock_bound_pods`) are the only rows their transactions lock (one exception: the DRA pass's
+store of a pod it placed, `services.assume_bound_pod`, locks the pod's cards first, then its
+row; no writer locks such a row before cards); a ResourceQuota's own write locks its rows
+alone too.
 
 A transaction takes its locks by rising step, never back (one known exception:
 `services.evictions.carry_out_local` takes its eviction before the victim's cards; a commit

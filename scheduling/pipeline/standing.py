@@ -48,7 +48,7 @@ from scheduling.engine import Scheduler
 from scheduling.engine.model import TOUCHES, RunningPod, cordoned_uuids
 from scheduling.engine.model import Card as EngineCard
 from scheduling.engine.model import Node as EngineNode
-from scheduling.models import BoundPod, Card, Node
+from scheduling.models import BoundPod, Card, Node, Pod
 
 from . import collector, pools
 from .options import option
@@ -262,6 +262,34 @@ class StandingSnapshot:
         its placed pods are counted on it already, as assumed."""
         self.confirmed |= placed
         self.missed |= missed
+
+    def bound_since(self, snapshot: Snapshot) -> set[str]:
+        """The nodes where a pod others bound holding cards (HAMi's allocation, a DRA pass's
+        claims) was written since `snapshot`, this standing one, read them (PostgreSQL, by
+        their marks): the cards' counters do not show what such a pod holds, so a commit's
+        placement there planned without it waits for the next cycle, which counts it. Pods
+        hamiadmin placed itself count as its own and are left out. Elsewhere, or for another
+        snapshot, none (those commits re-check counters only)."""
+        if snapshot is not self.snapshot or self.horizon is None:
+            return set()
+        rows = (
+            written_since(BoundPod, self.horizon)
+            .exclude(allocated="", mig_allocations="")
+            .values_list("id", "updated_at", "namespace", "name", "node_name")
+        )
+        late = [
+            (namespace, name, node) for pk, at, namespace, name, node in rows if self.bound_seen.get(pk) != at
+        ]
+        if not late:
+            return set()
+        ours = set(
+            Pod.objects.filter(
+                namespace__in={namespace for namespace, _, _ in late},
+                name__in={name for _, name, _ in late},
+                status__in=Pod.BOUND,
+            ).values_list("namespace", "name")
+        )
+        return {node for namespace, name, node in late if (namespace, name) not in ours}
 
     def spoil(self) -> None:
         """Read it whole next time, into a new snapshot and scheduler (a pod's decision failed

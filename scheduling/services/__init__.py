@@ -51,7 +51,7 @@ from .batch import (
     validate_pod_group,
     validate_queue,
 )
-from .bound import BOUND_KEYS, BoundWritten, forget_bound_pods, upsert_bound_pods
+from .bound import BOUND_KEYS, BoundWritten, assume_bound_pod, forget_bound_pods, upsert_bound_pods
 from .config import current_config_view, parse_config_defaults, set_config, validate_config
 from .consistency import Repair, repair_consistency
 from .inventory import (
@@ -93,6 +93,7 @@ __all__ = [
     "QuotaOwnedByKubernetes",
     "QuotaView",
     "Repair",
+    "assume_bound_pod",
     "capacity_changed",
     "cordon_card",
     "cordon_card_by",

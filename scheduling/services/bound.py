@@ -21,8 +21,10 @@ from django.utils import timezone
 
 from scheduling.dbretry import retry_on_conflict
 from scheduling.engine import PodInvalid
-from scheduling.models import BoundPod
-from scheduling.pipeline.rowlocks import lock_bound_pods
+from scheduling.engine.encoding import decode_allocation
+from scheduling.engine.errors import ScenarioError
+from scheduling.models import Allocation, BoundPod, Card
+from scheduling.pipeline.rowlocks import lock_bound_pods, lock_cards
 
 from .fields import checked_running_pod
 from .pods import WriteOutcome, _named, capacity_changed, sort_out
@@ -158,6 +160,32 @@ def _write_bound(accepted: list[tuple[int, dict]]) -> list[BoundWritten]:
             BoundPod.objects.bulk_update(changed, [*BOUND_COLUMNS, "updated_at"])
             capacity_changed(f"{len(changed)} pods bound by others changed")
     return done
+
+
+@retry_on_conflict
+def assume_bound_pod(item: dict, seen: frozenset[int] | None) -> BoundWritten | None:
+    """Store one pod a DRA pass placed (an item of `upsert_bound_pods`, its claims' devices in
+    `allocated`), only if no allocation the pass did not count landed on its cards since it
+    read them: the cards `allocated` names are locked first (step 4: a scheduling commit
+    locks them too), then the active allocations on them are compared with `seen`, the ids
+    the pass counted. None, nothing written, when one is new: a cycle's commit placed there
+    after the pass read, and the pass takes its claims back. The row is locked after the
+    cards here (pods others bound are otherwise locked alone). `seen` None: stored as
+    `upsert_bound_pods` stores it. Raises PodInvalid naming the field of a malformed item."""
+    row = _bound_item(item)
+    with transaction.atomic():
+        if seen is not None and row["allocated"]:
+            try:
+                uuids = sorted(
+                    {uuid for container in decode_allocation(row["allocated"]) for uuid, _, _ in container}
+                )
+            except ScenarioError as exc:
+                raise PodInvalid("allocated", str(exc)) from None
+            cards = list(lock_cards(Card.objects.filter(uuid__in=uuids)).values_list("pk", flat=True))
+            landed = Allocation.objects.filter(active=True, card_id__in=cards).values_list("pk", flat=True)
+            if set(landed) - seen:
+                return None
+        return _write_bound([(0, row)])[0]
 
 
 @retry_on_conflict

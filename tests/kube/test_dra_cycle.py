@@ -396,3 +396,42 @@ def test_a_pod_the_pass_placed_counts_for_the_cycle_between_its_claims_and_its_b
             wait_until(lambda: node_of(apiserver, "pair") == "n1", what="the pair bound")
     finally:
         go.set()
+
+
+def test_a_cycle_placement_landing_after_the_pass_read_takes_the_pass_unit_back(kube, apiserver):
+    """The pass reads what the cycle placed, plans, writes its claims and stores its pod. A
+    cycle's commit landing on its devices between the read and the store used to be missed:
+    both held the card (a whole card's pod and 8000 MiB of the pair on one 16 GiB card). The
+    store now checks, under the cards' locks, that no allocation landed there since the read
+    (`services.assume_bound_pod`); one did, so the pass takes its claims back and plans again."""
+    dra_nodes(apiserver, memory_gib=16)  # n1: two cards of 16 GiB, on one PCIe root
+    pair = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]  # what only the pass places
+    at_claims, go = threading.Event(), threading.Event()
+
+    def hold() -> None:  # the pass has read and planned: it waits here to write the pair's claim
+        at_claims.set()
+        go.wait(20)
+
+    apiserver.before("PATCH", "/resourceclaims/pair/status", hold)
+    try:
+        with running(agent(kube)):
+            wait_until(dra_cards(2), what="DRA cards")
+            submit(apiserver, "pair", gpumem_claim("pair", memory_mib=8000, count=2, constraints=pair))
+            assert at_claims.wait(20), "the pass never wrote the pair's claim"
+            submit(apiserver, "whole", gpumem_claim("whole", memory_mib=16 * GIB_MIB))
+            wait_until(queued("whole"), what="the whole-card pod queued for the cycle")
+            report = wait_until(lambda: run_cycle().placed, what="the whole-card pod placed by the cycle")
+            assert [key for key, _, _ in report] == ["default/whole"]
+            go.set()
+            # written, then taken back: a cycle's placement landed on the pair's cards
+            wait_until(
+                lambda: len(apiserver.calls("PATCH", "/resourceclaims/pair/status")) >= 2,
+                what="the pair's claim taken back",
+            )
+            wait_until(lambda: not results(apiserver, "pair"), what="the pair's claim empty")
+            assert node_of(apiserver, "pair") == "", "the pair was bound beside the whole card"
+            assert not BoundPod.objects.filter(namespace="default", name="pair").exists()
+            whole = Pod.objects.get(name="whole")
+            assert whole.status in Pod.BOUND
+    finally:
+        go.set()
