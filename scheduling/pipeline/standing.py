@@ -28,8 +28,9 @@ shape at 20,000 nodes, issue 29). Only what else differs, or a planning error, r
 hamiadmin's own placed pods (`Cluster.running`, for cpu, memory, ports and labels) are read
 again for every node put back: a placement or release changes its cards' counters, which
 marks the node. A node the last commit left as planned (`confirm`) whose rows agree with it is
-kept instead (`_as_rows`): the pods placed there are counted on it already, as assumed. Each process keeps its own; the commit re-checks under lock whatever a
-snapshot said, so a stale view costs a conflict and another cycle, never an over-commit.
+kept instead (`_as_rows`): the pods placed there are counted on it already, as assumed. Each
+process keeps its own; the commit re-checks under lock whatever a snapshot said, so a stale
+view costs a conflict and another cycle, never an over-commit.
 """
 
 from __future__ import annotations
