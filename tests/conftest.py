@@ -130,19 +130,18 @@ def quick_flush_on_postgres():
 
 
 @contextmanager
-def pod_row_held(name: str, seconds: float = 30.0):
-    """The pod's row held `FOR UPDATE` by another connection (a writer on a thread of its own)
-    from the block's start until its end, or `seconds` at most."""
+def held_elsewhere(take, seconds: float = 30.0, what: str = "the rows"):
+    """`take()` run in a transaction of another connection (a writer on a thread of its own),
+    which stays open from the block's start until its end, or `seconds` at most: the rows
+    `take` locked or wrote are held so long."""
     from django.db import connection, transaction
-
-    from scheduling.models import Pod
 
     held, done = threading.Event(), threading.Event()
 
     def hold():
         try:
             with transaction.atomic():
-                Pod.objects.select_for_update().get(name=name)
+                take()
                 held.set()
                 done.wait(seconds)
         finally:
@@ -151,8 +150,18 @@ def pod_row_held(name: str, seconds: float = 30.0):
     holder = threading.Thread(target=hold)
     holder.start()
     try:
-        assert held.wait(10), f"the row of pod {name} was not held"
+        assert held.wait(10), f"{what} not held"
         yield
     finally:
         done.set()
         holder.join(10)
+
+
+def pod_row_held(name: str, seconds: float = 30.0):
+    """The pod's row held `FOR UPDATE` by another connection from the block's start until its
+    end, or `seconds` at most (`held_elsewhere`)."""
+    from scheduling.models import Pod
+
+    return held_elsewhere(
+        lambda: Pod.objects.select_for_update().get(name=name), seconds, f"the row of pod {name}"
+    )

@@ -5,12 +5,7 @@ another wrote meanwhile (before, each read the group unlocked and saved its whol
 
 from __future__ import annotations
 
-import threading
-import time
-from contextlib import contextmanager
-
 import pytest
-from django.db import connections, transaction
 from django.utils import timezone
 
 from scheduling import services
@@ -18,6 +13,7 @@ from scheduling.engine.annotations import GroupRef
 from scheduling.models import Pod, PodGroup
 from scheduling.pipeline import run_cycle
 from scheduling.pipeline.rowlocks import lock_pod_group
+from tests.conftest import held_elsewhere
 
 from .conftest import assert_consistent, card, limits
 
@@ -37,36 +33,17 @@ def reasons() -> list[str]:
     return [condition["reason"] for condition in PodGroup.objects.get(name="g").conditions]
 
 
-@contextmanager
 def written_elsewhere(reason: str, hold: float = 0.6):
     """Another session adds a condition to group g, as an operator's rescale does, and holds
     the group's lock `hold` seconds before it commits: the block runs meanwhile."""
-    written = threading.Event()
 
     def write() -> None:
-        try:
-            with transaction.atomic():
-                group = lock_pod_group(PodGroup.objects.filter(name="g")).get()
-                condition = {
-                    "phase": group.phase,
-                    "reason": reason,
-                    "message": "",
-                    "at": timezone.now().isoformat(),
-                }
-                group.conditions = [*group.conditions, condition]
-                group.save(update_fields=["conditions", "updated_at"])
-                written.set()
-                time.sleep(hold)
-        finally:
-            connections["default"].close()
+        group = lock_pod_group(PodGroup.objects.filter(name="g")).get()
+        condition = {"phase": group.phase, "reason": reason, "message": "", "at": timezone.now().isoformat()}
+        group.conditions = [*group.conditions, condition]
+        group.save(update_fields=["conditions", "updated_at"])
 
-    writer = threading.Thread(target=write)
-    writer.start()
-    assert written.wait(10), "the other session never wrote"
-    try:
-        yield
-    finally:
-        writer.join()
+    return held_elsewhere(write, hold, "group g")
 
 
 def test_a_commit_placing_a_member_keeps_a_condition_written_meanwhile(require_postgres):

@@ -13,11 +13,10 @@ from __future__ import annotations
 import random
 import threading
 import time
-from contextlib import contextmanager
 from functools import partial
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, connections
 from django.db.models import Count, Sum
 from django.test.utils import CaptureQueriesContext
 
@@ -29,6 +28,7 @@ from scheduling.pipeline.flight import run_requested_cycles
 from scheduling.pipeline.housekeeping import housekeeping
 from scheduling.pipeline.rowlocks import lock_cards
 from scheduling.services.pods import WriteOutcome
+from tests.conftest import held_elsewhere
 
 from .conftest import assert_consistent, card, submit
 
@@ -58,29 +58,10 @@ def uuid_of(name: str) -> str:
     return Allocation.objects.get(pod__name=name).card.uuid
 
 
-@contextmanager
 def cards_held(*uuids: str):
     """Another session holds these cards' row locks, as a scheduling commit does, until the
     block ends."""
-    ready, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                list(lock_cards(Card.objects.filter(uuid__in=uuids)))
-                ready.set()
-                done.wait(60)
-        finally:
-            connections["default"].close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert ready.wait(10), "the holder never got the cards"
-    try:
-        yield
-    finally:
-        done.set()
-        holder.join()
+    return held_elsewhere(lambda: list(lock_cards(Card.objects.filter(uuid__in=uuids))), 60, "the cards")
 
 
 # -- any database -------------------------------------------------------------------------
