@@ -81,8 +81,9 @@ def run_requested_cycles(
 ) -> list[CycleReport]:
     """Cycles until nothing more is asked for (or `max_cycles`, a guard against spinning),
     each after settling the decrements releases owe (`settle.settle_before_cycle`: one query
-    on PostgreSQL when nothing is owed, which reads the capacity version too; none elsewhere), so its wake sees the capacity they
-    free; a release that only owes asks for a cycle for that. A cycle's decision rows are
+    on PostgreSQL when nothing is owed, which reads the capacity version too; none
+    elsewhere), so its wake sees the capacity they free; a release that only owes asks for a
+    cycle for that. A cycle's decision rows are
     written beside the next one's planning (`decisionlog`), all of them before the cycle lock
     is let go: the next holder's decisions come after them."""
     worker = worker or worker_name()

@@ -879,21 +879,16 @@ def _group_for(
         **_owner_fields(ref),
     }
     group, created = PodGroup.objects.get_or_create(namespace=namespace, name=ref.name, defaults=defaults)
-    if not created and _group_changes(group, ref):
-        # read again locked before it is changed: a commit or release writing its phase and
-        # conditions meanwhile takes turns with this write (`rowlocks`, step 6)
-        group = lock_pod_groups(PodGroup.objects.filter(pk=group.pk)).get()
     if not created:
+        asked = _asked_of(ref)
+        if any(getattr(group, name) != value for name, value in asked.items()):
+            # read again locked before it is changed: a commit or release writing its phase
+            # and conditions meanwhile takes turns with this write (`rowlocks`, step 6)
+            group = lock_pod_groups(PodGroup.objects.filter(pk=group.pk)).get()
         before = group.min_member
-        changed = [name for name, value in _owner_fields(ref).items() if getattr(group, name) != value]
+        changed = [name for name, value in asked.items() if getattr(group, name) != value]
         for name in changed:
-            setattr(group, name, _owner_fields(ref)[name])
-        if ref.min_member is not None and group.min_member != ref.min_member:
-            group.min_member = ref.min_member
-            changed.append("min_member")
-        if ref.timeout_seconds is not None and group.schedule_timeout_seconds != ref.timeout_seconds:
-            group.schedule_timeout_seconds = ref.timeout_seconds
-            changed.append("schedule_timeout_seconds")
+            setattr(group, name, asked[name])
         resized = "min_member" in changed or "subgroups" in changed
         if resized and ref.owner_kind:
             # the owner's new size reached the gang through a pod read after the owner's
@@ -1269,13 +1264,15 @@ def group_after_release(group_id: int, now) -> None:
         group.save(update_fields=list(GROUP_PHASE_FIELDS))
 
 
-def _group_changes(group: PodGroup, ref: GroupRef) -> bool:
-    """Whether a submission's gang reference changes its existing group (`_group_for`)."""
-    return (
-        any(getattr(group, name) != value for name, value in _owner_fields(ref).items())
-        or (ref.min_member is not None and group.min_member != ref.min_member)
-        or (ref.timeout_seconds is not None and group.schedule_timeout_seconds != ref.timeout_seconds)
-    )
+def _asked_of(ref: GroupRef) -> dict:
+    """What a submission's gang reference sets on its existing group (`_group_for`): the
+    owner's fields, and `min_member` and the timeout where the pod says them."""
+    asked = dict(_owner_fields(ref))
+    if ref.min_member is not None:
+        asked["min_member"] = ref.min_member
+    if ref.timeout_seconds is not None:
+        asked["schedule_timeout_seconds"] = ref.timeout_seconds
+    return asked
 
 
 def _judge_group(group: PodGroup, statuses: list[str], now) -> bool:

@@ -54,6 +54,23 @@ def submit(apiserver, name: str, claim: dict | None, annotations=None, priority=
     apiserver.put("pods", pod)
 
 
+#: A two-card claim constraint only the DRA pass places (both cards on one PCIe root).
+ONE_ROOT = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+
+
+def paused_at(apiserver, method: str, path: str) -> tuple[threading.Event, threading.Event]:
+    """The next matching request waits, just before it is handled, until `go` is set (20 s at
+    most): (reached, go)."""
+    reached, go = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        reached.set()
+        go.wait(20)
+
+    apiserver.before(method, path, hold)
+    return reached, go
+
+
 def row(name: str) -> Pod | None:
     return Pod.objects.select_related("node").filter(namespace="default", name=name).first()
 
@@ -371,20 +388,14 @@ def test_a_pod_the_pass_placed_counts_for_the_cycle_between_its_claims_and_its_b
     saw the pair's devices free and put a whole card's pod on one of them (16 GiB on a card
     holding 8000 MiB already). The pass now stores the pod as placed before it binds."""
     dra_nodes(apiserver, memory_gib=16)  # n1: two cards of 16 GiB, on one PCIe root
-    pair = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]  # what only the pass places
-    at_bind, go = threading.Event(), threading.Event()
-
-    def hold() -> None:  # the pass, its claims written, waits here before its Binding
-        at_bind.set()
-        go.wait(20)
-
-    apiserver.before("POST", "/pods/pair/binding", hold)
+    # the pass, its claims written, waits here before its Binding
+    at_bind, go = paused_at(apiserver, "POST", "/pods/pair/binding")
     try:
         with running(agent(kube)):
             wait_until(dra_cards(2), what="DRA cards")
             submit(apiserver, "whole", gpumem_claim("whole", memory_mib=16 * GIB_MIB))
             wait_until(queued("whole"), what="the whole-card pod queued for the cycle")
-            submit(apiserver, "pair", gpumem_claim("pair", memory_mib=8000, count=2, constraints=pair))
+            submit(apiserver, "pair", gpumem_claim("pair", memory_mib=8000, count=2, constraints=ONE_ROOT))
             assert at_bind.wait(20), "the pass never bound the pair"
             assert [r["consumedCapacity"]["memory"] for r in results(apiserver, "pair")] == ["8000Mi"] * 2
             report = run_cycle()
@@ -405,18 +416,12 @@ def test_a_cycle_placement_landing_after_the_pass_read_takes_the_pass_unit_back(
     store now checks, under the cards' locks, that no allocation landed there since the read
     (`services.assume_bound_pod`); one did, so the pass takes its claims back and plans again."""
     dra_nodes(apiserver, memory_gib=16)  # n1: two cards of 16 GiB, on one PCIe root
-    pair = [{"matchAttribute": "resource.kubernetes.io/pcieRoot"}]  # what only the pass places
-    at_claims, go = threading.Event(), threading.Event()
-
-    def hold() -> None:  # the pass has read and planned: it waits here to write the pair's claim
-        at_claims.set()
-        go.wait(20)
-
-    apiserver.before("PATCH", "/resourceclaims/pair/status", hold)
+    # the pass has read and planned: it waits here to write the pair's claim
+    at_claims, go = paused_at(apiserver, "PATCH", "/resourceclaims/pair/status")
     try:
         with running(agent(kube)):
             wait_until(dra_cards(2), what="DRA cards")
-            submit(apiserver, "pair", gpumem_claim("pair", memory_mib=8000, count=2, constraints=pair))
+            submit(apiserver, "pair", gpumem_claim("pair", memory_mib=8000, count=2, constraints=ONE_ROOT))
             assert at_claims.wait(20), "the pass never wrote the pair's claim"
             submit(apiserver, "whole", gpumem_claim("whole", memory_mib=16 * GIB_MIB))
             wait_until(queued("whole"), what="the whole-card pod queued for the cycle")
