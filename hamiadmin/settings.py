@@ -144,6 +144,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     _lock_wait = env_int("HAMI_DB_LOCK_TIMEOUT_MS", "5000")
     if _lock_wait > 0:
         _options["options"] = (_options.get("options", "") + f" -c lock_timeout={_lock_wait}").strip()
+    # Values bound by the server, and a statement a session has run HAMI_DB_PREPARE_AFTER
+    # times kept prepared there: the requests' and cycles' few statements of fixed shape are
+    # parsed and planned once per session, not once per call (0: bound on the client as
+    # Django does by default, nothing prepared).
+    _prepare_after = env_int("HAMI_DB_PREPARE_AFTER", "2")
+    if _prepare_after > 0:
+        _options.setdefault("server_side_binding", True)
+        _options.setdefault("prepare_threshold", _prepare_after)
 #: How long a web request waits for a row lock before answering 503 (PostgreSQL; 0: the
 #: session default above). Well under a second: a stalled commit must not hold web threads.
 DB_WEB_LOCK_TIMEOUT_MS = env_int("HAMI_DB_WEB_LOCK_TIMEOUT_MS", "500")
