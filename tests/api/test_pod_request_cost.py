@@ -66,6 +66,23 @@ def test_a_complete_answer_reads_no_eviction_or_nomination_list_the_pod_has_none
     assert sum('FROM "scheduling_eviction"' in sql for sql in sent) == 1, sent
     assert sum('FROM "scheduling_nomination"' in sql for sql in sent) == 1, sent
     assert not any('FROM "scheduling_nomination" INNER JOIN' in sql for sql in sent), sent
+    # read with the latest decision, in its statement
+    (read,) = [sql for sql in sent if 'FROM "scheduling_decision"' in sql]
+    assert 'FROM "scheduling_eviction"' in read and 'FROM "scheduling_nomination"' in read
+
+
+def test_a_completed_pod_without_a_decision_is_answered_as_the_serializer_answers(cluster, operator):
+    """No decision row (retention took it, or the writer has not written it yet): its flags
+    are read alone, and the answer is still the serializer's."""
+    assert operator.post("/api/v1/pods/", gpu_pod("p", mem=1000), format="json").status_code == 201
+    run_cycle(trigger="test")
+    Decision.objects.filter(pod__name="p").delete()
+    answer = operator.post("/api/v1/pods/default/p/complete/")
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["decision"] is None
+    pod = Pod.objects.select_related("node").get(name="p")
+    by_serializer = s.PodDetailSerializer(pod, context={"released": True}).data
+    assert json.loads(answer.content) == json.loads(rendered(by_serializer))
 
 
 def rendered(data) -> str:

@@ -420,30 +420,39 @@ def decision_answer(decision: Decision, pod_key: str) -> dict:
 def released_pod_answer(pod: Pod, request=None) -> dict:
     """What `PodDetailSerializer` writes for a pod a release of this request just ended (its
     vGPUs given back in the release's transaction): built by hand when the pod is in no
-    eviction and holds no nomination, which one query says (with its latest decision read
-    by a second); else the serializer's answer."""
+    eviction and holds no nomination, which the statement reading its latest decision says
+    too (a second reads them for a pod without a decision); else the serializer's answer."""
     now = timezone.now()
-    flags = _RELEASED_FLAGS.first(pod.pk)
+    latest = _LATEST_DECISION.first(pod.pk)
+    flags = _RELEASED_FLAGS.first(pod.pk) if latest is None else vars(latest)
     nominated = flags is not None and flags["nominated_until"] is not None and flags["nominated_until"] > now
     if pod.status not in Pod.FINISHED or flags is None or flags["evicted"] or nominated:
         context = {"request": request, "released": True}
         return PodDetailSerializer(pod, context=context).data  # type: ignore[return-value]
-    latest = _LATEST_DECISION.first(pod.pk)
     decision = decision_answer(latest, pod.key) if isinstance(latest, Decision) else None
     return _holding_nothing(pod, decision)
 
 
-#: A pod's eviction flag and the latest expiry of its nominations, in one statement compiled
-#: once (`released_pod_answer`: every `complete/` and DELETE answers with it).
-_RELEASED_FLAGS = Statement(
-    lambda pk: Pod.objects.filter(pk=pk).values(
-        evicted=Exists(Eviction.objects.filter(Q(victim_id=OuterRef("pk")) | Q(preemptor_id=OuterRef("pk")))),
-        nominated_until=Subquery(
-            Nomination.objects.filter(pod_id=OuterRef("pk")).order_by("-expires_at").values("expires_at")[:1]
+def _pod_flags(pod: str) -> dict:
+    """A pod's eviction flag and the latest expiry of its nominations, as expressions over
+    the pod id `pod` names (`released_pod_answer`)."""
+    return {
+        "evicted": Exists(
+            Eviction.objects.filter(Q(victim_id=OuterRef(pod)) | Q(preemptor_id=OuterRef(pod)))
         ),
-    )[:1]
+        "nominated_until": Subquery(
+            Nomination.objects.filter(pod_id=OuterRef(pod)).order_by("-expires_at").values("expires_at")[:1]
+        ),
+    }
+
+
+#: A pod's latest decision with its flags (`_pod_flags`), and its flags alone for a pod
+#: without a decision: statements compiled once (every `complete/` and DELETE answers with
+#: them).
+_LATEST_DECISION = Statement(
+    lambda pk: Decision.objects.filter(pod_id=pk).annotate(**_pod_flags("pod_id")).order_by("-id")[:1]
 )
-_LATEST_DECISION = Statement(lambda pk: Decision.objects.filter(pod_id=pk).order_by("-id")[:1])
+_RELEASED_FLAGS = Statement(lambda pk: Pod.objects.filter(pk=pk).values(**_pod_flags("pk"))[:1])
 
 
 class DecisiveSerializer(serializers.Serializer):
