@@ -9,6 +9,11 @@ on this 2-core machine that path tops out far below 200 pods/s (docs/reliability
 figures), since each request's fixed cost (HTTP, authentication, a transaction) is paid per
 pod, on the same cores as the scheduler and PostgreSQL.
 
+Each client thread keeps its connection open between requests, as HTTP clients do (urllib3
+under the Kubernetes client and `requests`; gunicorn's threaded workers keep it alive);
+`CHAOS_LOAD_KEEP_ALIVE=0` opens one per request. `CHAOS_LOAD_WEB_THREADS` (8) sets
+gunicorn's threads per worker.
+
 Figures: requests, 5xx, p50 / p99 API latency, cycle duration p50 / p99 (from the cycle
 rows), queue drained afterwards, resident memory of gunicorn and the worker at start and
 end. `CHAOS_LOAD_SECONDS`, `CHAOS_LOAD_RATE` and `CHAOS_LOAD_BATCH` change it by hand.
@@ -16,6 +21,7 @@ end. `CHAOS_LOAD_SECONDS`, `CHAOS_LOAD_RATE` and `CHAOS_LOAD_BATCH` change it by
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -45,6 +51,8 @@ pytestmark = [pytest.mark.chaos]
 SECONDS = float(os.environ.get("CHAOS_LOAD_SECONDS", SIZES["load_seconds"]))
 RATE = float(os.environ.get("CHAOS_LOAD_RATE", "200"))
 BATCH = max(1, int(os.environ.get("CHAOS_LOAD_BATCH", "10")))
+WEB_THREADS = int(os.environ.get("CHAOS_LOAD_WEB_THREADS", "8"))
+KEEP_ALIVE = os.environ.get("CHAOS_LOAD_KEEP_ALIVE", "1") == "1"
 #: Pods submitted before the first release: the cluster stays busy, never full.
 KEEP = 400
 
@@ -77,35 +85,51 @@ def test_sustained_submission_and_release_over_http(private_postgres, private_re
     port = free_port()
     web = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "hamiadmin.wsgi:application", "--bind", f"127.0.0.1:{port}"]
-        + ["--workers", "2", "--threads", "8", "--log-level", "warning"],
+        + ["--workers", "2", "--threads", str(WEB_THREADS), "--log-level", "warning"],
         cwd=REPO,
         env=driver_env(url, private_redis.url, HAMI_AUTH_FAILURE_LIMIT=0),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     worker = celery_worker(url, private_redis.url)
-    base = f"http://127.0.0.1:{port}/api/v1"
     latencies: list[float] = []
     errors: list[str] = []
     throttled = [0]
     refused_items = [0]  # pods a bulk answer refused (200 with `refused` > 0): not load held
     lock = threading.Lock()
 
+    connections = threading.local()
+
+    def send(method: str, path: str, data: bytes | None) -> tuple[int, bytes]:
+        """One request on this thread's kept connection (opened again when the server closed
+        it), as HTTP clients such as urllib3 and the Kubernetes client send them."""
+        for attempt in (1, 2):
+            link = getattr(connections, "link", None)
+            if link is None:
+                link = connections.link = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                link.request(method, "/api/v1" + path, body=data, headers=headers)
+                answer = link.getresponse()
+                return answer.status, answer.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                link.close()
+                connections.link = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    headers = {"Authorization": f"Token {key}", "Content-Type": "application/json"}
+    if not KEEP_ALIVE:
+        headers["Connection"] = "close"
+
     def call(method: str, path: str, body=None) -> int:
         """One request; its latency, 5xx, 429 and (bulk answers) refused items counted."""
-        request = urllib.request.Request(
-            base + path,
-            data=json.dumps(body).encode() if body is not None else None,
-            method=method,
-            headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
-        )
         started = time.monotonic()
         try:
-            with urllib.request.urlopen(request, timeout=30) as answer:
-                status = answer.status
-                refused = json.loads(answer.read() or b"{}").get("refused", 0) if "/bulk/" in path else 0
-        except urllib.error.HTTPError as answer_error:
-            status, refused = answer_error.code, 0
+            status, content = send(method, path, json.dumps(body).encode() if body is not None else None)
+            refused = (
+                json.loads(content or b"{}").get("refused", 0) if "/bulk/" in path and status == 200 else 0
+            )
         except OSError as exc:
             status, refused = 599, 0
             with lock:
