@@ -9,7 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
+from django.db import connection
 from django.db.models import BooleanField, F, JSONField, Q, TextField, Value
 from django.utils import timezone
 
@@ -101,6 +103,9 @@ class Snapshot:
     #: A node pool's planner: the whole cluster's (`batch.pool_capacity`), with when it was
     #: read (`time.monotonic()`).
     cluster_capacity: tuple[float, dict[str, int]] | None = None
+    #: Taken before the pods others bound were read (`bound_mark`): a commit of a plan made on
+    #: it looks for such pods written since (`bound_written_since`).
+    bound_mark: int | datetime | None = None
 
 
 NODE_COLUMNS = ("id", "name", "labels", "annotations", "ready", "taints", "unschedulable", "allocatable")
@@ -273,6 +278,54 @@ def build_snapshot(cards, nodes, config: ClusterConfig, running: list[RunningPod
     return Snapshot(cluster=cluster, config=config, node_ids=node_ids, card_ids=card_ids)
 
 
+#: The oldest transaction still running, as a 64-bit xid (`txid_current()`'s numbering).
+HORIZON = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+
+
+def written_since(model, horizon: int):
+    """`model`'s rows written at or after `horizon` (PostgreSQL: their `written` mark)."""
+    return model.objects.order_by().extra(where=["written >= %s"], params=[horizon])
+
+
+def bound_mark() -> int | datetime:
+    """Where a read of the pods others bound starts: on PostgreSQL the oldest transaction
+    running (a row written after it carries a `written` mark at or after it), elsewhere the
+    time (SQLite: the one machine's clock every writer stamps `updated_at` with)."""
+    if connection.vendor != "postgresql":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {HORIZON}")  # noqa: S608 - our own expression
+        return cursor.fetchone()[0]
+
+
+def bound_written_since(mark: int | datetime) -> set[str]:
+    """The nodes where a pod others bound holding cards (HAMi's allocation, a DRA pass's
+    claims) was written since `mark` (`bound_mark`): the cards' counters do not show what it
+    holds. Pods hamiadmin placed itself count as its own and are left out (`others_on`)."""
+    rows = (
+        written_since(BoundPod, mark)
+        if isinstance(mark, int)
+        else BoundPod.objects.filter(updated_at__gte=mark)
+    )
+    late = rows.exclude(allocated="", mig_allocations="").values_list("namespace", "name", "node_name")
+    return others_on(list(late))
+
+
+def others_on(late: list[tuple[str, str, str]]) -> set[str]:
+    """The nodes of the bound pods `late` ((namespace, name, node)) that are not hamiadmin's
+    own placed pods (the watcher writes those as bound too)."""
+    if not late:
+        return set()
+    ours = set(
+        Pod.objects.filter(
+            namespace__in={namespace for namespace, _, _ in late},
+            name__in={name for _, name, _ in late},
+            status__in=Pod.BOUND,
+        ).values_list("namespace", "name")
+    )
+    return {node for namespace, name, node in late if (namespace, name) not in ours}
+
+
 def load_snapshot(config: ClusterConfig | None = None, pool: str = "") -> Snapshot:
     """Nodes, present cards with their counters, and the config in force (`current_config`).
 
@@ -286,8 +339,11 @@ def load_snapshot(config: ClusterConfig | None = None, pool: str = "") -> Snapsh
     included: `simulate`, the what-ifs and the extender judge a pod against every node, its
     pool's selector counted among the node rules.
     """
+    mark = bound_mark()
     bound, own = running_pods(pool)
-    return build_snapshot(card_rows(pool), node_rows(pool), config or current_config(), [*bound, *own])
+    snapshot = build_snapshot(card_rows(pool), node_rows(pool), config or current_config(), [*bound, *own])
+    snapshot.bound_mark = mark
+    return snapshot
 
 
 def mark_gangs(cluster: Cluster) -> None:

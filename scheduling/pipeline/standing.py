@@ -49,23 +49,28 @@ from scheduling.engine import Scheduler
 from scheduling.engine.model import TOUCHES, RunningPod, cordoned_uuids
 from scheduling.engine.model import Card as EngineCard
 from scheduling.engine.model import Node as EngineNode
-from scheduling.models import BoundPod, Card, Node, Pod
+from scheduling.models import BoundPod, Card, Node
 
 from . import collector, pools
 from .options import option
 from .snapshot import (
     CARD_COLUMNS,
+    HORIZON,
     NODE_COLUMNS,
     USED_FIELDS,
     Snapshot,
+    bound_mark,
+    bound_written_since,
     build_snapshot,
     card_rows,
     count_running,
     current_config,
     load_snapshot,
     node_rows,
+    others_on,
     own_running,
     running_pods,
+    written_since,
 )
 
 #: Card columns kept up to date in place; a change to any other column rebuilds.
@@ -96,9 +101,6 @@ def _forget_old_deletions() -> None:
 #: Seconds a deletion stays in the log at least (`_forget_old_deletions`).
 GONE_KEEP = 3600
 
-#: The oldest transaction still running, as a 64-bit xid (`txid_current()`'s numbering).
-HORIZON = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
-
 
 def _postgres_changes(since: int) -> tuple[int, list[int], list[int], list[int], list[int]]:
     """A new horizon (`_postgres_horizon`), the ids of the card, node and bound-pod rows
@@ -117,11 +119,6 @@ def _postgres_changes(since: int) -> tuple[int, list[int], list[int], list[int],
             [since, since, since, since],
         )
         return cursor.fetchone()
-
-
-def written_since(model, horizon: int):
-    """`model`'s rows written at or after `horizon` (PostgreSQL: their `written` mark)."""
-    return model.objects.order_by().extra(where=["written >= %s"], params=[horizon])
 
 
 #: What a whole read carries over onto a kept node and its cards (`_carry_over`): their state.
@@ -266,31 +263,26 @@ class StandingSnapshot:
 
     def bound_since(self, snapshot: Snapshot) -> set[str]:
         """The nodes where a pod others bound holding cards (HAMi's allocation, a DRA pass's
-        claims) was written since `snapshot`, this standing one, read them (PostgreSQL, by
-        their marks): the cards' counters do not show what such a pod holds, so a commit's
-        placement there planned without it waits for the next cycle, which counts it. Pods
-        hamiadmin placed itself count as its own and are left out. Elsewhere, or for another
-        snapshot, none (those commits re-check counters only)."""
+        claims) was written since `snapshot` read them: the cards' counters do not show what
+        such a pod holds, so a commit's placement there planned without it waits for the next
+        cycle, which counts it. Pods hamiadmin placed itself count as its own and are left
+        out. This standing snapshot on PostgreSQL: the rows written since its horizon that it
+        has not seen as they are (its marks); any other (a fresh one, SQLite): those written
+        since its `bound_mark` (`snapshot.bound_written_since`)."""
         if snapshot is not self.snapshot or self.horizon is None:
-            return set()
+            return bound_written_since(snapshot.bound_mark) if snapshot.bound_mark is not None else set()
         rows = (
             written_since(BoundPod, self.horizon)
             .exclude(allocated="", mig_allocations="")
             .values_list("id", "updated_at", "namespace", "name", "node_name")
         )
-        late = [
-            (namespace, name, node) for pk, at, namespace, name, node in rows if self.bound_seen.get(pk) != at
-        ]
-        if not late:
-            return set()
-        ours = set(
-            Pod.objects.filter(
-                namespace__in={namespace for namespace, _, _ in late},
-                name__in={name for _, name, _ in late},
-                status__in=Pod.BOUND,
-            ).values_list("namespace", "name")
+        return others_on(
+            [
+                (namespace, name, node)
+                for pk, at, namespace, name, node in rows
+                if self.bound_seen.get(pk) != at
+            ]
         )
-        return {node for namespace, name, node in late if (namespace, name) not in ours}
 
     def spoil(self) -> None:
         """Read it whole next time, into a new snapshot and scheduler (a pod's decision failed
@@ -301,7 +293,12 @@ class StandingSnapshot:
     # --- bringing it up to date ----------------------------------------------------------
 
     def refresh(self) -> None:
+        # SQLite: the time before the pods others bound are read (PostgreSQL: the horizon and
+        # the marks seen, `bound_since`)
+        mark = bound_mark() if connection.vendor != "postgresql" else None
         self._refresh()
+        assert self.snapshot is not None
+        self.snapshot.bound_mark = mark
         self.refreshed_at = time.perf_counter()
 
     def _refresh(self) -> None:

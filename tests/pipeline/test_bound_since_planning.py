@@ -1,7 +1,8 @@
 """Pods others bound hold cards the counters do not show (a DRA pass's, one HAMi placed), so
 a cycle and the DRA pass each check, under the cards' locks, what landed since they read:
-- a cycle's commit finds such a pod written after its standing snapshot read the bound pods
-  (`StandingSnapshot.bound_since`) and leaves the placements on its node to the next cycle;
+- a cycle's commit finds such a pod written after its snapshot read the bound pods
+  (`StandingSnapshot.bound_since`: the standing snapshot's marks on PostgreSQL, else the
+  snapshot's `bound_mark`) and leaves the placements on its node to the next cycle;
 - the pass stores a pod it placed only if no allocation landed on its cards since it read
   them (`services.assume_bound_pod`), else it takes its claims back.
 Before, the commit re-checked the counters alone and the pass stored without a check: either
@@ -49,6 +50,45 @@ def test_a_card_taken_by_a_pod_others_bound_since_planning_is_not_given_again(re
     placed = Allocation.objects.get(active=True, pod__name="whole")
     assert placed.card.uuid != planned
     assert_consistent()
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["standing snapshot", "fresh snapshot"])
+def test_on_any_database_and_snapshot_a_card_taken_since_planning_is_not_given_again(settings, kept):
+    """A fresh snapshot (SNAPSHOT_KEEP off, or the standing one busy) and SQLite's standing
+    one have no marks seen: their commit looks for pods others bound since their
+    `bound_mark` (PostgreSQL: the oldest transaction running; SQLite: the time)."""
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "SNAPSHOT_KEEP": kept}
+    services.report_inventory("n1", {}, {}, [card("GPU-0", 0, memory=8000), card("GPU-1", 1, memory=8000)])
+    services.submit_pod("default", "whole", {}, [{"name": "main", "resources": limits(gpu=1, mem=8000)}])
+    services.submit_pod("default", "small", {}, [{"name": "main", "resources": limits(gpu=1, mem=1000)}])
+    STANDING.clear()
+    plan = plan_cycle()
+    assert (plan.snapshot is STANDING.snapshot) == kept
+    planned = {
+        attempt.key: device.uuid
+        for attempt in plan.attempts
+        for container in attempt.decision.containers
+        for device in container.devices
+    }
+    bind_elsewhere("taken", "n1", planned["default/whole"], 8000)  # after planning, before the commit
+    report = commit_plan(plan)
+    # both placements were on n1, where the bound pod landed: both wait for the next cycle
+    assert sorted(key for key, _ in report.conflicts) == ["default/small", "default/whole"], report
+    assert not Allocation.objects.filter(active=True).exists()
+    run_cycle()  # counts the bound pod
+    placed = Allocation.objects.get(active=True, pod__name="whole")
+    assert placed.card.uuid != planned["default/whole"]
+    assert_consistent()
+
+
+def test_a_pod_others_bound_before_the_read_is_counted_and_stops_nothing(settings):
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "SNAPSHOT_KEEP": False}
+    services.report_inventory("n1", {}, {}, [card("GPU-0", 0, memory=8000), card("GPU-1", 1, memory=8000)])
+    bind_elsewhere("early", "n1", "GPU-0", 8000)
+    services.submit_pod("default", "whole", {}, [{"name": "main", "resources": limits(gpu=1, mem=8000)}])
+    report = run_cycle()
+    assert report.placed and not report.conflicts
+    assert Allocation.objects.get(active=True, pod__name="whole").card.uuid == "GPU-1"
 
 
 def test_a_pod_of_its_own_bound_since_planning_holds_nothing_more(require_postgres):

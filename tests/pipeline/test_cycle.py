@@ -277,15 +277,16 @@ def test_init_containers_fit_alone_and_hold_nothing_afterwards():
 
 
 def test_the_snapshot_takes_the_same_few_queries_however_big_the_cluster(django_assert_max_num_queries):
-    # config, nodes, cards, and the running pods (own placed and bound by others, one UNION)
+    # config, nodes, cards, the running pods (own placed and bound by others, one UNION) and,
+    # on PostgreSQL, the bound mark (`bound_mark`: the oldest transaction running)
     services.report_inventory("node0", {}, {}, [card("GPU-0-0", 0)])
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(5):
         small = load_snapshot()
     for n in range(1, 20):
         services.report_inventory(
             f"node{n}", {}, {}, [card(f"GPU-{n}-{i}", i, links={f"GPU-{n}-{1 - i}": 60}) for i in range(2)]
         )
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(5):
         big = load_snapshot()
     assert len(small.cluster.nodes) == 1 and len(big.cluster.nodes) == 20
     assert big.cluster.node("node5").pair_score("GPU-5-0", "GPU-5-1") == 60
