@@ -43,3 +43,25 @@ def test_numbers_read_the_same_way():
     assert "HAMI_PREEMPT_GRACE_SECONDS must be a number, got 'soon'" in done.stderr
     done = start("1.5", "HAMI_CYCLE_MAX_PODS", "settings.HAMIADMIN['CYCLE_MAX_PODS']")
     assert "HAMI_CYCLE_MAX_PODS must be a whole number, got '1.5'" in done.stderr
+
+
+def test_a_web_process_freezes_what_it_loaded_unless_told_not_to():
+    """`hamiadmin.wsgi`: the application and its URLconf loaded, then frozen out of the
+    collector's sweeps (HAMI_GC_FREEZE)."""
+
+    def frozen(value: str | None) -> tuple[int, bool]:
+        env = dict(os.environ, DJANGO_SETTINGS_MODULE="hamiadmin.settings")
+        env.pop("HAMI_GC_FREEZE", None)
+        if value is not None:
+            env["HAMI_GC_FREEZE"] = value
+        code = "import gc, sys, hamiadmin.wsgi; print(gc.get_freeze_count(), 'hamiadmin.urls' in sys.modules)"
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        count, loaded = done.stdout.split()
+        return int(count), loaded == "True"
+
+    count, loaded = frozen(None)
+    assert count > 10_000 and loaded  # the modules, classes and URL patterns
+    assert frozen("false") == (0, False)  # and the URLconf at the first request
