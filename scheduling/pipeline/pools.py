@@ -117,6 +117,19 @@ def pods_q(pool: str | None = None, prefix: str = "") -> Q:
     return rest
 
 
+def planners_of(scheduling, grouped: bool) -> set[str]:
+    """The planners that may plan a pod with these scheduling fields (`pods_q`, in Python):
+    the pool its `nodeSelector` names when that is one of `pools()`, else the planner without
+    a pool ('');  a pod in a gang, that one too (its gang is the planner without a pool's when
+    its members do not all select one pool). Without pools, ''."""
+    named = pools()
+    selector = scheduling.get("nodeSelector") if isinstance(scheduling, dict) else None
+    chosen = selector.get(label()) if isinstance(selector, dict) else None
+    if not named or chosen not in named:
+        return {""}
+    return {chosen, ""} if grouped else {chosen}
+
+
 def nodes_q(pool: str | None = None, prefix: str = "") -> Q:
     """The nodes a pool's planner sees, as a filter on `Node` (`prefix`: the path to the node):
     those labelled with the pool; every node for the planner without a pool (an empty Q)."""

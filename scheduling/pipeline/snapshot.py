@@ -298,17 +298,39 @@ def bound_mark() -> int | datetime:
         return cursor.fetchone()[0]
 
 
-def bound_written_since(mark: int | datetime) -> set[str]:
+def bound_written_since(snapshot: Snapshot) -> set[str]:
     """The nodes where a pod others bound holding cards (HAMi's allocation, a DRA pass's
-    claims) was written since `mark` (`bound_mark`): the cards' counters do not show what it
-    holds. Pods hamiadmin placed itself count as its own and are left out (`others_on`)."""
+    claims) was written since `snapshot` read them (its `bound_mark`) and not as the snapshot
+    counted it: the cards' counters do not show what it holds. A row written since the mark
+    may be one the read saw (PostgreSQL's mark is the oldest transaction running, anywhere on
+    the server, so it trails the read when another session keeps a transaction open): one on
+    the same node with the same allocation as counted is left out. Pods hamiadmin placed
+    itself count as its own and are left out (`others_on`)."""
+    mark = snapshot.bound_mark
+    if mark is None:
+        return set()
     rows = (
         written_since(BoundPod, mark)
         if isinstance(mark, int)
         else BoundPod.objects.filter(updated_at__gte=mark)
     )
-    late = rows.exclude(allocated="", mig_allocations="").values_list("namespace", "name", "node_name")
-    return others_on(list(late))
+    rows = rows.exclude(allocated="", mig_allocations="").exclude(phase__in=BoundPod.ENDED)
+    written = list(rows.values_list("namespace", "name", "node_name", "allocated", "mig_allocations"))
+    if not written:
+        return set()
+    keys = {f"{namespace}/{name}" for namespace, name, *_ in written}
+    counted = {
+        pod.key: (pod.node, pod.annotations.get(ALLOCATED, ""), pod.annotations.get(mig.ALLOCATIONS, ""))
+        for pod in snapshot.cluster.running
+        if pod.key in keys
+    }
+    return others_on(
+        [
+            (namespace, name, node)
+            for namespace, name, node, allocated, reserved in written
+            if counted.get(f"{namespace}/{name}") != (node, allocated, reserved)
+        ]
+    )
 
 
 def others_on(late: list[tuple[str, str, str]]) -> set[str]:

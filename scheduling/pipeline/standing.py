@@ -268,9 +268,9 @@ class StandingSnapshot:
         cycle, which counts it. Pods hamiadmin placed itself count as its own and are left
         out. This standing snapshot on PostgreSQL: the rows written since its horizon that it
         has not seen as they are (its marks); any other (a fresh one, SQLite): those written
-        since its `bound_mark` (`snapshot.bound_written_since`)."""
+        since its `bound_mark` and not as it counted them (`snapshot.bound_written_since`)."""
         if snapshot is not self.snapshot or self.horizon is None:
-            return bound_written_since(snapshot.bound_mark) if snapshot.bound_mark is not None else set()
+            return bound_written_since(snapshot)
         rows = (
             written_since(BoundPod, self.horizon)
             .exclude(allocated="", mig_allocations="")

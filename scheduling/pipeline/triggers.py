@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 from functools import partial
 
 from celery import current_app
@@ -61,13 +62,17 @@ def detach_local_loop(wakeup: threading.Event) -> None:
             _local_loops.remove(wakeup)
 
 
-def request_cycle(reason: str) -> None:
-    """Ask for a cycle once the current transaction commits (at once outside a transaction)."""
-    transaction.on_commit(partial(signal_scheduler, reason))
+def request_cycle(reason: str, planners: Collection[str] | None = None) -> None:
+    """Ask for a cycle once the current transaction commits (at once outside a transaction).
+    `planners`: the node pools whose planners the write concerns ('' the planner without a
+    pool; `pools.planners_of` for new pods); None, every planner (capacity moved: any pool's
+    pods may fit now, and queue shares are the whole cluster's)."""
+    transaction.on_commit(partial(signal_scheduler, reason, planners))
 
 
-def signal_scheduler(reason: str) -> None:
-    """Wake whoever runs cycles. Never raises: a lost signal costs one safety-cycle period."""
+def signal_scheduler(reason: str, planners: Collection[str] | None = None) -> None:
+    """Wake whoever runs cycles (`planners`, as `request_cycle`). Never raises: a lost signal
+    costs one safety-cycle period."""
     with _loops_guard:
         loops = list(_local_loops)
     for wakeup in loops:
@@ -75,7 +80,10 @@ def signal_scheduler(reason: str) -> None:
     if loops or not settings.REDIS_URL:
         return
     try:
-        planners = ["", *pools.pools()]
+        every = ["", *pools.pools()]
+        planners = every if planners is None else [pool for pool in every if pool in planners]
+        if not planners:
+            return
         pipe = redis_client().pipeline(transaction=False)  # one round trip, the flags first
         for pool in planners:
             pipe.set(requested_key(pool), reason[:100] or "requested", ex=3600)

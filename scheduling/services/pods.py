@@ -41,6 +41,7 @@ from scheduling.models import (
     SchedulerConfig,
 )
 from scheduling.models.pods import gate_names, gated_reason, spec_fields
+from scheduling.pipeline import pools
 from scheduling.pipeline.rowlocks import lock_cards, lock_pod_groups, lock_pods, share_queues
 from scheduling.pipeline.settle import add_up, lower
 from scheduling.pipeline.triggers import request_cycle
@@ -571,8 +572,16 @@ def _write(accepted: list[tuple[int, Submission]], now) -> list[Submitted]:
         transaction.on_commit(bump_capacity, robust=True)  # capacity changed: `capacity_changed`
     inserted, requeued = len(fresh), len(changed.get(REQUEUED_FIELDS, ()))
     if inserted or requeued:
-        request_cycle(_cycle_reason(inserted, requeued, replaced if freed else []))
+        # only their planners (node pools), unless replaced incarnations gave cards back
+        asked = [submission for _, submission, _ in judged]
+        planners = None if freed.lowered else set().union(*(_planners(item) for item in asked))
+        request_cycle(_cycle_reason(inserted, requeued, replaced if freed else []), planners)
     return [done[index] for index, _ in accepted]
+
+
+def _planners(submission: Submission) -> set[str]:
+    """The node pools' planners that plan a submitted pod (`pools.planners_of`)."""
+    return pools.planners_of(submission.scheduling, submission.group is not None)
 
 
 def _judge(pod: Pod, asked: Submission) -> tuple[str, bool]:

@@ -266,6 +266,36 @@ def test_a_request_reaches_every_pools_planner_on_its_own_queue(pooled, settings
     client.delete(*queues[1:])
 
 
+@pytest.mark.django_db(transaction=True)  # the signal is sent once the write commits
+def test_a_new_pod_wakes_only_the_planners_that_plan_it(pooled, settings, redis_url):
+    """A submission asks the planners of its pods' pools only (`pools.planners_of`); a pod in
+    a gang, the planner without a pool too (its gang may be that planner's); a release, whose
+    freed capacity any pool's pods may use, every planner."""
+    settings.REDIS_URL = redis_url
+    client = locks.redis_client()
+    flags = {pool: triggers.requested_key(pool) for pool in ("", "a", "b")}
+    in_a = {"nodeSelector": {LABEL: "a"}}
+
+    def asked(write) -> set[str]:
+        client.delete(*flags.values())
+        write()
+        return {pool for pool, key in flags.items() if client.exists(key)}
+
+    report("na", "a")
+    assert asked(lambda: selecting("in-a", "a")) == {"a"}
+    assert asked(lambda: selecting("in-b", "b")) == {"b"}
+    assert asked(lambda: selecting("anywhere", None)) == {""}
+    assert asked(lambda: selecting("unknown-pool", "c")) == {""}  # not one of the pools
+    gang = {"hami.io/group-name": "g"}
+    assert asked(lambda: submit("member", gpu=1, mem=1000, annotations=gang, scheduling=in_a)) == {"a", ""}
+    assert asked(lambda: selecting("in-a", "a")) == set()  # the same pod again: nothing to plan
+    settings.HAMIADMIN = {**settings.HAMIADMIN, "NODE_POOL": "a"}
+    run_cycle()
+    placed = Pod.objects.get(name="in-a")
+    assert placed.status == Pod.SCHEDULED
+    assert asked(lambda: services.release_pod(placed, Pod.SUCCEEDED)) == {"", "a", "b"}
+
+
 def test_beat_sends_each_pools_safety_cycle_to_that_pools_queue():
     """The beat schedule names each pool's queue itself (settings cannot import `pools`): read
     from settings as HAMI_NODE_POOLS gives them, they are `pools.pool_queue`'s."""
