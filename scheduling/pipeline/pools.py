@@ -120,7 +120,7 @@ def pods_q(pool: str | None = None, prefix: str = "") -> Q:
 def planners_of(scheduling, grouped: bool) -> set[str]:
     """The planners that may plan a pod with these scheduling fields (`pods_q`, in Python):
     the pool its `nodeSelector` names when that is one of `pools()`, else the planner without
-    a pool ('');  a pod in a gang, that one too (its gang is the planner without a pool's when
+    a pool (''); for a pod in a gang, that one too (its gang is the planner without a pool's when
     its members do not all select one pool). Without pools, ''."""
     named = pools()
     selector = scheduling.get("nodeSelector") if isinstance(scheduling, dict) else None
