@@ -78,6 +78,8 @@ HEALTH, CORDONED = CARD_COLUMNS.index("health"), CARD_COLUMNS.index("cordoned")
 IN_PLACE_CARD = frozenset(CARD_COLUMNS.index(name) for name in ("used_slots", "used_memory", "used_cores"))
 IN_PLACE_CARD |= {HEALTH, CORDONED}
 READY = NODE_COLUMNS.index("ready")
+#: A card's state its row gives (`_card_row_state`), as the card holds it.
+CARD_AS_ROW = attrgetter("used_slots", "used_memory", "used_cores", "health", "cordoned")
 
 
 def _postgres_horizon() -> tuple[int, list[int]]:
@@ -520,18 +522,20 @@ class StandingSnapshot:
         no gangs marked, no MIG partition (those are put back)."""
         if node.ready != row[READY]:
             return False
-        assert self.snapshot is not None
-        card_ids = self.snapshot.card_ids
         cordoned = cordoned_uuids(node.annotations)
-        for card in node.cards:
-            values = self.cards[card_ids[card.uuid]]
-            if card.partition is not None or card.gangs or card.health != values[HEALTH]:
-                return False
-            if (card.used_slots, card.used_memory, card.used_cores) != tuple(values[USED_FIELDS]):
-                return False
-            if card.cordoned != (values[CORDONED] or card.uuid in cordoned):
-                return False
-        return True
+        return all(
+            card.partition is None
+            and not card.gangs
+            and CARD_AS_ROW(card) == self._card_row_state(card, cordoned)
+            for card in node.cards
+        )
+
+    def _card_row_state(self, card, cordoned: set[str]) -> tuple:
+        """What a card's kept row says of it, as `CARD_AS_ROW` reads the card: its counters,
+        health, and cordon (the row's, or the node annotation's, `cordoned`)."""
+        assert self.snapshot is not None
+        values = self.cards[self.snapshot.card_ids[card.uuid]]
+        return (*values[USED_FIELDS], values[HEALTH], values[CORDONED] or card.uuid in cordoned)
 
     def _recount(self, names: set[str]) -> None:
         """The running pods of the nodes put back counted again: hamiadmin's own placed pods on
@@ -556,13 +560,10 @@ class StandingSnapshot:
         node.ready = row[READY]
         node.held = None  # what pods hold of it: counted again (`_recount`)
         cordoned = cordoned_uuids(node.annotations)
-        assert self.snapshot is not None
-        card_ids = self.snapshot.card_ids
         for card in node.cards:
-            values = self.cards[card_ids[card.uuid]]
-            card.used_slots, card.used_memory, card.used_cores = values[USED_FIELDS]
-            card.health = values[HEALTH]
-            card.cordoned = values[CORDONED] or card.uuid in cordoned
+            (card.used_slots, card.used_memory, card.used_cores, card.health, card.cordoned) = (
+                self._card_row_state(card, cordoned)
+            )
             card.gangs = ()
             if card.partition is not None:  # its instances: taken again with its pods (`_recount`)
                 card.partition = card.partition.emptied()
